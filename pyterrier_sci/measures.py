@@ -1,0 +1,230 @@
+"""Measures of the papers that ``ir_measures`` does not have, usable in ``pt.Experiment``.
+
+PyTerrier 1.x only parses trec_eval names when a measure is given as a string, so the toolkit's
+measures are ``ir_measures.Measure`` objects, looked up by name with :func:`get` / :func:`parse`::
+
+    import pyterrier_sci as ps
+    pt.Experiment(systems, topics, qrels, ps.measures.parse(["NDCG%20", "csfcube.MAP", "nDCG@10"]))
+
+Any name that is not one of the toolkit's is handed to ``ir_measures`` (``nDCG@10``, ``R@3``,
+``AP(rel=2)``, or a trec_eval name such as ``map``).  A dataset can declare aliases (CSFCube maps
+``MAP`` to its own ``csfcube.MAP``); pass ``dataset=`` to :func:`parse` to use them.
+
+Measures of this module evaluate the *ranked list the run gives*, the way the papers' scripts do:
+run documents without a judgement are dropped (for a pool benchmark, documents outside the pool),
+and pool documents missing from the run are not appended.  They are "pool" measures: the ideal
+ranking for nDCG is built from the judged documents the run ranked.
+"""
+from __future__ import annotations
+
+from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Union
+
+import numpy as np
+import ir_measures
+from ir_measures import Metric
+from ir_measures.measures import Measure
+
+__all__ = [
+    "dcg", "ndcg_at_k", "average_precision", "reciprocal_rank", "r_precision_last_relevant",
+    "precision_at_k", "recall_at_k", "RankListMeasure", "register", "get", "parse", "names",
+]
+
+
+# ---------------------------------------------------------------------------------------------
+# rank-list primitives: each takes the relevance grades of the run's documents in rank order
+# ---------------------------------------------------------------------------------------------
+
+def dcg(grades: Sequence[float], k: int, first_undiscounted: bool = True, gain: str = "linear") -> float:
+    """DCG of the first ``k`` grades.
+
+    ``first_undiscounted=True`` is the ``rank_metrics`` variant used by CSFCube's script (weights
+    1, 1, 1/log2(3), 1/log2(4), ...); ``False`` is the usual 1/log2(rank+1).  ``gain`` is
+    ``"linear"`` (the grade) or ``"exp"`` (2^grade - 1).
+    """
+    r = np.asarray(grades, dtype=float)[:max(k, 0)]
+    if r.size == 0:
+        return 0.0
+    if gain == "exp":
+        r = np.power(2.0, r) - 1.0
+    elif gain != "linear":
+        raise ValueError(f"unknown gain {gain!r}: use 'linear' or 'exp'")
+    if first_undiscounted:
+        return float(r[0] + np.sum(r[1:] / np.log2(np.arange(2, r.size + 1))))
+    return float(np.sum(r / np.log2(np.arange(2, r.size + 2))))
+
+
+def ndcg_at_k(grades: Sequence[float], k: int, first_undiscounted: bool = True, gain: str = "linear",
+              ideal: Optional[Sequence[float]] = None) -> float:
+    """nDCG@k; the ideal ranking sorts ``ideal`` (default: the ranked grades themselves)."""
+    ideal = sorted(grades if ideal is None else ideal, reverse=True)
+    best = dcg(ideal, k, first_undiscounted, gain)
+    if not best:
+        return 0.0
+    return dcg(grades, k, first_undiscounted, gain) / best
+
+
+def average_precision(binary: Sequence[int]) -> float:
+    """Mean of the precision at each relevant rank of the list (0 without a relevant document)."""
+    r = np.asarray(binary) != 0
+    hits = np.flatnonzero(r)
+    if hits.size == 0:
+        return 0.0
+    return float(np.mean(np.cumsum(r)[hits] / (hits + 1)))
+
+
+def reciprocal_rank(binary: Sequence[int]) -> float:
+    hits = np.flatnonzero(np.asarray(binary) != 0)
+    return 0.0 if hits.size == 0 else 1.0 / (hits[0] + 1)
+
+
+def r_precision_last_relevant(binary: Sequence[int]) -> float:
+    """``rank_metrics.r_precision`` as CSFCube uses it: precision at the rank of the *last* relevant
+    document of the list (not the classic precision at R)."""
+    r = np.asarray(binary) != 0
+    hits = np.flatnonzero(r)
+    if hits.size == 0:
+        return 0.0
+    return float(np.mean(r[:hits[-1] + 1]))
+
+
+def precision_at_k(binary: Sequence[int], k: int) -> float:
+    r = np.asarray(binary)[:k] != 0
+    return float(np.mean(r)) if r.size else 0.0
+
+
+def recall_at_k(binary: Sequence[int], k: int, total_relevant: Optional[int] = None) -> float:
+    total = int(np.sum(np.asarray(binary) != 0)) if total_relevant is None else total_relevant
+    if total <= 0:
+        return 0.0
+    return float(np.sum(np.asarray(binary)[:k] != 0)) / total
+
+
+# ---------------------------------------------------------------------------------------------
+# the measure class
+# ---------------------------------------------------------------------------------------------
+
+class RankListMeasure(Measure):
+    """An ``ir_measures`` measure computed from the grades of the run's judged documents, in rank order.
+
+    Args:
+        name: the name shown in result tables.
+        fn: ``fn(grades, judged) -> float``: ``grades`` are the run's judged documents' grades in
+            rank order, ``judged`` all grades of the query (for measures that need the qrels).
+        group_of: optional ``qid -> group``; when given, per-query values are reweighted so that
+            the plain mean ``pt.Experiment`` takes equals the mean over groups of the per-group means
+            (the "average per fold, then across folds" of CSFCube's script).  With equal-sized
+            groups the weights are all 1.  Per-query values are then weighted values.
+        description: one line for ``pyterrier-sci`` listings.
+
+    Queries of the qrels that the run does not answer score 0 (the papers' scripts would fail on
+    them; a missing query must not raise the mean).
+    """
+    SUPPORTED_PARAMS: Dict = {}
+
+    def __init__(self, name: str, fn: Callable[[List[float], List[float]], float],
+                 group_of: Optional[Callable[[str], Optional[str]]] = None, description: str = ""):
+        super().__init__()
+        self.NAME = name
+        self.__name__ = name
+        self.fn = fn
+        self.group_of = group_of
+        self.SHORT_DESC = description
+        self.description = description
+
+    def __repr__(self) -> str:
+        return self.NAME
+
+    def __call__(self, **kwargs):
+        raise TypeError(f"measure {self.NAME} takes no parameters")
+
+    def weights(self, qids: Iterable[str]) -> Dict[str, float]:
+        qids = list(dict.fromkeys(qids))
+        if self.group_of is None or not qids:
+            return {q: 1.0 for q in qids}
+        groups: Dict[object, List[str]] = {}
+        for q in qids:
+            g = self.group_of(q)
+            groups.setdefault(q if g is None else g, []).append(q)
+        n, f = len(qids), len(groups)
+        return {q: n / (f * len(members)) for members in groups.values() for q in members}
+
+    def runtime_impl(self, qrels, run):
+        # ir_measures' RuntimeEvaluator has sorted the run by (query_id, score desc)
+        judged = {qid: dict(zip(df['doc_id'], df['relevance'])) for qid, df in qrels.groupby('query_id')}
+        weights = self.weights(judged.keys())
+        ranked = {qid: list(df['doc_id']) for qid, df in run.groupby('query_id', sort=False)}
+        for qid, grades_of in judged.items():
+            docs = ranked.get(qid, [])
+            grades = [float(grades_of[d]) for d in docs if d in grades_of]
+            value = self.fn(grades, list(grades_of.values())) if grades else 0.0
+            yield Metric(str(qid), self, float(value) * weights[qid])
+
+    def per_query(self, qrels, run) -> Dict[str, float]:
+        """Unweighted per-query values (convenience for tests and reports)."""
+        unweighted = RankListMeasure(self.NAME, self.fn, None, self.description)
+        return {m.query_id: m.value for m in ir_measures.iter_calc([unweighted], qrels, run)}
+
+
+# ---------------------------------------------------------------------------------------------
+# names
+# ---------------------------------------------------------------------------------------------
+
+_REGISTRY: Dict[str, Union[Measure, Callable[[], Measure]]] = {}
+_DATASET_ALIASES: Dict[str, Dict[str, str]] = {}
+
+
+def register(name: str, measure: Union[Measure, Callable[[], Measure]], *, replace: bool = False) -> None:
+    """Registers a measure (or a zero-argument factory building it lazily) under ``name``."""
+    if name in _REGISTRY and not replace:
+        raise ValueError(f"measure {name!r} is already registered")
+    _REGISTRY[name] = measure
+
+
+def register_aliases(dataset_prefix: str, aliases: Mapping[str, str]) -> None:
+    """Declares names that mean a dataset's own measure inside experiments on that dataset
+    (for ids starting with ``dataset_prefix``, e.g. ``sci/csfcube``)."""
+    _DATASET_ALIASES.setdefault(dataset_prefix, {}).update(aliases)
+
+
+def names() -> List[str]:
+    _load_dataset_measures()
+    return sorted(_REGISTRY)
+
+
+def _load_dataset_measures() -> None:
+    # datasets register their measures on import
+    import pyterrier_sci.datasets  # noqa: F401
+
+
+def get(name: str, dataset: Optional[str] = None) -> Measure:
+    """The measure called ``name``: a toolkit measure, a dataset alias, or any ir_measures name."""
+    _load_dataset_measures()
+    if dataset is not None:
+        ds = dataset[len("irds:"):] if dataset.startswith("irds:") else dataset
+        for prefix, aliases in _DATASET_ALIASES.items():
+            if (ds == prefix or ds.startswith(prefix + "/")) and name in aliases:
+                name = aliases[name]
+                break
+    if name in _REGISTRY:
+        m = _REGISTRY[name]
+        if not isinstance(m, Measure):
+            m = _REGISTRY[name] = m()
+        return m
+    try:
+        return ir_measures.parse_measure(name)
+    except (ValueError, NameError, SyntaxError) as e:
+        try:
+            found = ir_measures.parse_trec_measure(name)
+        except ValueError:
+            found = []
+        if len(found) == 1:
+            return found[0]
+        raise ValueError(f"unknown measure {name!r}: not a pyterrier-sci measure ({', '.join(sorted(_REGISTRY))}) "
+                         f"and ir_measures cannot parse it ({e})") from None
+
+
+def parse(measures: Union[str, Measure, Sequence[Union[str, Measure]]], dataset: Optional[str] = None) -> List[Measure]:
+    """Turns names (a list, or one comma-separated string) into measure objects for ``pt.Experiment``."""
+    if isinstance(measures, (str, Measure)):
+        measures = [m.strip() for m in measures.split(",")] if isinstance(measures, str) else [measures]
+    return [m if isinstance(m, Measure) else get(m, dataset=dataset) for m in measures if m != ""]
