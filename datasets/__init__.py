@@ -3,7 +3,36 @@
 Each module documents its ids, fields and files.  Data is read from the data directory
 (:func:`pyterrier_sci.data.data_dir`); registering reads no file.
 """
-from . import csfcube  # noqa: F401  (registers sci/csfcube...)
-from ._pool import PoolRetriever, pool_component
+if __name__ == "datasets":
+    # The repository root is on sys.path (python run from the checkout), so this folder was found
+    # as the top-level module "datasets" - the name of Hugging Face's package, which
+    # sentence-transformers imports.  Hand that import the real package instead.
+    import importlib as _importlib
+    import os as _os
+    import sys as _sys
+    _root = _os.path.dirname(_os.path.dirname(_os.path.abspath(__file__)))
+    _saved = list(_sys.path)
+    _sys.path[:] = [p for p in _sys.path if _os.path.abspath(p or _os.getcwd()) != _root]
+    try:
+        del _sys.modules["datasets"]
+        _sys.modules["datasets"] = _importlib.import_module("datasets")
+    finally:
+        _sys.path[:] = _saved
+else:
+    from . import csfcube  # noqa: F401  (registers sci/csfcube...)
+    from ._pool import PoolRetriever, pool_component
 
-__all__ = ["csfcube", "PoolRetriever", "pool_component"]
+    # id prefix -> the module that registers it (each has missing_files())
+    MODULES = {csfcube.NAME: csfcube}
+
+    def registry_status():
+        """``[{"id", "present", "missing"}]`` for every registered ``sci/...`` id."""
+        import ir_datasets
+        rows = []
+        for name in sorted(n for n in ir_datasets.registry._registered if n.startswith("sci/")):
+            module = next((m for prefix, m in MODULES.items() if name == prefix or name.startswith(prefix + "/")), None)
+            missing = module.missing_files() if module is not None else []
+            rows.append({"id": "irds:" + name, "present": not missing, "missing": missing})
+        return rows
+
+    __all__ = ["csfcube", "PoolRetriever", "pool_component", "registry_status", "MODULES"]

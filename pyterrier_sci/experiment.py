@@ -1,0 +1,130 @@
+"""Experiments declared in a pipeline YAML file, run with ``pt.Experiment``.
+
+::
+
+    experiments:
+      csfcube:
+        datasets: [irds:sci/csfcube/background, irds:sci/csfcube]   # or `dataset:` for one
+        pipelines: [BM25, MiniLM, RRF]        # names of the config's pipelines (or expressions)
+        measures: [NDCG%20, MAP]              # pyterrier_sci.measures names, dataset aliases allowed
+        baseline: BM25                        # optional: significance tests against it
+        test: t                               # t (paired t-test) or wilcoxon
+        correction: holm                      # optional multiple-testing correction (statsmodels)
+        save_dir: runs/csfcube                # optional: runs are kept and reused there
+        topics_variant: null                  # optional: which query field of the dataset
+
+Each pipeline's run is written to ``save_dir`` atomically once it is complete, and a rerun reads the
+finished runs back instead of recomputing them - an interrupted experiment resumes where it stopped.
+"""
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Union
+
+import pandas as pd
+import pyterrier as pt
+
+from pyterrier_sci import measures as _measures
+from pyterrier_sci.pipeline import PipelineConfig, PipelineError, build_all, load_config
+
+__all__ = ["run_experiment", "run_pipeline_on", "write_run", "topics_and_qrels"]
+
+
+def _slug(s: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.+-]+", "_", s).strip("_") or "x"
+
+
+def topics_and_qrels(dataset: str, variant: Optional[str] = None):
+    ds = pt.get_dataset(dataset if dataset.startswith("irds:") else "irds:" + dataset)
+    topics = ds.get_topics(variant) if variant else ds.get_topics()
+    if "query" not in topics.columns:
+        raise PipelineError(f"dataset {dataset} has several query fields; set topics_variant to one of "
+                            f"{[c for c in topics.columns if c != 'qid']}")
+    topics = topics[["qid", "query"]].assign(qid=lambda d: d["qid"].astype(str))
+    return topics, ds.get_qrels()
+
+
+def write_run(res: pd.DataFrame, path: Union[str, Path], run_name: str = "pyterrier-sci") -> Path:
+    """Writes a TREC run atomically (a temporary file renamed into place)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    try:
+        pt.io.write_results(res, str(tmp), format="trec", run_name=run_name)
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return path
+
+
+def run_pipeline_on(transformer: pt.Transformer, topics: pd.DataFrame, save_to: Optional[Path] = None,
+                    run_name: str = "pyterrier-sci") -> pd.DataFrame:
+    """Runs a pipeline on topics, reusing (and otherwise writing) a finished run file at ``save_to``."""
+    if save_to is not None and Path(save_to).exists():
+        return pt.io.read_results(str(save_to))
+    res = transformer(topics)
+    if save_to is not None:
+        write_run(res, save_to, run_name)
+    return res
+
+
+def run_experiment(config: Union[str, Path, dict, PipelineConfig], name: Optional[str] = None,
+                   save_dir: Optional[str] = None) -> pd.DataFrame:
+    """Runs one experiment of a config (the only one, or ``name``) and returns its table: one row per
+    (dataset, pipeline), one column per measure (plus significance columns with a baseline)."""
+    cfg = load_config(config)
+    if not cfg.experiments:
+        raise PipelineError("the config defines no experiments", where=str(cfg.path or "config"))
+    if name is None:
+        if len(cfg.experiments) > 1:
+            raise PipelineError(f"the config defines several experiments ({', '.join(cfg.experiments)}): name one")
+        name = next(iter(cfg.experiments))
+    if name not in cfg.experiments:
+        raise PipelineError(f"unknown experiment {name!r} (defined: {', '.join(cfg.experiments)})")
+    exp = dict(cfg.experiments[name])
+    where = f"experiment '{name}'"
+    datasets = exp.get("datasets") or ([exp["dataset"]] if exp.get("dataset") else ([cfg.dataset] if cfg.dataset else []))
+    if not datasets:
+        raise PipelineError("no dataset: give 'dataset' or 'datasets'", where=where)
+    pipelines: List[str] = list(exp.get("pipelines") or cfg.pipelines)
+    if not pipelines:
+        raise PipelineError("no pipelines to compare", where=where)
+    measure_names = exp.get("measures")
+    if not measure_names:
+        raise PipelineError("no measures", where=where)
+    baseline = exp.get("baseline")
+    if baseline is not None and baseline not in pipelines:
+        raise PipelineError(f"baseline {baseline!r} is not one of the pipelines {pipelines}", where=where)
+    save_root = save_dir or exp.get("save_dir")  # relative paths are relative to the working directory
+    tables = []
+    for dataset in datasets:
+        topics, qrels = topics_and_qrels(dataset, exp.get("topics_variant"))
+        systems = build_all(cfg, pipelines, dataset=dataset)
+        measures = _measures.parse(measure_names if not isinstance(measure_names, str) else [measure_names], dataset=dataset)
+        runs = []
+        for pname in pipelines:
+            save_to = Path(save_root) / _slug(dataset) / f"{_slug(pname)}.res.gz" if save_root else None
+            runs.append(run_pipeline_on(systems[pname], topics, save_to, run_name=_slug(pname)))
+        kwargs: Dict[str, Any] = {}
+        if baseline is not None:
+            kwargs["baseline"] = pipelines.index(baseline)
+            kwargs["test"] = exp.get("test", "t")
+            if exp.get("correction"):
+                kwargs["correction"] = exp["correction"]
+        table = pt.Experiment(runs, topics, qrels, measures, names=pipelines, **kwargs)
+        # show the names the experiment used for its measures (aliases such as MAP for csfcube.MAP)
+        rename = {str(m): n for m, n in zip(measures, measure_names) if str(m) != n}
+        table = table.rename(columns=lambda c: _rename_col(c, rename))
+        table.insert(0, "dataset", dataset)
+        tables.append(table)
+    return pd.concat(tables, ignore_index=True)
+
+
+def _rename_col(col: str, rename: Dict[str, str]) -> str:
+    for old, new in rename.items():
+        if col == old or col.startswith(old + " "):
+            return new + col[len(old):]
+    return col

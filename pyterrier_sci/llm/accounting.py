@@ -1,0 +1,167 @@
+"""Token and call accounting per component, without global state.
+
+Each LLM component owns a :class:`Usage` (``component.usage``); its client adds to it.  After a
+run, :func:`usage_report` walks a pipeline (or several) and collects the usage of every LLM
+component inside; :func:`add_usage_columns` puts the totals beside the measures of a
+``pt.Experiment`` result frame.
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field, fields
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
+
+import pandas as pd
+
+COUNTERS = ("calls", "requests", "cache_hits", "retries", "errors", "prompt_tokens",
+            "completion_tokens", "unusable", "repaired")
+
+
+@dataclass
+class Usage:
+    """Counters of one component.
+
+    * ``calls``: logical LLM calls answered by the server (a retried call counts once);
+    * ``requests``: HTTP requests sent, retries included;
+    * ``cache_hits``: calls answered from the response cache (no request sent);
+    * ``retries``: requests repeated after a 429 / 5xx / timeout / connection error;
+    * ``errors``: calls that failed after the last retry;
+    * ``prompt_tokens`` / ``completion_tokens``: as reported by the server (cache hits add none);
+    * ``unusable``: outputs the component could not use (the rows keep their first-stage order);
+    * ``repaired``: malformed rankings that were repaired (listwise, HLM-Cite decider).
+    """
+    calls: int = 0
+    requests: int = 0
+    cache_hits: int = 0
+    retries: int = 0
+    errors: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    unusable: int = 0
+    repaired: int = 0
+    model: str = ""
+    _lock: Any = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def add(self, **counts: int) -> None:
+        with self._lock:
+            for k, v in counts.items():
+                setattr(self, k, getattr(self, k) + int(v or 0))
+
+    def reset(self) -> None:
+        with self._lock:
+            for k in COUNTERS:
+                setattr(self, k, 0)
+
+    def as_dict(self) -> Dict[str, int]:
+        return {k: getattr(self, k) for k in COUNTERS}
+
+    def cost(self, prices: Optional[Mapping[str, Mapping[str, float]]] = None) -> Optional[float]:
+        """USD, from a price table ``{model: {"prompt": $/1M tokens, "completion": $/1M}}``."""
+        if not prices or self.model not in prices:
+            return None
+        p = prices[self.model]
+        return (self.prompt_tokens * float(p.get("prompt", 0.0))
+                + self.completion_tokens * float(p.get("completion", 0.0))) / 1e6
+
+    def __iadd__(self, other: "Usage") -> "Usage":
+        self.add(**other.as_dict())
+        return self
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state.pop("_lock", None)
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+
+def llm_components(pipeline: Any) -> List[Any]:
+    """Every object inside ``pipeline`` (a transformer, or anything holding transformers) that
+    has a :class:`Usage` as ``.usage``, in pipeline order, each once."""
+    found: List[Any] = []
+    seen = set()
+
+    def visit(obj, depth=0):
+        if depth > 20 or id(obj) in seen:
+            return
+        seen.add(id(obj))
+        if isinstance(getattr(obj, "usage", None), Usage):
+            found.append(obj)
+        if isinstance(obj, (list, tuple, set)):
+            children = list(obj)
+        elif isinstance(obj, dict):
+            children = list(obj.values())
+        elif hasattr(obj, "__dict__") and not isinstance(obj, (pd.DataFrame, pd.Series, type)):
+            children = [v for v in vars(obj).values()
+                        if hasattr(v, "transform") or isinstance(v, (list, tuple, dict))]
+        else:
+            children = []
+        for child in children:
+            if isinstance(child, (str, bytes, pd.DataFrame)):
+                continue
+            visit(child, depth + 1)
+
+    visit(pipeline)
+    return found
+
+
+def usage_report(systems: Any, names: Optional[Sequence[str]] = None) -> pd.DataFrame:
+    """One row per (system, LLM component): the counters, ``cost`` (when the component's settings
+    hold a price table) and the component's ``model``.
+
+    Args:
+        systems: a pipeline or a list of pipelines (as given to ``pt.Experiment``).
+        names: the systems' names (default ``system_0``, ...; as ``pt.Experiment`` names them
+            when given ``names``).
+    """
+    if not isinstance(systems, (list, tuple)):
+        systems = [systems]
+    names = list(names) if names is not None else [f"system_{i}" for i in range(len(systems))]
+    rows = []
+    for name, system in zip(names, systems):
+        for comp in llm_components(system):
+            u = comp.usage
+            prices = getattr(getattr(comp, "settings", None), "prices", None)
+            rows.append({"name": name, "component": getattr(comp, "component_name", type(comp).__name__),
+                         "model": u.model, **u.as_dict(), "cost": u.cost(prices)})
+    cols = ["name", "component", "model", *COUNTERS, "cost"]
+    return pd.DataFrame(rows, columns=cols)
+
+
+def usage_totals(systems: Any, names: Optional[Sequence[str]] = None) -> pd.DataFrame:
+    """Per system: ``llm_calls``, ``llm_cache_hits``, ``llm_prompt_tokens``,
+    ``llm_completion_tokens``, ``llm_cost`` (summed over its LLM components; NaN cost when no
+    price table applies).  Systems without LLM components get zeros."""
+    if not isinstance(systems, (list, tuple)):
+        systems = [systems]
+    names = list(names) if names is not None else [f"system_{i}" for i in range(len(systems))]
+    rep = usage_report(systems, names)
+    rows = []
+    for name in names:
+        part = rep[rep["name"] == name]
+        costs = [c for c in part["cost"] if c is not None and c == c]
+        rows.append({"name": name,
+                     "llm_calls": int(part["calls"].sum()),
+                     "llm_cache_hits": int(part["cache_hits"].sum()),
+                     "llm_prompt_tokens": int(part["prompt_tokens"].sum()),
+                     "llm_completion_tokens": int(part["completion_tokens"].sum()),
+                     "llm_cost": float(sum(costs)) if costs else float("nan")})
+    return pd.DataFrame(rows)
+
+
+def add_usage_columns(results: pd.DataFrame, systems: Any, names: Optional[Sequence[str]] = None) -> pd.DataFrame:
+    """Merges :func:`usage_totals` into a ``pt.Experiment`` result frame (column ``name``)."""
+    if not isinstance(systems, (list, tuple)):
+        systems = [systems]
+    if names is None:
+        names = list(results["name"].drop_duplicates())[:len(systems)]
+    totals = usage_totals(systems, names)
+    return results.merge(totals, on="name", how="left")
+
+
+def reset_usage(systems: Any) -> None:
+    """Sets the counters of every LLM component inside ``systems`` back to zero."""
+    for comp in llm_components(systems):
+        comp.usage.reset()

@@ -1,0 +1,464 @@
+"""The one LLM client of the toolkit: any OpenAI-compatible server through the ``openai`` package.
+
+* :meth:`LLMClient.chat` and :meth:`LLMClient.complete` (plain completions), with log-probabilities;
+* :meth:`LLMClient.generate`: free text in the configured mode (chat, completion, auto);
+* :meth:`LLMClient.choose`: a decision between fixed answers (``Yes``/``No``, ``A``/``B``) -
+  from chat output (JSON or the first word) or from the top log-probabilities of a plain
+  completion (base models);
+* :meth:`LLMClient.map`: runs calls concurrently, up to ``settings.concurrency`` at once.
+
+Every call goes through the persistent :class:`~pyterrier_sci.llm.cache.ResponseCache` and through
+bounded retries: 429, 408, 5xx, timeouts, connection errors and bodies without choices are retried
+``max_retries`` times with exponential backoff and jitter; then one :class:`LLMError` names the
+endpoint and the cause.  An error is never returned as if it were model output.
+"""
+from __future__ import annotations
+
+import json
+import math
+import random
+import re
+import threading
+import time
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+
+from .accounting import Usage
+from .cache import ResponseCache, cache_key
+from .settings import LLMSettings, api_key, settings_from
+
+
+class LLMError(RuntimeError):
+    """A call failed for good (after the retries, or with a non-retryable status)."""
+
+    def __init__(self, message: str, endpoint: str = "", cause: str = ""):
+        super().__init__(message)
+        self.endpoint = endpoint
+        self.cause = cause
+
+
+class _BadResponse(Exception):
+    pass
+
+
+@dataclass
+class Completion:
+    """One model answer.  ``top_logprobs``: per generated position, the alternatives asked for
+    (token -> log-probability); empty when the server gave none."""
+    text: str
+    top_logprobs: List[Dict[str, float]] = field(default_factory=list)
+    finish_reason: Optional[str] = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached: bool = False
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        d.pop("cached")
+        return d
+
+
+@dataclass
+class Choice:
+    """A decision between fixed answers.  ``answer`` is one of the options, or ``None`` when the
+    output was unusable; ``confidence`` the probability of ``answer`` (log-probabilities, else a
+    ``confidence`` field of a JSON answer, else ``None``); ``probs`` the normalised probability
+    of each option where log-probabilities were available."""
+    answer: Optional[str]
+    confidence: Optional[float] = None
+    probs: Dict[str, float] = field(default_factory=dict)
+    text: str = ""
+    reasoning: str = ""
+    mode: str = ""
+
+    @property
+    def usable(self) -> bool:
+        return self.answer is not None
+
+
+YES_NO_ALIASES = {
+    "Yes": ("yes", "1", "true", "relevant", "y"),
+    "No": ("no", "0", "false", "non-relevant", "nonrelevant", "not relevant", "irrelevant", "n"),
+}
+_ANSWER_KEYS = ("answer", "relevance_score", "relevant", "relevance", "judgement", "judgment",
+                "decision", "choice", "winner", "label", "output")
+
+
+def _norm(token: str) -> str:
+    return token.strip().strip(".:,;!*\"'`()[]{}").strip().lower()
+
+
+def extract_json(text: str) -> Optional[dict]:
+    """The first JSON object in ``text`` (also inside a ```json fence), or ``None``."""
+    if not text:
+        return None
+    start = text.find("{")
+    while start != -1:
+        depth = 0
+        in_str = esc = False
+        for i in range(start, len(text)):
+            ch = text[i]
+            if in_str:
+                if esc:
+                    esc = False
+                elif ch == "\\":
+                    esc = True
+                elif ch == '"':
+                    in_str = False
+            elif ch == '"':
+                in_str = True
+            elif ch == "{":
+                depth += 1
+            elif ch == "}":
+                depth -= 1
+                if depth == 0:
+                    try:
+                        obj = json.loads(text[start:i + 1])
+                        if isinstance(obj, dict):
+                            return obj
+                    except ValueError:
+                        pass
+                    break
+        start = text.find("{", start + 1)
+    return None
+
+
+def _match_option(value: Any, options: Sequence[str], aliases: Mapping[str, Sequence[str]]) -> Optional[str]:
+    if isinstance(value, bool):
+        value = "true" if value else "false"
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        value = str(int(value)) if float(value) in (0.0, 1.0) else str(value)
+    if not isinstance(value, str):
+        return None
+    v = _norm(value)
+    for opt in options:
+        if v == opt.lower() or v in aliases.get(opt, ()) or v in (f"paper {opt.lower()}", f"option {opt.lower()}"):
+            return opt
+    return None
+
+
+def parse_choice(text: str, options: Sequence[str], aliases: Optional[Mapping[str, Sequence[str]]] = None) -> Choice:
+    """Reads a decision from chat output: a JSON object (keys ``answer``, ``relevance_score``,
+    ``relevant``, ``winner``... plus optional ``reasoning`` and ``confidence``), else the first
+    word, else an ``Answer: X`` line.  ``answer=None`` when none of these names an option."""
+    aliases = aliases or {}
+    text = text or ""
+    obj = extract_json(text)
+    if obj is not None:
+        lowered = {str(k).lower(): v for k, v in obj.items()}
+        reasoning = str(lowered.get("reasoning") or lowered.get("explanation") or lowered.get("rationale") or "")
+        conf = lowered.get("confidence")
+        try:
+            conf = float(conf)
+            conf = conf if 0.0 <= conf <= 1.0 else None
+        except (TypeError, ValueError):
+            conf = None
+        for key in _ANSWER_KEYS:
+            if key in lowered:
+                ans = _match_option(lowered[key], options, aliases)
+                if ans is not None:
+                    return Choice(ans, conf, {}, text, reasoning)
+        return Choice(None, None, {}, text, reasoning)
+    m = re.match(r"\W*([\w-]+(?:\s+relevant)?)", text)
+    if m:
+        ans = _match_option(m.group(1), options, aliases) or _match_option(m.group(1).split()[0], options, aliases)
+        if ans is not None:
+            return Choice(ans, None, {}, text, text[m.end():].strip(" .:\n"))
+    m = re.search(r"(?:answer|judg[e]?ment|decision|winner)\s*(?:is)?\s*[:=]?\s*\**\s*([\w-]+)", text, re.I)
+    if m:
+        ans = _match_option(m.group(1), options, aliases)
+        if ans is not None:
+            return Choice(ans, None, {}, text, text)
+    return Choice(None, None, {}, text, text)
+
+
+def choice_from_logprobs(top_logprobs: List[Dict[str, float]], options: Sequence[str],
+                         aliases: Optional[Mapping[str, Sequence[str]]] = None,
+                         max_positions: int = 3) -> Optional[Tuple[str, float, Dict[str, float]]]:
+    """Decides between ``options`` on the alternatives at the first generated positions that are
+    not whitespace: the probability mass of each option (tokens equal to it after stripping
+    spaces and punctuation, case-insensitive) is compared; returns (answer, its normalised
+    probability, all normalised probabilities), or ``None`` when no option is among them."""
+    aliases = aliases or {}
+    for pos in top_logprobs[:max_positions]:
+        if not pos:
+            continue
+        mass = {opt: 0.0 for opt in options}
+        for tok, lp in pos.items():
+            n = _norm(tok)
+            for opt in options:
+                if n == opt.lower() or (n and n in aliases.get(opt, ()) and len(n) > 1):
+                    mass[opt] += math.exp(lp)
+        total = sum(mass.values())
+        if total > 0:
+            probs = {k: v / total for k, v in mass.items()}
+            best = max(options, key=lambda o: probs[o])
+            return best, probs[best], probs
+        best_tok = max(pos.items(), key=lambda kv: kv[1])[0]
+        if best_tok.strip():   # a real word that is no option: do not look further
+            return None
+    return None
+
+
+class LLMClient:
+    """Client for one endpoint and model; picklable (the connection is rebuilt lazily).
+
+    Args:
+        settings: :class:`LLMSettings`, a dict of settings (see :func:`settings_from`) or ``None``
+            (defaults and environment).
+        usage: the :class:`Usage` to add counts to (a component passes its own).
+    """
+
+    def __init__(self, settings: Union[None, dict, LLMSettings] = None, usage: Optional[Usage] = None):
+        self.settings = settings if isinstance(settings, LLMSettings) else settings_from(settings)
+        self.usage = usage if usage is not None else Usage()
+        if not self.usage.model:
+            self.usage.model = self.settings.model
+        self._openai = None
+        self._cache = None
+        self._lock = threading.Lock()
+        self._auto_completion = False
+
+    def __getstate__(self):
+        return {"settings": self.settings, "usage": self.usage}
+
+    def __setstate__(self, state):
+        self.__init__(state["settings"], state["usage"])
+
+    def __repr__(self) -> str:
+        return f"LLMClient(base_url={self.settings.base_url!r}, model={self.settings.model!r})"
+
+    # -- plumbing ---------------------------------------------------------------------------
+    @property
+    def openai(self):
+        if self._openai is None:
+            with self._lock:
+                if self._openai is None:
+                    import openai
+                    self._openai = openai.OpenAI(
+                        api_key=api_key(), base_url=self.settings.base_url,
+                        timeout=self.settings.timeout, max_retries=0)
+        return self._openai
+
+    @property
+    def cache(self) -> Optional[ResponseCache]:
+        if self._cache is None:
+            d = self.settings.resolved_cache_dir()
+            if d is None:
+                return None
+            with self._lock:
+                if self._cache is None:
+                    self._cache = ResponseCache(d)
+        return self._cache
+
+    @property
+    def mode(self) -> str:
+        """The mode calls use now: ``chat`` or ``completion`` (``auto`` resolves on the fly)."""
+        if self.settings.mode == "auto":
+            return "completion" if self._auto_completion else "chat"
+        return self.settings.mode
+
+    def _delay(self, attempt: int, retry_after: Optional[float]) -> float:
+        s = self.settings
+        d = min(s.backoff * (2 ** attempt) * random.uniform(0.5, 1.5), s.backoff_max)
+        if retry_after is not None:
+            d = min(max(d, retry_after), s.backoff_max)
+        return d
+
+    def _send(self, kind: str, payload: dict):
+        import openai
+        s = self.settings
+        endpoint = f"{s.base_url.rstrip('/')}/{'chat/completions' if kind == 'chat' else 'completions'}"
+        cause = ""
+        for attempt in range(s.max_retries + 1):
+            retry_after = None
+            self.usage.add(requests=1)
+            try:
+                if kind == "chat":
+                    resp = self.openai.chat.completions.create(**payload)
+                else:
+                    resp = self.openai.completions.create(**payload)
+                if isinstance(resp, (str, bytes)) or not getattr(resp, "choices", None):
+                    raise _BadResponse("the response has no choices: " + str(resp)[:200])
+                return resp
+            except openai.APIStatusError as e:
+                status = e.status_code
+                cause = f"HTTP {status}: {_short(e)}"
+                if not (status in (408, 409, 429) or status >= 500):
+                    self.usage.add(errors=1)
+                    raise LLMError(f"LLM request to {endpoint} (model {s.model!r}) failed: {cause}",
+                                   endpoint, cause) from e
+                try:
+                    retry_after = float(e.response.headers.get("retry-after"))
+                except (TypeError, ValueError, AttributeError):
+                    retry_after = None
+            except openai.APITimeoutError as e:
+                cause = f"timed out after {s.timeout:g} s"
+            except openai.APIConnectionError as e:
+                cause = f"connection error: {_short(e.__cause__ or e)}"
+            except (_BadResponse, openai.APIResponseValidationError, ValueError) as e:
+                cause = f"malformed response: {_short(e)}"
+            if attempt < s.max_retries:
+                self.usage.add(retries=1)
+                time.sleep(self._delay(attempt, retry_after))
+        self.usage.add(errors=1)
+        raise LLMError(f"LLM request to {endpoint} (model {s.model!r}) failed after "
+                       f"{s.max_retries + 1} tries: {cause}", endpoint, cause)
+
+    def _call(self, kind: str, payload: dict) -> Completion:
+        payload = {k: v for k, v in payload.items() if v is not None}
+        cache = self.cache
+        key = cache_key({"kind": kind, **payload}) if cache is not None else None
+        if cache is not None:
+            hit = cache.get(key)
+            if hit is not None:
+                self.usage.add(cache_hits=1)
+                return Completion(**hit, cached=True)
+        resp = self._send(kind, payload)
+        comp = _parse_response(kind, resp)
+        if cache is not None:
+            cache.put(key, comp.to_json(), model=self.settings.model)
+        self.usage.add(calls=1, prompt_tokens=comp.prompt_tokens, completion_tokens=comp.completion_tokens)
+        return comp
+
+    # -- public calls -----------------------------------------------------------------------
+    def chat(self, messages: Union[str, List[dict]], *, max_tokens: Optional[int] = None,
+             temperature: Optional[float] = None, logprobs: bool = False,
+             top_logprobs: Optional[int] = None, stop: Optional[List[str]] = None) -> Completion:
+        """A chat completion; ``messages`` may be a plain string (one user message)."""
+        if isinstance(messages, str):
+            messages = [{"role": "user", "content": messages}]
+        s = self.settings
+        return self._call("chat", {
+            "model": s.model, "messages": messages,
+            "max_tokens": max_tokens or s.max_tokens,
+            "temperature": s.temperature if temperature is None else temperature,
+            "logprobs": True if logprobs else None,
+            "top_logprobs": (top_logprobs or s.top_logprobs) if logprobs else None,
+            "stop": stop})
+
+    def complete(self, prompt: str, *, max_tokens: Optional[int] = None, temperature: Optional[float] = None,
+                 logprobs: Optional[int] = None, stop: Optional[List[str]] = None) -> Completion:
+        """A plain completion; ``logprobs=N`` asks for the top-N alternatives at each position."""
+        s = self.settings
+        return self._call("completion", {
+            "model": s.model, "prompt": prompt,
+            "max_tokens": max_tokens or s.max_tokens,
+            "temperature": s.temperature if temperature is None else temperature,
+            "logprobs": logprobs, "stop": stop})
+
+    def generate(self, prompt: str, *, system: Optional[str] = None, max_tokens: Optional[int] = None,
+                 stop: Optional[List[str]] = None) -> Completion:
+        """Free text in the current mode.  In completion mode ``system`` is put before the prompt.
+        In ``auto`` mode an empty chat answer switches this client to completions (and the
+        prompt is asked again as a completion)."""
+        if self.mode == "chat":
+            msgs = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
+            comp = self.chat(msgs, max_tokens=max_tokens, stop=stop)
+            if comp.text.strip() or self.settings.mode != "auto":
+                return comp
+            self._auto_completion = True
+        full = f"{system.strip()}\n\n{prompt}" if system else prompt
+        return self.complete(full, max_tokens=max_tokens, stop=stop)
+
+    def choose(self, prompt: Union[str, Mapping[str, str]], options: Sequence[str] = ("Yes", "No"), *,
+               system: Optional[str] = None, aliases: Optional[Mapping[str, Sequence[str]]] = None,
+               chat_max_tokens: Optional[int] = None, completion_max_tokens: int = 3) -> Choice:
+        """Decides between ``options``.
+
+        ``prompt`` is one string, or ``{"chat": ..., "completion": ...}``: the chat form asks for
+        a JSON object or a one-word answer; the completion form ends in an answer cue such as
+        ``Answer (Yes or No):``.  In completion mode the answer is read from the top
+        log-probabilities of the first non-blank generated position (the option with more
+        probability mass wins; ``confidence`` is its normalised probability), falling back to the
+        generated text.  In chat mode the text is parsed by :func:`parse_choice`.
+        """
+        if aliases is None and tuple(options) == ("Yes", "No"):
+            aliases = YES_NO_ALIASES
+        prompts = dict(prompt) if isinstance(prompt, Mapping) else {"chat": prompt, "completion": prompt}
+        if self.mode == "chat":
+            msgs = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompts["chat"]}]
+            comp = self.chat(msgs, max_tokens=chat_max_tokens)
+            if comp.text.strip() or self.settings.mode != "auto":
+                ch = parse_choice(comp.text, options, aliases)
+                ch.mode = "chat"
+                return ch
+            self._auto_completion = True
+        full = f"{system.strip()}\n\n{prompts['completion']}" if system else prompts["completion"]
+        comp = self.complete(full, max_tokens=completion_max_tokens,
+                             logprobs=self.settings.top_logprobs)
+        decided = choice_from_logprobs(comp.top_logprobs, options, aliases)
+        if decided is not None:
+            ans, conf, probs = decided
+            return Choice(ans, conf, probs, comp.text, "", "completion")
+        ch = parse_choice(comp.text, options, aliases)
+        ch.mode = "completion"
+        return ch
+
+    def map(self, fn: Callable[[Any], Any], items: Sequence[Any], desc: Optional[str] = None) -> List[Any]:
+        """``[fn(x) for x in items]`` with up to ``settings.concurrency`` calls in flight, in input
+        order.  The first exception stops the work not yet started and is raised (finished calls
+        are already in the cache)."""
+        items = list(items)
+        if not items:
+            return []
+        import pyterrier as pt
+        bar = pt.tqdm(total=len(items), desc=desc or "llm", unit="call", leave=False,
+                      disable=not self.settings.progress or len(items) < 2)
+        try:
+            n = min(int(self.settings.concurrency), len(items))
+            if n <= 1:
+                out = []
+                for x in items:
+                    out.append(fn(x))
+                    bar.update(1)
+                return out
+            results: List[Any] = [None] * len(items)
+            with ThreadPoolExecutor(max_workers=n, thread_name_prefix="pyterrier-sci-llm") as pool:
+                futures = {pool.submit(fn, x): i for i, x in enumerate(items)}
+                pending = set(futures)
+                while pending:
+                    done, pending = wait(pending, return_when=FIRST_EXCEPTION)
+                    for f in done:
+                        if f.exception() is not None:
+                            for p in pending:
+                                p.cancel()
+                            raise f.exception()
+                        results[futures[f]] = f.result()
+                        bar.update(1)
+            return results
+        finally:
+            bar.close()
+
+
+def _short(e: BaseException) -> str:
+    msg = str(e) or type(e).__name__
+    return msg if len(msg) < 300 else msg[:300] + "..."
+
+
+def _parse_response(kind: str, resp) -> Completion:
+    choice = resp.choices[0]
+    tops: List[Dict[str, float]] = []
+    lp = getattr(choice, "logprobs", None)
+    if kind == "chat":
+        text = (choice.message.content if choice.message is not None else "") or ""
+        for tok in (getattr(lp, "content", None) or []) if lp is not None else []:
+            alts = {a.token: float(a.logprob) for a in (tok.top_logprobs or [])}
+            alts.setdefault(tok.token, float(tok.logprob))
+            tops.append(alts)
+    else:
+        text = choice.text or ""
+        if lp is not None:
+            top = getattr(lp, "top_logprobs", None) or []
+            toks = getattr(lp, "tokens", None) or []
+            tlps = getattr(lp, "token_logprobs", None) or []
+            for i, alts in enumerate(top):
+                d = {str(k): float(v) for k, v in (alts or {}).items() if v is not None}
+                if i < len(toks) and i < len(tlps) and tlps[i] is not None:
+                    d.setdefault(toks[i], float(tlps[i]))
+                tops.append(d)
+    usage = getattr(resp, "usage", None)
+    return Completion(text=text, top_logprobs=tops, finish_reason=getattr(choice, "finish_reason", None),
+                      prompt_tokens=int(getattr(usage, "prompt_tokens", 0) or 0) if usage else 0,
+                      completion_tokens=int(getattr(usage, "completion_tokens", 0) or 0) if usage else 0)

@@ -1,0 +1,77 @@
+"""Prompt text helpers: templates kept as editable files, and truncation to a token budget."""
+from __future__ import annotations
+
+import re
+import string
+from importlib import resources
+from pathlib import Path
+from typing import Any, Optional, Sequence, Union
+
+TEMPLATE_PACKAGE = "pyterrier_sci.plugins.llm"
+CHARS_PER_TOKEN = 4
+
+
+def load_template(spec: Union[str, Path], package: str = TEMPLATE_PACKAGE) -> str:
+    """The text of a prompt template.
+
+    ``spec`` is (tried in this order) the name of a template shipped in ``package``'s
+    ``templates/`` folder (``"pointwise"`` or ``"pointwise.txt"``), a path to a file, or the
+    template text itself (anything containing a newline or a ``$`` placeholder).
+    Templates use :class:`string.Template` syntax: ``$name`` / ``${name}``; ``$$`` is a dollar.
+    """
+    if isinstance(spec, Path):
+        return spec.read_text(encoding="utf8")
+    if "\n" not in spec and len(spec) < 200:
+        name = spec if spec.endswith(".txt") else spec + ".txt"
+        res = resources.files(package).joinpath("templates", name)
+        if res.is_file():
+            return res.read_text(encoding="utf8")
+        p = Path(spec).expanduser()
+        if p.is_file():
+            return p.read_text(encoding="utf8")
+    if "\n" in spec or "$" in spec:
+        return spec
+    raise FileNotFoundError(f"prompt template {spec!r} is neither a template of {package} "
+                            f"(templates/*.txt), nor a file, nor template text")
+
+
+def render(template: str, **values: Any) -> str:
+    """Fills ``$placeholders``; unknown placeholders are left as they are (``safe_substitute``)."""
+    return string.Template(template).safe_substitute({k: "" if v is None else str(v) for k, v in values.items()})
+
+
+def estimate_tokens(text: str) -> int:
+    """A tokenizer-free estimate: one token per 4 characters (English text, BPE vocabularies)."""
+    return (len(text or "") + CHARS_PER_TOKEN - 1) // CHARS_PER_TOKEN
+
+
+def truncate(text: Optional[str], max_tokens: Optional[int]) -> str:
+    """Cuts ``text`` to about ``max_tokens`` tokens (:func:`estimate_tokens`), at a word boundary,
+    marking the cut with `` ...``.  ``None``/``0`` = no limit."""
+    text = "" if text is None else str(text)
+    if not max_tokens or estimate_tokens(text) <= max_tokens:
+        return text
+    cut = text[: max_tokens * CHARS_PER_TOKEN]
+    space = cut.rfind(" ")
+    if space > len(cut) // 2:
+        cut = cut[:space]
+    return cut.rstrip() + " ..."
+
+
+def join_fields(row: Any, fields: Union[str, Sequence[str]]) -> str:
+    """The text of one row from one column or several (joined by a blank line, empty ones left out)."""
+    if isinstance(fields, str):
+        fields = [fields]
+    parts = []
+    for f in fields:
+        v = row.get(f) if hasattr(row, "get") else getattr(row, f, None)
+        if v is None or (isinstance(v, float) and v != v):
+            continue
+        v = str(v).strip()
+        if v:
+            parts.append(v)
+    return "\n\n".join(parts)
+
+
+def one_line(text: str) -> str:
+    return re.sub(r"\s+", " ", text or "").strip()

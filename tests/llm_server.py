@@ -1,0 +1,199 @@
+"""A small deterministic OpenAI-compatible server on loopback, for tests and benchmarks.
+
+Serves ``POST /v1/chat/completions`` and ``POST /v1/completions`` with scripted answers: a queue
+of :class:`Reply` objects is used first, then ``responder(kind, body) -> Reply | str``.  Replies
+can be HTTP errors (429, 500), delayed, malformed (a body that is not JSON), empty, and can carry
+log-probabilities.  Every request is recorded (``server.requests``).  Standard library only.
+
+    with ScriptedServer(responder=lambda kind, body: "Yes") as srv:
+        client = LLMClient({"base_url": srv.base_url, "cache_dir": ""})
+"""
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Callable, Dict, List, Optional, Union
+
+
+@dataclass
+class Reply:
+    content: str = ""
+    status: int = 200
+    delay: float = 0.0
+    top_logprobs: Optional[List[Dict[str, float]]] = None   # per position: token -> logprob
+    raw: Optional[str] = None                                # a raw body (e.g. malformed JSON)
+    headers: Dict[str, str] = field(default_factory=dict)
+
+
+def yes_no(yes: bool, p: float = 0.9, space: bool = True) -> Reply:
+    """A completion answer " Yes"/" No" whose first position has both alternatives."""
+    import math
+    y, n = (" Yes", " No") if space else ("Yes", "No")
+    top = {y: math.log(p if yes else 1 - p), n: math.log(1 - p if yes else p), "\n": math.log(0.001)}
+    return Reply(content=y if yes else n, top_logprobs=[top])
+
+
+def choice_reply(answer: str, p: float = 0.9) -> Reply:
+    import math
+    other = "B" if answer == "A" else "A"
+    return Reply(content=" " + answer, top_logprobs=[{" " + answer: math.log(p), " " + other: math.log(1 - p)}])
+
+
+def prompt_of(kind: str, body: dict) -> str:
+    if kind == "chat":
+        return "\n".join(str(m.get("content", "")) for m in body.get("messages", []))
+    p = body.get("prompt", "")
+    return p if isinstance(p, str) else "\n".join(map(str, p))
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):  # quiet
+        pass
+
+    def setup(self):
+        super().setup()
+        import socket
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def do_POST(self):
+        srv: "ScriptedServer" = self.server.owner
+        length = int(self.headers.get("content-length", 0))
+        body = json.loads(self.rfile.read(length) or b"{}")
+        if self.path.endswith("/chat/completions"):
+            kind = "chat"
+        elif self.path.endswith("/completions"):
+            kind = "completion"
+        else:
+            return self._send(404, json.dumps({"error": {"message": "not found"}}))
+        reply = srv._next(kind, body)
+        wait = srv.latency + reply.delay
+        if wait:
+            time.sleep(wait)
+        if reply.raw is not None:
+            return self._send(reply.status, reply.raw, reply.headers)
+        if reply.status != 200:
+            err = {"error": {"message": f"scripted error {reply.status}", "type": "scripted", "code": reply.status}}
+            return self._send(reply.status, json.dumps(err), reply.headers)
+        return self._send(200, json.dumps(_body(kind, body, reply)), reply.headers)
+
+    def _send(self, status, text, headers=None):
+        data = text.encode("utf8")
+        self.send_response(status)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        self.end_headers()
+        try:
+            self.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+
+
+def _body(kind: str, req: dict, reply: Reply) -> dict:
+    prompt = prompt_of(kind, req)
+    usage = {"prompt_tokens": len(prompt.split()), "completion_tokens": max(1, len(reply.content.split())),
+             "total_tokens": 0}
+    usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+    base = {"id": "cmpl-test", "created": int(time.time()), "model": req.get("model", "test"), "usage": usage}
+    tops = reply.top_logprobs or []
+    if kind == "chat":
+        lp = None
+        if req.get("logprobs") and tops:
+            lp = {"content": [{"token": max(t, key=t.get), "logprob": max(t.values()), "bytes": None,
+                               "top_logprobs": [{"token": k, "logprob": v, "bytes": None} for k, v in t.items()]}
+                              for t in tops]}
+        return {**base, "object": "chat.completion", "choices": [{
+            "index": 0, "finish_reason": "stop", "logprobs": lp,
+            "message": {"role": "assistant", "content": reply.content}}]}
+    lp = None
+    if req.get("logprobs") and tops:
+        toks = [max(t, key=t.get) for t in tops]
+        lp = {"tokens": toks, "token_logprobs": [max(t.values()) for t in tops], "top_logprobs": tops,
+              "text_offset": list(range(len(toks)))}
+    return {**base, "object": "text_completion", "choices": [{
+        "index": 0, "finish_reason": "stop", "logprobs": lp, "text": reply.content}]}
+
+
+class ScriptedServer:
+    """Args:
+        responder: ``(kind, body) -> Reply | str`` for requests not answered by the queue;
+            ``kind`` is ``"chat"`` or ``"completion"``.  Default: empty answers.
+        latency: seconds added to every reply (a server with fixed latency).
+    """
+
+    def __init__(self, responder: Optional[Callable[[str, dict], Union[Reply, str]]] = None, latency: float = 0.0):
+        self.responder = responder or (lambda kind, body: Reply(""))
+        self.latency = latency
+        self.queue: deque = deque()
+        self.requests: List[tuple] = []
+        self._lock = threading.Lock()
+        self._active = 0
+        self.max_active = 0
+        self._httpd = None
+        self._thread = None
+
+    def script(self, *replies: Union[Reply, str]) -> "ScriptedServer":
+        """Queues replies answered first, in order."""
+        for r in replies:
+            self.queue.append(r if isinstance(r, Reply) else Reply(r))
+        return self
+
+    def _next(self, kind: str, body: dict) -> Reply:
+        with self._lock:
+            self.requests.append((kind, body))
+            r = self.queue.popleft() if self.queue else None
+        if r is None:
+            r = self.responder(kind, body)
+        return r if isinstance(r, Reply) else Reply(str(r))
+
+    @property
+    def calls(self) -> int:
+        return len(self.requests)
+
+    def reset(self) -> None:
+        with self._lock:
+            self.requests.clear()
+            self.queue.clear()
+
+    @property
+    def base_url(self) -> str:
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host}:{port}/v1"
+
+    def start(self) -> "ScriptedServer":
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+        self._httpd.daemon_threads = True
+        self._httpd.owner = self
+        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+            self._httpd = None
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()
+
+
+if __name__ == "__main__":  # a fixed-latency server for manual experiments
+    import argparse
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--latency", type=float, default=0.0)
+    ap.add_argument("--port", type=int, default=0)
+    a = ap.parse_args()
+    s = ScriptedServer(lambda k, b: yes_no(True), latency=a.latency).start()
+    print(s.base_url, flush=True)
+    threading.Event().wait()
