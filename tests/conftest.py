@@ -1,0 +1,60 @@
+"""Test setup: data from ../shared/data (or $PYTERRIER_SCI_DATA), indexes in one session directory."""
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+os.environ.setdefault("PYTERRIER_SCI_DATA", str((ROOT.parent / "shared" / "data").resolve()))
+os.environ.setdefault("PYTERRIER_SCI_OFFLINE", "1")  # tests never download
+os.environ.setdefault("PT_TEST_TRANSFORMER_REPORTS", "0")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+DATA = Path(os.environ["PYTERRIER_SCI_DATA"])
+
+
+def pytest_configure(config):
+    import tempfile
+    if "PYTERRIER_SCI_HOME" not in os.environ:
+        os.environ["PYTERRIER_SCI_HOME"] = tempfile.mkdtemp(prefix="pyterrier-sci-test-")
+
+
+def needs_data(*parts):
+    path = DATA.joinpath(*parts)
+    return pytest.mark.skipif(not path.exists(), reason=f"benchmark data not found: {path}")
+
+
+@pytest.fixture(scope="session")
+def csfcube():
+    import pyterrier as pt
+    import pyterrier_sci  # noqa: F401  (registers the datasets)
+    if not (DATA / "csfcube").exists():
+        pytest.skip(f"CSFCube data not found under {DATA}")
+    return pt.get_dataset("irds:sci/csfcube")
+
+
+@pytest.fixture(scope="session")
+def tiny_dataset():
+    """``sci-test/tiny``: the pools of three CSFCube method queries (a few hundred real abstracts)
+    as a small ir_datasets corpus with those queries and qrels, for the slower (dense) tests."""
+    import ir_datasets
+    import pyterrier_sci  # noqa: F401
+    from pyterrier_sci.datasets import csfcube
+    from pyterrier_sci.datasets._base import FnDocs, FnQrels, FnQueries, register
+    if not (DATA / "csfcube").exists():
+        pytest.skip(f"CSFCube data not found under {DATA}")
+    name = "sci-test/tiny"
+    qids = ["10010426_method", "5052952_method", "11310392_method"]
+    qrels = [q for q in ir_datasets.load("sci/csfcube/method").qrels_iter() if q.query_id in qids]
+    wanted = {q.doc_id for q in qrels} | {csfcube.query_paper_id(q) for q in qids}
+    docs = [d for d in csfcube.docs().values() if d.doc_id in wanted]
+    queries = [q for q in ir_datasets.load("sci/csfcube/method").queries_iter() if q.query_id in qids]
+    register(name, FnDocs(name, lambda: iter(docs), csfcube.CSFCubeDoc),
+             FnQueries(name, lambda: iter(queries), csfcube.CSFCubeQuery),
+             FnQrels(lambda: iter(qrels), {}))
+    return pt_dataset(name)
+
+
+def pt_dataset(name):
+    import pyterrier as pt
+    return pt.get_dataset("irds:" + name)

@@ -1,0 +1,139 @@
+import json
+import math
+
+import ir_measures
+import pandas as pd
+import pyterrier as pt
+import pytest
+
+import pyterrier_sci as ps
+from pyterrier_sci import measures as M
+
+from conftest import DATA, needs_data
+
+
+# ---------------------------------------------------------------- primitives, by hand
+
+def test_dcg_first_rank_undiscounted_as_rank_metrics():
+    # rank_metrics method 0: 3 + 2/log2(2) + 3/log2(3)
+    assert M.dcg([3, 2, 3], 3) == pytest.approx(3 + 2 + 3 / math.log2(3))
+    # the usual discount
+    assert M.dcg([3, 2, 3], 3, first_undiscounted=False) == pytest.approx(3 + 2 / math.log2(3) + 3 / 2)
+    assert M.dcg([1, 1], 2, gain="exp") == pytest.approx(1 + 1)
+    assert M.dcg([2], 1, gain="exp") == pytest.approx(3)
+
+
+def test_ndcg_at_k_ideal_from_the_ranked_list():
+    # stanford example used by rank_metrics: r = [2, 1, 2, 0], k=4 -> 0.9203 (method 0)
+    assert M.ndcg_at_k([2, 1, 2, 0], 4) == pytest.approx(0.9203032077642922)
+    assert M.ndcg_at_k([0, 0], 2) == 0.0
+    assert M.ndcg_at_k([3, 2, 3, 0, 0, 1, 2, 2, 3, 0], 1) == 1.0
+
+
+def test_binary_list_measures():
+    r = [0, 1, 0, 1, 0]
+    assert M.average_precision(r) == pytest.approx((1 / 2 + 2 / 4) / 2)
+    assert M.reciprocal_rank(r) == 0.5
+    # precision at the last relevant rank (rank 4): 2/4
+    assert M.r_precision_last_relevant(r) == 0.5
+    assert M.precision_at_k(r, 2) == 0.5
+    assert M.recall_at_k(r, 2) == 0.5
+    for fn in (M.average_precision, M.reciprocal_rank, M.r_precision_last_relevant):
+        assert fn([0, 0, 0]) == 0.0
+
+
+# ---------------------------------------------------------------- the measure class
+
+def _frames(qrels, run):
+    return (pd.DataFrame(qrels, columns=["query_id", "doc_id", "relevance"]),
+            pd.DataFrame(run, columns=["query_id", "doc_id", "score"]))
+
+
+def test_unjudged_run_documents_are_dropped_and_missing_pool_documents_not_appended():
+    m = M.RankListMeasure("t.AP", lambda g, j: M.average_precision([x >= 2 for x in g]))
+    qrels, run = _frames(
+        [("q", "a", 3), ("q", "b", 0), ("q", "c", 2)],
+        [("q", "x", 9.0), ("q", "b", 8.0), ("q", "a", 7.0)])  # x is outside the pool, c is missing
+    # ranked judged list: b(0), a(3) -> AP over the list = 1/2 (c not appended)
+    (metric,) = list(ir_measures.iter_calc([m], qrels, run))
+    assert metric.value == pytest.approx(0.5)
+
+
+def test_query_without_results_scores_zero_and_counts():
+    m = M.RankListMeasure("t.RR", lambda g, j: M.reciprocal_rank([x >= 1 for x in g]))
+    qrels, run = _frames([("q1", "a", 1), ("q2", "b", 1)], [("q1", "a", 1.0)])
+    assert ir_measures.calc_aggregate([m], qrels, run)[m] == pytest.approx(0.5)
+
+
+def test_group_weights_give_the_mean_of_group_means():
+    groups = {"a1": "A", "a2": "A", "a3": "A", "b1": "B"}
+    m = M.RankListMeasure("t.RR", lambda g, j: M.reciprocal_rank([x >= 1 for x in g]), group_of=groups.get)
+    qrels, run = _frames([(q, "d", 1) for q in groups] + [("a2", "n", 0)],
+                         [("a1", "d", 1.0), ("a2", "n", 2.0), ("a2", "d", 1.0), ("a3", "z", 1.0), ("b1", "d", 1.0)])
+    # a1: 1, a2: 1/2 (judged non-relevant n first), a3: 0 (only an unjudged document),
+    # b1: 1 -> fold means A=0.5, B=1 -> 0.75 (the plain mean would be 0.625)
+    assert ir_measures.calc_aggregate([m], qrels, run)[m] == pytest.approx(0.75)
+    per_q = m.per_query(qrels, run)
+    assert per_q == pytest.approx({"a1": 1.0, "a2": 0.5, "a3": 0.0, "b1": 1.0})
+
+
+def test_parse_names_and_aliases():
+    assert str(M.get("NDCG%20")) == "NDCG%20"
+    assert str(M.get("MAP", dataset="irds:sci/csfcube/method")) == "csfcube.MAP"
+    assert M.get("nDCG@10") == ir_measures.nDCG @ 10
+    assert M.get("map") == ir_measures.AP
+    assert [str(x) for x in M.parse("NDCG%20, R@3")] == ["NDCG%20", "R@3"]
+    with pytest.raises(ValueError, match="unknown measure 'NDCG%21'"):
+        M.get("NDCG%21")
+    assert "csfcube.RP" in M.names()
+
+
+# ---------------------------------------------------------------- CSFCube: the published SPECTER figures
+
+PUBLISHED = {  # SciFACE/CSFCube: SPECTER on the official sample rankings (NDCG%20, MAP)
+    "background": (66.70, 43.95),
+    "method": (37.41, 22.44),
+    None: (53.28, 34.23),
+}
+
+
+def _specter_run(facets):
+    rows = []
+    for f in facets:
+        ranked = json.loads((DATA / "csfcube" / "sample_ranked_pools" /
+                             f"test-pid2pool-csfcube-specter-{f}-ranked.json").read_text())
+        for pid, cands in ranked.items():
+            for rank, (doc, _dist) in enumerate(cands):
+                rows.append((f"{pid}_{f}", doc, float(len(cands) - rank), rank))
+    return pd.DataFrame(rows, columns=["qid", "docno", "score", "rank"])
+
+
+@needs_data("csfcube", "sample_ranked_pools")
+@pytest.mark.parametrize("facet", ["background", "method", None])
+def test_reproduces_published_specter_figures_in_pt_experiment(csfcube, facet):
+    ds_id = "irds:sci/csfcube" + (f"/{facet}" if facet else "")
+    ds = pt.get_dataset(ds_id)
+    run = _specter_run([facet] if facet else ["background", "method", "result"])
+    table = pt.Experiment([run], ds.get_topics(), ds.get_qrels(), ps.measures.parse(["NDCG%20", "MAP"], dataset=ds_id),
+                          names=["SPECTER"])
+    ndcg, ap = PUBLISHED[facet]
+    assert table["NDCG%20"].iloc[0] * 100 == pytest.approx(ndcg, abs=0.01)
+    assert table["csfcube.MAP"].iloc[0] * 100 == pytest.approx(ap, abs=0.01)
+
+
+@needs_data("csfcube", "sample_ranked_pools")
+def test_fold_aggregation_differs_from_plain_mean_on_unequal_folds(csfcube):
+    """method has folds of 9 and 8 queries: the official figure is the mean of the fold means."""
+    ds = pt.get_dataset("irds:sci/csfcube/method")
+    qrels = ds.get_qrels().rename(columns={"qid": "query_id", "docno": "doc_id", "label": "relevance"})
+    run = _specter_run(["method"]).rename(columns={"qid": "query_id", "docno": "doc_id"})
+    m = M.get("NDCG%20")
+    per_q = m.per_query(qrels, run)
+    from pyterrier_sci.datasets.csfcube import test_fold_of
+    folds = {}
+    for q, v in per_q.items():
+        folds.setdefault(test_fold_of(q), []).append(v)
+    assert sorted(len(v) for v in folds.values()) == [8, 9]
+    official = sum(sum(v) / len(v) for v in folds.values()) / 2
+    assert ir_measures.calc_aggregate([m], qrels, run)[m] == pytest.approx(official)
+    assert abs(official - sum(per_q.values()) / len(per_q)) > 1e-6
