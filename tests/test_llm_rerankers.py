@@ -374,7 +374,9 @@ def test_components_pickle(server, cls):
     assert len(out) == 0 and "llm_unusable" in out.columns
 
 
-class TestPointwiseTransformer(pt.testing.TransformerTestCase):
-    @staticmethod
-    def get_transformer():
-        return MIRPointwise({"base_url": "http://127.0.0.1:9/v1", "cache_dir": ""})
+@pytest.mark.parametrize("cls", [MIRPointwise, MIRAgent, Listwise, PairwiseTournament, HLMAgents])
+def test_inspect_io(cls):
+    """What pt.testing.TransformerTestCase.test_inspect_io checks (its schematic test needs the network)."""
+    t = cls({"base_url": "http://127.0.0.1:9/v1", "cache_dir": ""})
+    outputs = pt.inspect.transformer_outputs(t, ["qid", "query", "docno", "text", "score", "rank"])
+    assert {"qid", "docno", "score", "rank", "llm_unusable"} <= set(outputs)

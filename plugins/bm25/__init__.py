@@ -229,6 +229,11 @@ class BM25(pt.Transformer):
         out["rank"] = out.groupby("qid").cumcount()
         return out
 
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state["_retrievers"] = {}  # native retrieval contexts are rebuilt where unpickled
+        return state
+
     def fuse_rank_cutoff(self, k: int) -> Optional["BM25"]:
         if k < self.num_results:
             return BM25(self.index, self.k1, self.b, k, self.rerank_depth, self.threads, self.verbose)

@@ -1,0 +1,58 @@
+import pandas as pd
+import pyterrier as pt
+import pytest
+
+import conftest
+
+from pyterrier_sci.plugins.fusion import RRFusion, rrf_scores
+
+
+class Fixed(pt.Transformer):
+    def __init__(self, docs):
+        self.docs = docs
+
+    def transform(self, inp):
+        rows = [(qid, q, d, float(len(self.docs) - i)) for qid, q in zip(inp["qid"], inp["query"])
+                for i, d in enumerate(self.docs)]
+        return pt.model.add_ranks(pd.DataFrame(rows, columns=["qid", "query", "docno", "score"]))
+
+
+TOPICS = pd.DataFrame([["q1", "a", "x"], ["q2", "b", "y"]], columns=["qid", "query", "extra"])
+
+
+def test_rrf_scores_by_hand_with_one_based_ranks():
+    f = RRFusion(Fixed(["a", "b", "c"]), Fixed(["c", "a"]), k=60)
+    res = f(TOPICS)
+    q1 = res[res["qid"] == "q1"].set_index("docno")["score"]
+    assert q1["a"] == pytest.approx(1 / 61 + 1 / 62)
+    assert q1["c"] == pytest.approx(1 / 63 + 1 / 61)
+    assert q1["b"] == pytest.approx(1 / 62)
+    assert list(res[res["qid"] == "q1"].sort_values("rank")["docno"]) == ["a", "c", "b"]
+    assert list(res[res["qid"] == "q1"]["rank"]) == [0, 1, 2]
+    assert set(res["extra"]) == {"x", "y"}
+
+
+def test_rank_base_zero_matches_pyterrier_alpha():
+    import pyterrier_alpha as pta
+    a, b = Fixed(["a", "b", "c"]), Fixed(["c", "a"])
+    ours = RRFusion(a, b, k=60, rank_base=0)(TOPICS[["qid", "query"]]).set_index(["qid", "docno"])["score"]
+    theirs = pta.RRFusion(a, b, k=60)(TOPICS[["qid", "query"]]).set_index(["qid", "docno"])["score"]
+    pd.testing.assert_series_equal(ours.sort_index(), theirs.sort_index(), check_names=False)
+
+
+def test_weights_cutoff_empty():
+    res = RRFusion(Fixed(["a", "b"]), Fixed(["b", "a"]), weights=[2.0, 1.0])(TOPICS)
+    assert res[res["qid"] == "q1"].sort_values("rank")["docno"].iloc[0] == "a"
+    cut = (RRFusion(Fixed(["a", "b", "c"]), Fixed(["c"])) % 2).compile()
+    assert isinstance(cut, RRFusion) and cut.num_results == 2 and len(cut(TOPICS)) == 4
+    empty = RRFusion(Fixed(["a"]))(pd.DataFrame(columns=["qid", "query"]))
+    assert len(empty) == 0 and list(empty.columns) == ["qid", "query", "docno", "score", "rank"]
+    with pytest.raises(ValueError):
+        RRFusion(Fixed(["a"]), weights=[1.0, 2.0])
+    assert len(rrf_scores([])) == 0
+
+
+class TestRRFusion(conftest.TransformerTestCase):
+    @staticmethod
+    def get_transformer():
+        return RRFusion(Fixed(["a", "b"]), Fixed(["b"]))
