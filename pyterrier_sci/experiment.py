@@ -50,7 +50,7 @@ def write_run(res: pd.DataFrame, path: Union[str, Path], run_name: str = "pyterr
     """Writes a TREC run atomically (a temporary file renamed into place)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    tmp = path.with_name(f".tmp{os.getpid()}-{path.name}")  # same suffix: .gz compresses
     try:
         pt.io.write_results(res, str(tmp), format="trec", run_name=run_name)
         os.replace(tmp, path)
@@ -118,6 +118,8 @@ def run_experiment(config: Union[str, Path, dict, PipelineConfig], name: Optiona
         # show the names the experiment used for its measures (aliases such as MAP for csfcube.MAP)
         rename = {str(m): n for m, n in zip(measures, measure_names) if str(m) != n}
         table = table.rename(columns=lambda c: _rename_col(c, rename))
+        first = ["name"] + [n for n in measure_names if n in table.columns]
+        table = table[first + [c for c in table.columns if c not in first]]
         table.insert(0, "dataset", dataset)
         tables.append(table)
     return pd.concat(tables, ignore_index=True)

@@ -33,7 +33,7 @@ def test_gemma_completion_logprobs(llama_url):
     ch = c.choose({"chat": "Is water wet? Yes or No.", "completion": "Question: Is water wet?\nAnswer (Yes or No):"})
     assert ch.answer in ("Yes", "No") and 0.5 <= ch.confidence <= 1.0 and ch.mode == "completion"
     assert c.mode == "completion"                                     # auto mode switched
-    assert c.usage.calls == 3 and c.usage.prompt_tokens > 0
+    assert c.usage.calls == 4 and c.usage.prompt_tokens > 0   # chat, completion, choose = empty chat + completion
 
 
 def test_pipeline_end_to_end_on_csfcube(llama_url, tmp_path):
@@ -58,7 +58,13 @@ def test_pipeline_end_to_end_on_csfcube(llama_url, tmp_path):
         },
     }
     first = pipeline("pool % 4", dataset="irds:sci/csfcube/method")
-    text = pt.text.get_text(pt.get_dataset("irds:sci/csfcube"), ["title", "abstract"])
+    import ir_datasets
+    store = ir_datasets.load("sci/csfcube").docs_store()
+
+    def add_text(df):
+        docs = store.get_many(list(df["docno"]))
+        return df.assign(title=[docs[d].title for d in df["docno"]], abstract=[docs[d].abstract for d in df["docno"]])
+    text = pt.apply.generic(add_text)
     rerank = pipeline("judge >> lw", config=config)
     full = first >> text >> rerank
     t0 = time.time()

