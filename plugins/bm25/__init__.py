@@ -122,6 +122,26 @@ def quiet_native(enabled: bool = True):
             os.close(fd)
 
 
+def build_index(docs: Iterable[dict], path: Union[str, Path], backend: str = "pisa", threads: int = 1,
+                verbose: bool = False):
+    """Indexes ``{'docno', 'text'}`` dicts into a new BM25 index at ``path`` (atomically: an
+    interrupted build leaves nothing at ``path``) and returns the index artifact."""
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown BM25 backend {backend!r}: use one of {', '.join(BACKENDS)}")
+    path = Path(path)
+    if backend == "pisa":
+        from pyterrier_pisa import PisaIndex
+
+        def build(tmp):
+            with quiet_native(not verbose):
+                PisaIndex(str(tmp), text_field="text", threads=threads).index(docs)
+        build_atomically(path, build)
+        return PisaIndex(str(path), threads=threads)
+    from .lucene import LuceneIndex
+    build_atomically(path, lambda tmp: LuceneIndex(str(tmp)).indexer(text_field="text", threads=threads).index(docs))
+    return LuceneIndex(str(path))
+
+
 def corpus_index(dataset: str, backend: str = "pisa", fields: Optional[Sequence[str]] = None,
                  work_dir: Optional[Path] = None, threads: int = 1, verbose: bool = False):
     """The BM25 index (an artifact) of a dataset's corpus, built on first use."""
@@ -129,18 +149,11 @@ def corpus_index(dataset: str, backend: str = "pisa", fields: Optional[Sequence[
     if backend not in BACKENDS:
         raise ValueError(f"unknown BM25 backend {backend!r}: use one of {', '.join(BACKENDS)}")
     path = index_path(work_dir or default_work_dir(), dataset, backend, fields)
-    docs = lambda: pt.tqdm(corpus_texts(dataset, fields), desc=f"indexing {dataset} ({backend})", unit="doc",
-                           disable=not verbose)
-    if backend == "pisa":
-        from pyterrier_pisa import PisaIndex
-        def build(tmp):
-            with quiet_native(not verbose):
-                PisaIndex(str(tmp), text_field="text", threads=threads).index(docs())
-        build_atomically(path, build)
-        return PisaIndex(str(path), threads=threads)
-    from .lucene import LuceneIndex
-    build_atomically(path, lambda tmp: LuceneIndex(str(tmp)).indexer(text_field="text", threads=threads).index(docs()))
-    return LuceneIndex(str(path))
+    if not path.exists():
+        docs = pt.tqdm(corpus_texts(dataset, fields), desc=f"indexing {dataset} ({backend})", unit="doc",
+                       disable=not verbose)
+        build_index(docs, path, backend, threads, verbose)
+    return _load_index(path, backend)
 
 
 def _load_index(index, backend: Optional[str]):
@@ -208,11 +221,14 @@ class BM25(pt.Transformer):
         cols = list(inp.columns) + [c for c in ("docno", "score", "rank") if c not in inp.columns]
         if len(inp) == 0:
             return pd.DataFrame(columns=cols)
-        queries = inp.assign(query=inp["query"].map(_clean_query))
-        res = self._retriever(self.num_results)(queries)
-        # the backend sees a cleaned query; hand back the caller's own
-        res = res.drop(columns=["query"]).merge(inp[["qid", "query"]].drop_duplicates("qid"), on="qid", how="left")
-        return res[[c for c in cols if c in res.columns] + [c for c in res.columns if c not in cols]]
+        inp = inp.drop(columns=[c for c in ("docno", "score", "rank") if c in inp.columns])
+        cleaned = inp["query"].map(_clean_query)
+        if (cleaned == inp["query"]).all():
+            return self._retriever(self.num_results)(inp)
+        # the backend sees the cleaned query; the caller gets its own back
+        res = self._retriever(self.num_results)(inp.assign(query=cleaned, _row=np.arange(len(inp))))
+        res["query"] = inp["query"].to_numpy()[res["_row"].to_numpy()]
+        return res.drop(columns="_row")
 
     def _rescore(self, inp: pd.DataFrame) -> pd.DataFrame:
         if len(inp) == 0:

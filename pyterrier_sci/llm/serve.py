@@ -51,7 +51,7 @@ def server_command(port: int = DEFAULT_PORT, model_path: Optional[str] = None, h
         raise ServerUnavailable(f"the local LLM server needs llama-cpp-python[server]: {INSTALL_HINT}") from e
     model = str(model_path or default_model_path())
     cmd = [sys.executable, "-m", "pyterrier_sci.llm._llama_server", "--model", model, "--model_alias", alias,
-           "--host", host, "--port", str(port), "--n_ctx", str(n_ctx), "--logits_all", "true"]
+           "--host", host, "--port", str(port), "--n_ctx", str(n_ctx)]
     if n_threads:
         cmd += ["--n_threads", str(n_threads)]
     return cmd

@@ -1,0 +1,34 @@
+# pyterrier-sci: `make run` runs the main job, `make test` the whole test suite.
+# Both create the virtual environment (.venv) first when it is missing.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+# benchmark data: ../shared/data beside the checkout unless PYTERRIER_SCI_DATA says otherwise
+export PYTERRIER_SCI_DATA ?= $(abspath ../shared/data)
+# never let the checkout's top-level folders (datasets/, ...) shadow installed packages
+export PYTHONSAFEPATH := 1
+export TOKENIZERS_PARALLELISM := false
+
+.PHONY: install run test bench clean
+
+$(BIN)/.installed: setup.cfg pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	# the CPU build of torch first: an unpinned torch would pull gigabytes of CUDA wheels
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -c constraints.txt -e ".[lucene,llm-server,test]"
+	touch $@
+
+install: $(BIN)/.installed
+
+run: install
+	$(BIN)/pyterrier-sci experiment pipelines/csfcube.yaml
+
+test: install
+	$(BIN)/pytest -q tests
+
+bench: install
+	$(BIN)/python benchmarks/bench_retrieval.py
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache
