@@ -194,24 +194,25 @@ def _iter_queries(facet, split):
                 yield CSFCubeQuery(qid, text)
 
 
-def _iter_qrels(facet, split):
+def _iter_judged(facet, split):
+    """``(query_id, candidate, grade)`` for every pool candidate of the selected queries."""
     wanted = set(_query_ids(facet, split))
     for f in (FACETS if facet is None else (facet,)):
         for pid, ann in annotations(f).items():
             qid = f"{pid}_{f}"
             if qid in wanted:
                 for cand, rel in zip(ann["cands"], ann["relevance_adju"]):
-                    yield ir_datasets.formats.GenericQrel(qid, str(cand), int(rel))
+                    yield qid, str(cand), int(rel)
+
+
+def _iter_qrels(facet, split):
+    for qid, cand, rel in _iter_judged(facet, split):
+        yield ir_datasets.formats.GenericQrel(qid, cand, rel)
 
 
 def _iter_pool(facet, split):
-    wanted = set(_query_ids(facet, split))
-    for f in (FACETS if facet is None else (facet,)):
-        for pid, ann in annotations(f).items():
-            qid = f"{pid}_{f}"
-            if qid in wanted:
-                for cand in ann["cands"]:
-                    yield ir_datasets.formats.GenericScoredDoc(qid, str(cand), 0.0)
+    for qid, cand, _ in _iter_judged(facet, split):
+        yield ir_datasets.formats.GenericScoredDoc(qid, cand, 0.0)
 
 
 def rebuild_corpus(annotations_dir: Optional[Path] = None, out: Optional[Path] = None) -> Path:

@@ -51,8 +51,8 @@ def test_pipeline_end_to_end_on_csfcube(llama_url, tmp_path):
         "llm": {"base_url": llama_url, "mode": "auto", "cache_dir": str(tmp_path / "cache"), "concurrency": 2,
                 "progress": False},
         "components": {
-            "judge": {"component": "mir_pointwise", "text_field": "abstract", "max_doc_tokens": 200,
-                      "max_query_tokens": 200},
+            "judge": {"component": "mir_pointwise", "text_field": "abstract", "max_doc_tokens": 120,
+                      "max_query_tokens": 120},
             "lw": {"component": "listwise", "window": 4, "stride": 2, "text_field": "abstract",
                    "max_doc_tokens": 60, "max_query_tokens": 150},
         },

@@ -43,6 +43,8 @@ def _fast_logprobs() -> None:
         kwargs["logits_all"] = False
         orig_init(self, *args, **kwargs)
         self._logits_all = True          # lets requests with logprobs through
+        # one row per context position, as with logits_all (uninitialised: only rows written are used)
+        self.scores = np.empty((self._n_ctx, self._n_vocab), dtype=np.single)
         self._pt_sci_last_only = True
 
     def eval(self, tokens):
