@@ -136,6 +136,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--save-dir", help="override the experiment's save_dir")
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_experiment)
+
+    from pyterrier_sci.llm.cli import add_llm_commands
+    llm = add_llm_commands(sub)  # "llm serve", "llm settings"
+    llm.set_defaults(fn=lambda args: args.func(args))
     return p
 
 

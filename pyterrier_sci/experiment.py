@@ -72,9 +72,11 @@ def run_pipeline_on(transformer: pt.Transformer, topics: pd.DataFrame, save_to: 
 
 
 def run_experiment(config: Union[str, Path, dict, PipelineConfig], name: Optional[str] = None,
-                   save_dir: Optional[str] = None) -> pd.DataFrame:
+                   save_dir: Optional[str] = None, report_llm_usage: Optional[bool] = None) -> pd.DataFrame:
     """Runs one experiment of a config (the only one, or ``name``) and returns its table: one row per
-    (dataset, pipeline), one column per measure (plus significance columns with a baseline)."""
+    (dataset, pipeline), one column per measure (plus significance columns with a baseline), and
+    the LLM usage of each pipeline (``llm_calls``, ``llm_cache_hits``, tokens, cost) when a pipeline
+    has LLM components (``report_llm_usage=None``) or when asked (``True``)."""
     cfg = load_config(config)
     if not cfg.experiments:
         raise PipelineError("the config defines no experiments", where=str(cfg.path or "config"))
@@ -103,6 +105,9 @@ def run_experiment(config: Union[str, Path, dict, PipelineConfig], name: Optiona
     for dataset in datasets:
         topics, qrels = topics_and_qrels(dataset, exp.get("topics_variant"))
         systems = build_all(cfg, pipelines, dataset=dataset)
+        if report_llm_usage is None:
+            from pyterrier_sci.llm import usage_report
+            report_llm_usage = len(usage_report([systems[p] for p in pipelines], names=pipelines)) > 0
         measures = _measures.parse(measure_names if not isinstance(measure_names, str) else [measure_names], dataset=dataset)
         runs = []
         for pname in pipelines:
@@ -115,6 +120,9 @@ def run_experiment(config: Union[str, Path, dict, PipelineConfig], name: Optiona
             if exp.get("correction"):
                 kwargs["correction"] = exp["correction"]
         table = pt.Experiment(runs, topics, qrels, measures, names=pipelines, **kwargs)
+        if report_llm_usage:
+            from pyterrier_sci.llm import add_usage_columns
+            table = add_usage_columns(table, [systems[p] for p in pipelines], names=pipelines)
         # show the names the experiment used for its measures (aliases such as MAP for csfcube.MAP)
         rename = {str(m): n for m, n in zip(measures, measure_names) if str(m) != n}
         table = table.rename(columns=lambda c: _rename_col(c, rename))

@@ -106,6 +106,14 @@ def test_auto_mode_falls_back_to_completion_when_chat_is_empty(server):
     assert server.requests[1][1]["prompt"] == "completion form"
 
 
+def test_auto_mode_falls_back_when_chat_answer_is_unreadable(server):
+    server.script(Reply("Well, it depends on many things"), yes_no(True, 0.9), Reply('{"relevant": 0}'))
+    c = client_for(server, mode="auto")
+    ch = c.choose({"chat": "c", "completion": "p"})
+    assert ch.answer == "Yes" and ch.mode == "completion" and c.mode == "completion"
+    assert [k for k, _ in server.requests] == ["chat", "completion"]
+
+
 # -- retries and errors --------------------------------------------------------------------
 def test_retry_429_then_success(server):
     server.script(Reply(status=429), Reply(status=429), Reply("ok"))

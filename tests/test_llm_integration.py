@@ -48,7 +48,7 @@ def test_pipeline_end_to_end_on_csfcube(llama_url, tmp_path):
     except Exception as e:  # noqa: BLE001
         pytest.skip(f"CSFCube data not available ({e}); set PYTERRIER_SCI_DATA")
     config = {
-        "llm": {"base_url": llama_url, "mode": "auto", "cache_dir": str(tmp_path / "cache"), "concurrency": 2,
+        "llm": {"base_url": llama_url, "mode": "completion", "cache_dir": str(tmp_path / "cache"), "concurrency": 2,
                 "progress": False},
         "components": {
             "judge": {"component": "mir_pointwise", "text_field": "abstract", "max_doc_tokens": 120,
@@ -76,7 +76,7 @@ def test_pipeline_end_to_end_on_csfcube(llama_url, tmp_path):
     rep = usage_report(full)
     assert list(rep["component"]) == ["mir_pointwise", "listwise"]
     judge_calls = int(rep.iloc[0]["calls"])
-    assert judge_calls >= 4                  # one judgement per candidate (+1 empty chat probe in auto mode)
+    assert judge_calls == 4                  # one judgement per candidate
     assert int(rep.iloc[1]["calls"]) == 1    # one window of 4
     # a rerun is answered from the cache: no call
     rerank2 = pipeline("judge >> lw", config=config)

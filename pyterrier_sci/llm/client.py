@@ -380,20 +380,27 @@ class LLMClient:
         if self.mode == "chat":
             msgs = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompts["chat"]}]
             comp = self.chat(msgs, max_tokens=chat_max_tokens)
-            if comp.text.strip() or self.settings.mode != "auto":
-                ch = parse_choice(comp.text, options, aliases)
-                ch.mode = "chat"
+            ch = parse_choice(comp.text, options, aliases)
+            ch.mode = "chat"
+            if ch.usable or self.settings.mode != "auto":
                 return ch
-            self._auto_completion = True
+            # auto: an empty or unreadable chat answer -> ask as a completion; if that one is
+            # usable, the rest of the run uses completions (a base model behind a chat endpoint)
+            auto_probe = True
+        else:
+            auto_probe = False
         full = f"{system.strip()}\n\n{prompts['completion']}" if system else prompts["completion"]
         comp = self.complete(full, max_tokens=completion_max_tokens,
                              logprobs=self.settings.top_logprobs)
         decided = choice_from_logprobs(comp.top_logprobs, options, aliases)
         if decided is not None:
             ans, conf, probs = decided
-            return Choice(ans, conf, probs, comp.text, "", "completion")
-        ch = parse_choice(comp.text, options, aliases)
-        ch.mode = "completion"
+            ch = Choice(ans, conf, probs, comp.text, "", "completion")
+        else:
+            ch = parse_choice(comp.text, options, aliases)
+            ch.mode = "completion"
+        if auto_probe and ch.usable:
+            self._auto_completion = True
         return ch
 
     def map(self, fn: Callable[[Any], Any], items: Sequence[Any], desc: Optional[str] = None) -> List[Any]:

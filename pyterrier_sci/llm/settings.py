@@ -52,8 +52,10 @@ class LLMSettings:
         mode: how yes/no and A/B decisions are asked: ``chat`` (chat completion, parse JSON or
             the first word), ``completion`` (plain completion ending in an answer cue, decided on
             the top log-probabilities of the answer words: works with base models such as the
-            shipped gemma-3 270M), ``auto`` (chat, switching to completion for the rest of the
-            run the first time a chat answer comes back empty).
+            shipped gemma-3 270M), ``auto`` (chat; the first time a chat answer is empty, or a
+            decision cannot be read from it while the completion form of the same question can,
+            switching to completion for the rest of the run).  Use ``completion`` for base models:
+            ``auto`` spends one chat call finding out.
         top_logprobs: how many alternatives to ask for at each position in completion mode.
         cache_dir: folder of the persistent response cache; ``None`` = ``<work dir>/llm-cache``;
             ``""`` disables caching.

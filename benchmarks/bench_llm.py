@@ -1,0 +1,142 @@
+"""Benchmark of the LLM re-rankers on a CSFCube sample against a loopback OpenAI-compatible server
+with a fixed latency (tests/llm_server.py, scripted answers).
+
+Reports per re-ranker: LLM calls and prompt/completion tokens per query, wall time with sequential
+calls (concurrency 1) and with concurrent calls (``--concurrency``), the speed-up, and the calls a
+rerun makes with the response cache warm (target 0).  Prints a markdown table.
+
+    PYTERRIER_SCI_DATA=/work/shared/data python benchmarks/bench_llm.py [--queries 5] [--depth 20]
+        [--latency 0.05] [--concurrency 8]
+
+Token counts are the server's (whitespace words of the prompt; the scripted server has no
+tokenizer), so they compare re-rankers with each other, not with a real model's bill.
+"""
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+
+from llm_server import Reply, ScriptedServer, choice_reply, prompt_of, yes_no  # noqa: E402
+
+
+def responder(kind, body):
+    """Deterministic answers for every prompt the re-rankers send (completion mode)."""
+    p = prompt_of(kind, body).rstrip()
+    h = sum(map(ord, p[-400:]))
+    if p.endswith("Answer (Yes or No):"):
+        return yes_no(h % 3 == 0, 0.8)
+    if p.endswith("Answer (A or B):"):
+        return choice_reply("A" if h % 2 else "B")
+    if p.endswith("Ranking: ["):
+        ids = re.findall(r"^\[(\d+)\]", p, re.M)
+        return Reply("] > [".join(reversed(ids)) + "]")
+    if p.endswith("Ranking: paper"):
+        part = p.rsplit("Candidates:", 1)[-1]
+        ids = list(dict.fromkeys(re.findall(r"^Paper (\d+): Title:", part, re.M)))
+        ids = list(reversed(ids))
+        return Reply(" " + ", paper ".join(ids) + "\nExplanations:\n" + "\n".join(f"Paper {i}: reason {i}" for i in ids))
+    return Reply("The core problem is X; the paper addresses sub-problem Y with method Z.")
+
+
+def sample(n_queries: int, depth: int) -> pd.DataFrame:
+    import ir_datasets
+    import pyterrier as pt
+    import pyterrier_sci.datasets  # noqa: F401  (registers sci/ ids)
+    ds = pt.get_dataset("irds:sci/csfcube/method")
+    topics = ds.get_topics().head(n_queries)
+    pool = ds.get_results()
+    pool = pool[pool["qid"].isin(topics["qid"])]
+    pool = pool.sort_values(["qid", "rank"] if "rank" in pool.columns else ["qid"], kind="stable")
+    pool = pool.groupby("qid", sort=False).head(depth).reset_index(drop=True)
+    pool["rank"] = pool.groupby("qid").cumcount()
+    pool["score"] = -pool["rank"].astype(float)
+    store = ir_datasets.load("sci/csfcube").docs_store()
+    docs = store.get_many(list(pool["docno"].unique()))
+    df = pool[["qid", "docno", "score", "rank"]].merge(topics[["qid", "query"]], on="qid")
+    df["title"] = [docs[d].title for d in df["docno"]]
+    df["abstract"] = [docs[d].abstract for d in df["docno"]]
+    return df
+
+
+def rerankers():
+    from pyterrier_sci.plugins.llm import HLMAgents, Listwise, MIRAgent, MIRPointwise, PairwiseTournament
+    common = dict(text_field="abstract")
+    return {
+        "mir_pointwise": lambda llm, d: MIRPointwise(llm, **common),
+        "mir_agent": lambda llm, d: MIRAgent(llm, **common),
+        "listwise (20/10)": lambda llm, d: Listwise(llm, **common),
+        "listwise (4/2)": lambda llm, d: Listwise(llm, window=4, stride=2, **common),
+        "pairwise_tournament": lambda llm, d: PairwiseTournament(llm, **common),
+        "hlm_agents": lambda llm, d: HLMAgents(llm, example_path=str(Path(d) / "hlm_example.txt"), **common),
+    }
+
+
+def run(args) -> pd.DataFrame:
+    df = sample(args.queries, args.depth)
+    nq = df["qid"].nunique()
+    rows = []
+    with ScriptedServer(responder, latency=args.latency) as srv, tempfile.TemporaryDirectory() as tmp:
+        base = {"base_url": srv.base_url, "model": "bench", "mode": "completion", "progress": False}
+        for name, make in rerankers().items():
+            ex_dir = Path(tmp) / re.sub(r"\W+", "_", name)
+            ex_dir.mkdir()
+            # the guider's example is made once, outside the timings
+            if name == "hlm_agents":
+                make({**base, "cache_dir": ""}, ex_dir).one_shot_example()
+            timings = {}
+            for conc in (1, args.concurrency):
+                t = make({**base, "cache_dir": "", "concurrency": conc}, ex_dir)
+                t0 = time.perf_counter()
+                t(df)
+                timings[conc] = time.perf_counter() - t0
+                usage = t.usage
+            cache = str(Path(tmp) / "cache" / name)
+            make({**base, "cache_dir": cache, "concurrency": args.concurrency}, ex_dir)(df)
+            srv.reset()
+            again = make({**base, "cache_dir": cache, "concurrency": args.concurrency}, ex_dir)
+            again(df)
+            rows.append({
+                "reranker": name,
+                "calls/query": usage.calls / nq,
+                "prompt tokens/query": usage.prompt_tokens / nq,
+                "completion tokens/query": usage.completion_tokens / nq,
+                "sequential s": timings[1],
+                f"concurrent s (x{args.concurrency})": timings[args.concurrency],
+                "speed-up": timings[1] / timings[args.concurrency],
+                "calls on cached rerun": again.usage.calls,
+                "server requests on rerun": srv.calls,
+            })
+    return pd.DataFrame(rows)
+
+
+def markdown(df: pd.DataFrame) -> str:
+    fmt = lambda v: f"{v:.2f}" if isinstance(v, float) else str(v)  # noqa: E731
+    lines = ["| " + " | ".join(df.columns) + " |", "|" + "|".join("---" for _ in df.columns) + "|"]
+    lines += ["| " + " | ".join(fmt(v) for v in row) + " |" for row in df.itertuples(index=False)]
+    return "\n".join(lines)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--queries", type=int, default=5)
+    ap.add_argument("--depth", type=int, default=20)
+    ap.add_argument("--latency", type=float, default=0.05)
+    ap.add_argument("--concurrency", type=int, default=8)
+    args = ap.parse_args()
+    table = run(args)
+    print(f"CSFCube method facet, {args.queries} queries x top {args.depth} of the pool; "
+          f"loopback server with {args.latency * 1000:.0f} ms fixed latency\n")
+    print(markdown(table))
+
+
+if __name__ == "__main__":
+    main()
