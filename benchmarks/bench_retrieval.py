@@ -131,13 +131,20 @@ def bench_dense(docs, topics, repeats, root):
         t_tk = min(t_tk, best(tk_encode, 1)[0])
     rows.append(("dense encode + index", t_raw, t_tk, f"{len(docs)} docs, all-MiniLM-L6-v2, batch 32"))
 
+    docnos = np.array([d["docno"] for d in docs], dtype=object)
+    qids = topics["qid"].to_numpy()
+
     def raw_search():
+        # the same work as the toolkit: encode, exhaustive dot product, top k, a result frame
         q = raw_model.encode(queries, batch_size=32, convert_to_numpy=True, show_progress_bar=False)
         scores = q @ raw_vecs.T
         k = min(1000, scores.shape[1])
         top = np.argpartition(-scores, k - 1, axis=1)[:, :k]
         order = np.take_along_axis(scores, top, 1).argsort(axis=1)[:, ::-1]
-        return np.take_along_axis(top, order, 1)
+        top = np.take_along_axis(top, order, 1)
+        return pd.DataFrame({"qid": np.repeat(qids, k), "query": np.repeat(np.array(queries, dtype=object), k),
+                             "docno": docnos[top.ravel()], "score": np.take_along_axis(scores, top, 1).ravel(),
+                             "rank": np.tile(np.arange(k), len(qids))})
 
     tk = DenseRetriever("default", index=str(built[0]), num_results=1000, verbose=False)
     tk(topics.head(2))

@@ -157,8 +157,9 @@ class DenseRetriever(pt.Transformer):
             if flex is None:
                 raise ValueError("dense retrieval needs an index (index=... or a dataset); "
                                  "to re-score a first stage, write first_stage >> dense")
-            res = flex.retriever(num_results=self.num_results, drop_query_vec=True)(self._with_query_vecs(inp))
-            return res
+            inp = inp.drop(columns=[c for c in ("docno", "score", "rank") if c in inp.columns]).reset_index(drop=True)
+            qvecs = self.encode(inp["query"].astype(str).tolist(), desc="queries")
+            return _search(flex, inp, qvecs, self.num_results)
         if len(inp) == 0:
             return inp.assign(score=pd.Series(dtype=float), rank=pd.Series(dtype=int))
         flex = self.flex_index()
@@ -176,10 +177,13 @@ class DenseRetriever(pt.Transformer):
         return out
 
     def _with_query_vecs(self, inp: pd.DataFrame) -> pd.DataFrame:
-        queries = inp[["qid", "query"]].drop_duplicates("qid")
+        """``inp`` with a ``query_vec`` column (each distinct query encoded once)."""
+        if inp["qid"].is_unique:  # a query frame
+            return inp.assign(query_vec=list(self.encode(inp["query"].astype(str).tolist(), desc="queries")))
+        queries = inp.drop_duplicates("qid")
         vecs = self.encode(queries["query"].astype(str).tolist(), desc="queries")
-        qv = pd.DataFrame({"qid": queries["qid"].to_numpy(), "query_vec": list(vecs)})
-        return inp.merge(qv, on="qid", how="left")
+        pos = pd.Index(queries["qid"]).get_indexer(inp["qid"])
+        return inp.assign(query_vec=[vecs[i] for i in pos])
 
     def fuse_rank_cutoff(self, k: int) -> Optional["DenseRetriever"]:
         # only retrieval can stop early; re-scoring must score every input document
@@ -202,6 +206,41 @@ class DenseRetriever(pt.Transformer):
         state["_encoder"] = None  # reloaded where it is unpickled
         state["_flex"] = None
         return state
+
+
+def _search(flex, inp: pd.DataFrame, qvecs, k: int, batch_size: int = 8192) -> pd.DataFrame:
+    """Exhaustive top-``k`` search of the index's stored vectors (its similarity function), one
+    matrix product per document block, and the result frame built without a per-query loop
+    (the same results as ``FlexIndex.np_retriever()``, at the cost of the raw numpy work)."""
+    import numpy as np
+    from pyterrier_dr import SimFn
+    docnos, dvecs, _ = flex.payload()
+    qvecs = np.asarray(qvecs, dtype=np.float32)
+    cos = flex.sim_fn == SimFn.cos
+    if cos:
+        qvecs = qvecs / np.linalg.norm(qvecs, axis=1, keepdims=True)
+    n, nq = dvecs.shape[0], qvecs.shape[0]
+    k = min(k, n)
+    best_s = np.empty((nq, 0), dtype=np.float32)
+    best_i = np.empty((nq, 0), dtype=np.int64)
+    for start in range(0, n, batch_size):
+        block = np.asarray(dvecs[start:start + batch_size])
+        if cos:
+            block = block / np.linalg.norm(block, axis=1, keepdims=True)
+        s = np.concatenate([best_s, qvecs @ block.T], axis=1)
+        i = np.concatenate([best_i, np.broadcast_to(np.arange(start, start + block.shape[0]), (nq, block.shape[0]))], axis=1)
+        if s.shape[1] > k:
+            top = np.argpartition(-s, k - 1, axis=1)[:, :k]
+            s, i = np.take_along_axis(s, top, 1), np.take_along_axis(i, top, 1)
+        best_s, best_i = s, i
+    order = np.argsort(-best_s, axis=1, kind="stable")
+    best_s, best_i = np.take_along_axis(best_s, order, 1), np.take_along_axis(best_i, order, 1)
+    out = inp.iloc[np.repeat(np.arange(nq), k)].reset_index(drop=True)
+    uniq, inverse = np.unique(best_i.ravel(), return_inverse=True)  # docno lookups are per element
+    out["docno"] = np.asarray(docnos.fwd[uniq], dtype=object)[inverse]
+    out["score"] = best_s.ravel()
+    out["rank"] = np.tile(np.arange(k), nq)
+    return out
 
 
 def _score_with_index(flex, inp: pd.DataFrame) -> pd.DataFrame:
