@@ -20,7 +20,7 @@ if __name__ == "datasets":
         _sys.path[:] = _saved
 else:
     from . import csfcube  # noqa: F401  (registers sci/csfcube...)
-    from ._pool import PoolRetriever, pool_component
+    from ._pool import PoolRetriever, pool_component, text_component
 
     # id prefix -> the module that registers it (each has missing_files())
     MODULES = {csfcube.NAME: csfcube}
@@ -35,4 +35,4 @@ else:
             rows.append({"id": "irds:" + name, "present": not missing, "missing": missing})
         return rows
 
-    __all__ = ["csfcube", "PoolRetriever", "pool_component", "registry_status", "MODULES"]
+    __all__ = ["csfcube", "PoolRetriever", "pool_component", "text_component", "registry_status", "MODULES"]

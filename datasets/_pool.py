@@ -58,3 +58,15 @@ def pool_component(*, context=None, dataset: Optional[str] = None) -> PoolRetrie
     if not dataset:
         raise ValueError("pool needs a dataset: set one in the pipeline config or write pool(dataset='irds:...')")
     return PoolRetriever(dataset)
+
+
+def text_component(*, context=None, dataset: Optional[str] = None, fields=("title", "abstract"),
+                   verbose: bool = False) -> pt.Transformer:
+    """``text``: adds document fields (default ``title`` and ``abstract``) from the dataset's docstore,
+    for re-rankers that read text (``pool >> text >> mir_pointwise``)."""
+    dataset = dataset or (context.dataset if context is not None else None)
+    if not dataset:
+        raise ValueError("text needs a dataset: set one in the pipeline config or write text(dataset='irds:...')")
+    fields = [fields] if isinstance(fields, str) else list(fields)
+    ds = pt.get_dataset(dataset if dataset.startswith("irds:") else "irds:" + dataset)
+    return pt.text.get_text(ds, fields, verbose=verbose)

@@ -32,7 +32,6 @@ official repository when missing and the network allows; the corpus file
 ``abstracts-csfcube-reconstructed.jsonl`` is rebuilt from the release's ``readable_annotations/``
 (the release's own corpus file is not published) - see :func:`rebuild_corpus`.
 """
-from __future__ import annotations
 
 import csv
 import functools
@@ -70,6 +69,8 @@ FILES = {
 }
 
 
+# (no `from __future__ import annotations` in this module: PyTerrier's text loader reads the str
+# annotations of the document class to know which fields are text)
 class CSFCubeDoc(NamedTuple):
     doc_id: str
     title: str

@@ -74,3 +74,18 @@ def test_missing_data_names_the_file(tmp_path, monkeypatch, csfcube):
 def test_registry_status_present(csfcube):
     rows = {r["id"]: r for r in registry_status()}
     assert rows["irds:sci/csfcube/method/fold2-test"]["present"] is True
+
+
+class TestPoolRetriever(conftest.TransformerTestCase):
+    @staticmethod
+    def get_transformer():
+        import pyterrier_sci  # noqa: F401
+        return PoolRetriever("irds:sci/csfcube/method")
+
+
+def test_text_component_adds_document_fields(csfcube):
+    p = ps.pipeline("pool % 3 >> text(fields=['title', 'abstract'])", dataset="irds:sci/csfcube/method")
+    res = p(pt.get_dataset("irds:sci/csfcube/method").get_topics().head(2))
+    assert len(res) == 6 and res["title"].str.len().min() > 0 and res["abstract"].str.len().min() > 20
+    with pytest.raises(ps.PipelineError, match="text needs a dataset"):
+        ps.pipeline("text")
