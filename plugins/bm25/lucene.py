@@ -248,11 +248,7 @@ class LuceneIndex(pta.Artifact, pt.Indexer):
 
     # --- indexing
     def index_inputs(self):
-        if self.text_field is None:
-            return [["docno", "text"], ["docno"]]
-        if isinstance(self.text_field, str):
-            return [["docno", self.text_field]]
-        return [["docno"] + list(self.text_field)]
+        return _index_inputs(self.text_field)
 
     def indexer(self, text_field: Union[None, str, Sequence[str]] = None, threads: Optional[int] = None,
                 overwrite: Optional[bool] = None, batch_size: int = 1000) -> "LuceneIndexer":
@@ -275,6 +271,15 @@ class LuceneIndex(pta.Artifact, pt.Indexer):
         return self.bm25(**kwargs)
 
 
+def _index_inputs(text_field) -> List[List[str]]:
+    """The input columns an indexer with ``text_field`` accepts."""
+    if text_field is None:
+        return [["docno", "text"], ["docno"]]
+    if isinstance(text_field, str):
+        return [["docno", text_field]]
+    return [["docno"] + list(text_field)]
+
+
 class LuceneIndexer(pt.Indexer):
     """Writes a :class:`LuceneIndex` from an iterator of dicts: ``docno`` plus the text field(s),
     joined with spaces into Anserini's ``contents`` field (Pyserini's default analysis).
@@ -292,11 +297,7 @@ class LuceneIndexer(pt.Indexer):
         self.batch_size = batch_size
 
     def index_inputs(self):
-        if self.text_field is None:
-            return [["docno", "text"], ["docno"]]
-        if isinstance(self.text_field, str):
-            return [["docno", self.text_field]]
-        return [["docno"] + list(self.text_field)]
+        return _index_inputs(self.text_field)
 
     def index(self, it: Iterable[Dict[str, Any]]) -> LuceneIndex:
         target = Path(self.index_ref.path)
