@@ -28,7 +28,7 @@ def _print_table(df: pd.DataFrame, as_json: bool) -> None:
         print(df.to_json(orient="records", indent=2))
     else:
         with pd.option_context("display.max_columns", None, "display.width", 200, "display.max_colwidth", 60):
-            print(df.to_string(index=False, float_format=lambda x: f"{x:.4f}"))
+            print(df.to_string(index=False, na_rep="", float_format=lambda x: f"{x:.4f}"))
 
 
 def cmd_datasets(args) -> int:

@@ -118,7 +118,9 @@ class DenseRetriever(pt.Transformer):
         """Adds ``doc_vec`` to a stream of ``{'docno', 'text'}``, encoding ``chunk`` documents at a time
         under one progress bar."""
         import itertools
-        bar = pt.tqdm(desc=f"encoding {self.corpus or 'documents'}", unit="doc", disable=not self.verbose)
+        from pyterrier_sci.plugins.bm25 import corpus_id
+        bar = pt.tqdm(desc=f"encoding {corpus_id(self.corpus) if self.corpus else 'documents'}", unit="doc",
+                      disable=not self.verbose)
         it = iter(docs)
         while batch := list(itertools.islice(it, chunk)):
             vecs = self.encoder.encode([d["text"] for d in batch], batch_size=self.batch_size,
