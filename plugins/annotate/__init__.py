@@ -1,0 +1,1 @@
+"""LLM annotation: Anno-GPT (DORIS-MAE) and facet labelling (SciFACE)."""

@@ -1,0 +1,1 @@
+"""SciFACE: facet-aware cross-encoder re-rankers (Background, Method)."""
