@@ -1,0 +1,395 @@
+"""Core-citation prediction sets (HLM-Cite, 004_631596308bff5c72.txt §2, Eq. 1) from citation graphs.
+
+A reference ``r`` of a query paper ``q`` is a **core** citation when some paper that cites ``q``
+also cites ``r``; the other references of ``q`` are **superficial**; every other paper is a
+non-citation.  :func:`build` turns any citation graph with paper texts into a prediction set:
+
+* eligible queries have at least ``k`` core and ``k`` superficial references with text;
+* per query, ``k`` core and ``k`` superficial references are sampled, and the candidate set is
+  padded with non-citations up to ``candidate_size`` (``|C| >= 2k``);
+* queries are split into train/test by a seeded shuffle (HLM-Cite: 8:2), everything is deterministic
+  in ``seed`` (each query's sample depends only on the seed and its id).
+
+Registered ids (``pt.get_dataset("irds:<id>")``; documents are the graph's papers with text, queries
+are papers given by title and abstract, qrels grade candidates 2 = core, 1 = superficial,
+0 = non-citation, ``get_results()`` gives the candidate set):
+
+================================================  ===========================================
+``sci/hepth-core-citations/{train,test}``         SNAP cit-HepTh (27,769 hep-th abstracts, 352,768
+``sci/hepth-core-citations/{split}/c{N}``         edges in ``hepth-citations/raw``), ``N`` = 10,
+                                                   100, 1000, 10000 (the paper's 10K setting)
+``sci/acl-core-citations/{train,test}[/c{N}]``    the 1,672 ACL Anthology papers of ``acl-fulltext``
+                                                   (in-set links of ``edges_inset.tsv``; N up to 1000)
+``sci/hlm/{train,val,test}``                      H-LM's release layout (see :func:`register_hlm_release`)
+================================================  ===========================================
+
+Variants with large candidate sets keep a bounded number of queries (``MAX_QUERIES``: all
+queries up to |C| = 100, 1,000 queries at 1K, 200 at 10K), so that a run stays tractable; the
+train/test ids without ``/cN`` carry every eligible query with qrels over all its references and
+no candidate set.  k = 5 and seed = 0 as in the paper's data (5 core + 5 superficial per query).
+"""
+import gzip
+import json
+import random
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, Iterable, Iterator, List, NamedTuple, Optional, Set, Tuple
+
+import ir_datasets
+
+from pyterrier_sci.data import DataFile, MissingDataError, data_dir
+from ._base import FnDocs, FnQrels, FnQueries, FnScoredDocs, register
+
+CORE, SUPERFICIAL, NON_CITATION = 2, 1, 0
+CANDIDATE_SIZES = (10, 100, 1000, 10000)
+MAX_QUERIES = {10: None, 100: None, 1000: 1000, 10000: 200}
+
+
+# ----------------------------------------------------------------------------------------------
+# the graph and Eq. 1
+# ----------------------------------------------------------------------------------------------
+
+@dataclass
+class CitationGraph:
+    """References per paper (``citing -> {cited}``) and the reverse."""
+    references: Dict[str, Set[str]] = field(default_factory=dict)
+    cited_by: Dict[str, Set[str]] = field(default_factory=dict)
+
+    @classmethod
+    def from_edges(cls, edges: Iterable[Tuple[str, str]]) -> "CitationGraph":
+        g = cls(defaultdict(set), defaultdict(set))
+        for citing, cited in edges:
+            citing, cited = str(citing), str(cited)
+            if citing != cited:
+                g.references[citing].add(cited)
+                g.cited_by[cited].add(citing)
+        g.references, g.cited_by = dict(g.references), dict(g.cited_by)
+        return g
+
+    def core(self, q: str) -> Set[str]:
+        """Eq. 1: references of ``q`` also cited by some paper that cites ``q``."""
+        refs = self.references.get(q, set())
+        followers = set()
+        for p in self.cited_by.get(q, ()):
+            followers |= self.references.get(p, set())
+        return refs & followers
+
+    def superficial(self, q: str) -> Set[str]:
+        return self.references.get(q, set()) - self.core(q)
+
+
+class CoreCitationSet(NamedTuple):
+    """One split of a built set: per query, the graded candidates (in sampled order)."""
+    queries: List[str]
+    candidates: Dict[str, List[Tuple[str, int]]]
+
+
+def _split(queries: List[str], test_fraction: float, seed: int) -> Tuple[List[str], List[str]]:
+    order = sorted(queries)
+    random.Random(f"split:{seed}").shuffle(order)
+    n_test = int(round(len(order) * test_fraction))
+    return sorted(order[n_test:]), sorted(order[:n_test])
+
+
+def eligible_queries(graph: CitationGraph, with_text: Set[str], k: int = 5) -> List[str]:
+    """Queries with text and at least ``k`` core and ``k`` superficial references with text."""
+    out = []
+    for q in graph.references:
+        if q not in with_text:
+            continue
+        core = graph.core(q) & with_text
+        sup = (graph.references[q] - graph.core(q)) & with_text
+        if len(core) >= k and len(sup) >= k:
+            out.append(q)
+    return sorted(out)
+
+
+def build(graph: CitationGraph, with_text: Iterable[str], k: int = 5, candidate_size: int = 10,
+          test_fraction: float = 0.2, seed: int = 0, max_queries: Optional[int] = None
+          ) -> Dict[str, CoreCitationSet]:
+    """Builds ``{"train": ..., "test": ...}`` core-citation sets (see the module documentation).
+
+    ``max_queries`` keeps the first queries of each split in a seeded order."""
+    if candidate_size < 2 * k:
+        raise ValueError(f"candidate_size must be at least 2k = {2 * k}")
+    universe = sorted(set(map(str, with_text)))
+    text_set = set(universe)
+    queries = eligible_queries(graph, text_set, k)
+    if candidate_size - 2 * k > len(universe) - 1:
+        raise ValueError(f"candidate_size {candidate_size} exceeds the {len(universe)} papers with text")
+    out = {}
+    for name, split in zip(("train", "test"), _split(queries, test_fraction, seed)):
+        if max_queries is not None and len(split) > max_queries:
+            picked = list(split)
+            random.Random(f"cap:{seed}:{name}").shuffle(picked)
+            split = sorted(picked[:max_queries])
+        cands = {q: _candidates(graph, q, text_set, universe, k, candidate_size, seed) for q in split}
+        out[name] = CoreCitationSet(split, cands)
+    return out
+
+
+def _candidates(graph, q, text_set, universe, k, size, seed) -> List[Tuple[str, int]]:
+    rng = random.Random(f"{seed}:{q}")
+    core = sorted(graph.core(q) & text_set)
+    sup = sorted((graph.references.get(q, set()) - graph.core(q)) & text_set)
+    picked = [(d, CORE) for d in rng.sample(core, k)] + [(d, SUPERFICIAL) for d in rng.sample(sup, k)]
+    excluded = graph.references.get(q, set()) | {q}
+    need = size - 2 * k
+    non = []
+    seen = set()
+    while len(non) < need:  # rejection sampling: references and the query itself are excluded
+        for d in rng.sample(universe, min(len(universe), need - len(non) + len(excluded) + 8)):
+            if d not in excluded and d not in seen:
+                seen.add(d)
+                non.append(d)
+                if len(non) == need:
+                    break
+    picked += [(d, NON_CITATION) for d in non]
+    rng.shuffle(picked)
+    return picked
+
+
+# ----------------------------------------------------------------------------------------------
+# corpora
+# ----------------------------------------------------------------------------------------------
+
+class Paper(NamedTuple):
+    doc_id: str
+    title: str
+    abstract: str
+
+    def default_text(self) -> str:
+        return f"{self.title} {self.abstract}"
+
+
+class PaperQuery(NamedTuple):
+    query_id: str
+    text: str
+
+    def default_text(self) -> str:
+        return self.text
+
+
+_HEPTH = {
+    "edges": DataFile("hepth-citations/raw/cit-HepTh.txt.gz", url="https://snap.stanford.edu/data/cit-HepTh.txt.gz",
+                      source="SNAP cit-HepTh (snap.stanford.edu/data/cit-HepTh.html), or the project's shared/data"),
+    "papers": DataFile("hepth-citations/papers.jsonl",
+                       source="derived from SNAP cit-HepTh-abstracts.tar.gz; the project's shared/data/hepth-citations"),
+}
+_ACL = {
+    "edges": DataFile("acl-fulltext/edges_inset.tsv", source="ACL Anthology Network links; the project's shared/data/acl-fulltext"),
+    "papers": DataFile("acl-fulltext/papers.jsonl", source="ScisummNet / CL-SciSumm full texts; the project's shared/data/acl-fulltext"),
+}
+
+
+def _hepth_edges():
+    with gzip.open(_HEPTH["edges"].resolve(), "rt") as f:
+        for line in f:
+            if line.startswith("#") or not line.strip():
+                continue
+            a, b = line.split()
+            yield a, b
+
+
+def _acl_edges():
+    with open(_ACL["edges"].resolve(), encoding="utf-8") as f:
+        next(f)  # header
+        for line in f:
+            parts = line.rstrip("\n").split("\t")
+            if len(parts) >= 2:
+                yield parts[0], parts[1]
+
+
+def _papers(files) -> Iterator[Paper]:
+    with open(files["papers"].resolve(), encoding="utf-8") as f:
+        for line in f:
+            d = json.loads(line)
+            if d.get("title") or d.get("abstract"):
+                yield Paper(str(d["id"]), d.get("title") or "", d.get("abstract") or "")
+
+
+class _Source:
+    """A corpus + graph, loaded once and shared by all its ids."""
+
+    def __init__(self, name, files, edges_fn, sizes=CANDIDATE_SIZES):
+        self.name, self.files, self.edges_fn, self.sizes = name, files, edges_fn, tuple(sizes)
+        self._papers = None
+        self._graph = None
+        self._sets = {}
+
+    def papers(self) -> Dict[str, Paper]:
+        if self._papers is None:
+            self._papers = {p.doc_id: p for p in _papers(self.files)}
+        return self._papers
+
+    def graph(self) -> CitationGraph:
+        if self._graph is None:
+            self._graph = CitationGraph.from_edges(self.edges_fn())
+        return self._graph
+
+    def split(self, split: str, size: Optional[int]) -> CoreCitationSet:
+        key = (split, size)
+        if key not in self._sets:
+            if size is None:  # every eligible query, all references graded
+                g, text = self.graph(), set(self.papers())
+                train, test = _split(eligible_queries(g, text), 0.2, 0)
+                qs = train if split == "train" else test
+                self._sets[key] = CoreCitationSet(qs, {q: sorted(
+                    [(d, CORE) for d in g.core(q) & text] + [(d, SUPERFICIAL) for d in (g.superficial(q) & text)])
+                    for q in qs})
+            else:
+                built = build(self.graph(), self.papers().keys(), k=5, candidate_size=size, seed=0,
+                              max_queries=MAX_QUERIES.get(size))
+                self._sets[("train", size)], self._sets[("test", size)] = built["train"], built["test"]
+        return self._sets[key]
+
+    def missing_files(self) -> List[str]:
+        return [str(f.local()) for f in self.files.values() if not f.exists()]
+
+
+def _register_source(src: _Source):
+    docs = FnDocs(src.name, lambda: iter(src.papers().values()), Paper)
+
+    def queries(split, size):
+        ps = src.papers()
+        return (PaperQuery(q, ps[q].default_text()) for q in src.split(split, size).queries)
+
+    def qrels(split, size):
+        s = src.split(split, size)
+        return (ir_datasets.formats.GenericQrel(q, d, g) for q in s.queries for d, g in s.candidates[q])
+
+    def pool(split, size):
+        s = src.split(split, size)
+        return (ir_datasets.formats.GenericScoredDoc(q, d, 0.0) for q in s.queries for d, _ in s.candidates[q])
+
+    defs = {CORE: "core citation", SUPERFICIAL: "superficial citation", NON_CITATION: "non-citation"}
+    for split in ("train", "test"):
+        for size in (None,) + src.sizes:
+            name = f"{src.name}/{split}" + (f"/c{size}" if size else "")
+            parts = [docs, FnQueries(src.name, lambda s=split, z=size: queries(s, z), PaperQuery),
+                     FnQrels(lambda s=split, z=size: qrels(s, z), defs)]
+            if size:
+                parts.append(FnScoredDocs(lambda s=split, z=size: pool(s, z)))
+            register(name, *parts, documentation={"desc": f"core-citation prediction ({src.name}, {split}"
+                                                          + (f", |C|={size}" if size else "") + ")"})
+
+
+HEPTH = _Source("sci/hepth-core-citations", _HEPTH, _hepth_edges)
+ACL = _Source("sci/acl-core-citations", _ACL, _acl_edges, sizes=(10, 100, 1000))  # 1,672 papers
+
+
+def missing_files() -> List[str]:
+    return HEPTH.missing_files() + ACL.missing_files()
+
+
+# ----------------------------------------------------------------------------------------------
+# H-LM's release layout
+# ----------------------------------------------------------------------------------------------
+
+def read_hlm_release(root: Path, split: str) -> Tuple[CoreCitationSet, Dict[str, Paper]]:
+    """Reads H-LM's layout: ``<root>/{train,val,test}_table.npy`` (rows: query id, 5 core ids,
+    5 superficial ids) and ``<root>/text/<digit>/<id>.txt`` (first line the title, the rest the
+    abstract; ``<digit>`` is the id's last digit).  Returns the split (candidates graded 2/1) and
+    the papers it mentions."""
+    import numpy as np
+    root = Path(root)
+    table_path = root / f"{split}_table.npy"
+    if not table_path.exists():
+        raise MissingDataError(f"missing {table_path} (H-LM release layout: <root>/{{train,val,test}}_table.npy and "
+                               f"<root>/text/<digit>/<id>.txt; github.com/tsinghua-fib-lab/H-LM)")
+    table = np.load(table_path, allow_pickle=False)
+    queries, cands, papers = [], {}, {}
+    for row in table:
+        ids = [str(int(x)) if np.issubdtype(type(x), np.integer) else str(x) for x in row]
+        q, core, sup = ids[0], ids[1:6], ids[6:11]
+        queries.append(q)
+        cands[q] = [(d, CORE) for d in core] + [(d, SUPERFICIAL) for d in sup]
+        for pid in [q] + core + sup:
+            if pid not in papers:
+                papers[pid] = _hlm_paper(root, pid)
+    return CoreCitationSet(queries, cands), papers
+
+
+def _hlm_paper(root: Path, pid: str) -> Paper:
+    path = root / "text" / pid[-1] / f"{pid}.txt"
+    if not path.exists():
+        raise MissingDataError(f"missing paper text {path} (H-LM layout text/<last digit>/<id>.txt)")
+    lines = path.read_text(encoding="utf-8").splitlines()
+    return Paper(pid, lines[0].strip() if lines else "", " ".join(l.strip() for l in lines[1:]).strip())
+
+
+class _HLMRelease:
+    """Status of the default H-LM release directory (``<data dir>/hlm``) for ``pyterrier-sci datasets``."""
+    name = "sci/hlm"
+
+    @staticmethod
+    def missing_files() -> List[str]:
+        root = data_dir() / "hlm"
+        return [str(root / f"{s}_table.npy") for s in ("train", "test") if not (root / f"{s}_table.npy").exists()]
+
+
+HLM_RELEASE = _HLMRelease()
+
+
+def register_hlm_release(root: Optional[Path] = None, name: str = "sci/hlm") -> None:
+    """Registers ``<name>/{train,val,test}`` over an H-LM release directory (default
+    ``<data dir>/hlm``); reading happens on first use."""
+    cache = {}
+
+    def get(split):
+        if split not in cache:
+            cache[split] = read_hlm_release(Path(root) if root else data_dir() / "hlm", split)
+        return cache[split]
+
+    def all_papers():
+        seen = {}
+        for split in ("train", "val", "test"):
+            try:
+                seen.update(get(split)[1])
+            except MissingDataError:
+                if split != "val":
+                    raise
+        return iter(seen.values())
+
+    docs = FnDocs(name, all_papers, Paper)
+    for split in ("train", "val", "test"):
+        register(f"{name}/{split}", docs,
+                 FnQueries(name, lambda s=split: (PaperQuery(q, get(s)[1][q].default_text()) for q in get(s)[0].queries),
+                           PaperQuery),
+                 FnQrels(lambda s=split: (ir_datasets.formats.GenericQrel(q, d, g) for q in get(s)[0].queries
+                                          for d, g in get(s)[0].candidates[q]),
+                         {CORE: "core citation", SUPERFICIAL: "superficial citation"}),
+                 FnScoredDocs(lambda s=split: (ir_datasets.formats.GenericScoredDoc(q, d, 0.0) for q in get(s)[0].queries
+                                               for d, _ in get(s)[0].candidates[q])))
+
+
+# ----------------------------------------------------------------------------------------------
+# measures: PREC@k and NDCG@k with binary core labels (HLM-Cite §4)
+# ----------------------------------------------------------------------------------------------
+
+def _register_measures():
+    from pyterrier_sci import measures as M
+
+    def prec(k):
+        return lambda g, j: sum(1 for x in g[:k] if x >= CORE) / k
+
+    def ndcg(k):
+        return lambda g, j: M.ndcg_at_k([1 if x >= CORE else 0 for x in g], k, first_undiscounted=False,
+                                        ideal=[1 if x >= CORE else 0 for x in j])
+
+    for k in (3, 5):
+        M.register(f"PREC@{k}", M.RankListMeasure(f"PREC@{k}", prec(k), description=f"share of core citations in the top {k}"),
+                   replace=True)
+        M.register(f"hlm.NDCG@{k}", M.RankListMeasure(f"hlm.NDCG@{k}", ndcg(k),
+                                                      description=f"nDCG@{k}, binary core labels, ideal from all core candidates"),
+                   replace=True)
+    aliases = {"NDCG@3": "hlm.NDCG@3", "NDCG@5": "hlm.NDCG@5"}
+    for prefix in ("sci/hepth-core-citations", "sci/acl-core-citations", "sci/hlm"):
+        M.register_aliases(prefix, aliases)
+
+
+_register_source(HEPTH)
+_register_source(ACL)
+register_hlm_release()
+_register_measures()
