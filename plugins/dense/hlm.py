@@ -1,0 +1,181 @@
+"""HLM-Cite's retrieval module (004_631596308bff5c72.txt §3.2): an embedding model with its lower
+layers frozen, fine-tuned by a two-stage curriculum.
+
+* stage 1 - classification: one query, one of its core citations, and non-citations; cross-entropy
+  over the scores with in-batch negatives (sentence-transformers' ``MultipleNegativesRankingLoss``:
+  every other query's citation in the batch is a negative, plus the sampled non-citations as
+  hard negatives);
+* stage 2 - ranking: one query with its core (2), superficial (1) and non-citations (0) as one
+  list, NeuralNDCG over the inner products (:class:`NeuralNDCGLoss`, a sentence-transformers loss);
+  lists of the batch are scored against each other's candidates too (in-batch non-citations, 0).
+
+The lower ``frozen_layers`` transformer layers and the embeddings do not train (the paper freezes
+7 of GTE-base's 12).  The result is saved atomically as a sentence-transformers directory with a
+``pt_meta.json`` (type ``dense_model``): ``dense(model="<path>")`` and :class:`DenseRetriever` load it.
+"""
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+from pathlib import Path
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+
+import torch
+from torch import Tensor, nn
+
+from .neural_ndcg import neural_ndcg_loss
+
+__all__ = ["freeze_lower_layers", "NeuralNDCGLoss", "stage1_examples", "stage2_examples", "train_curriculum"]
+
+
+def _encoder_layers(model) -> Tuple[nn.Module, List[nn.Module]]:
+    """(embeddings, transformer layers) of a sentence-transformers model's BERT-like backbone."""
+    backbone = model[0].auto_model
+    base = getattr(backbone, backbone.base_model_prefix, backbone) if hasattr(backbone, "base_model_prefix") else backbone
+    encoder = getattr(base, "encoder", None)
+    layers = getattr(encoder, "layer", None) or getattr(encoder, "layers", None)
+    if layers is None:
+        raise ValueError(f"cannot find the transformer layers of {type(backbone).__name__}")
+    return base.embeddings, list(layers)
+
+
+def freeze_lower_layers(model, n: int) -> int:
+    """Freezes the embeddings and the lowest ``n`` transformer layers; returns the number of
+    trainable parameters left."""
+    embeddings, layers = _encoder_layers(model)
+    if not 0 <= n <= len(layers):
+        raise ValueError(f"frozen_layers={n}, but the model has {len(layers)} layers")
+    for module in [embeddings] + layers[:n]:
+        for p in module.parameters():
+            p.requires_grad_(False)
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+class NeuralNDCGLoss(nn.Module):
+    """Sentence-transformers loss: columns ``(query, cand_1 .. cand_m)``, ``labels`` ``[batch, m]``
+    graded (2 core, 1 superficial, 0 non-citation; -1 pads).  Scores are inner products; with
+    ``in_batch=True`` each query also ranks the other lists' candidates as non-citations."""
+
+    def __init__(self, model, tau: float = 1.0, k: Optional[int] = None, in_batch: bool = True):
+        super().__init__()
+        self.model, self.tau, self.k, self.in_batch = model, tau, k, in_batch
+
+    def forward(self, sentence_features: Iterable[Dict[str, Tensor]], labels: Tensor) -> Tensor:
+        feats = list(sentence_features)
+        q = self.model(feats[0])["sentence_embedding"]                                  # [b, d]
+        cands = torch.stack([self.model(f)["sentence_embedding"] for f in feats[1:]], 1)  # [b, m, d]
+        labels = labels.to(q.dtype).view(q.shape[0], -1)
+        b, m, d = cands.shape
+        if self.in_batch and b > 1:
+            flat = cands.reshape(b * m, d)
+            scores = q @ flat.T                                                        # [b, b*m]
+            own = torch.zeros(b, b * m, dtype=q.dtype, device=q.device)
+            full = torch.zeros_like(own)
+            for i in range(b):
+                full[i, i * m:(i + 1) * m] = labels[i]
+                own[i, i * m:(i + 1) * m] = 1
+            # other lists' candidates are non-citations (0); their padding stays padding
+            pad = (labels < 0).reshape(-1).unsqueeze(0).expand(b, -1)
+            full = torch.where(pad & (own == 0), torch.full_like(full, -1.0), full)
+            # NeuralNDCG wants the padding at the end of each row (item order is otherwise irrelevant)
+            order = torch.argsort(torch.where(full < 0, torch.ones_like(full), torch.zeros_like(full)), dim=1, stable=True)
+            scores, full = torch.gather(scores, 1, order), torch.gather(full, 1, order)
+        else:
+            scores = torch.einsum("bd,bmd->bm", q, cands)
+            full = labels
+        return neural_ndcg_loss(scores, full, tau=self.tau, k=self.k)
+
+    def get_config_dict(self):
+        return {"tau": self.tau, "k": self.k, "in_batch": self.in_batch}
+
+
+def stage1_examples(queries: Sequence[str], candidates: Dict[str, List[Tuple[str, int]]], texts: Dict[str, str],
+                    n_negatives: int = 1, seed: int = 0) -> Dict[str, List[str]]:
+    """Columns ``anchor, positive, negative_1..n``: each core citation of each query with
+    ``n_negatives`` of its non-citations (stage 1 excludes superficial citations)."""
+    rng = random.Random(seed)
+    cols: Dict[str, List[str]] = {"anchor": [], "positive": [], **{f"negative_{i + 1}": [] for i in range(n_negatives)}}
+    for q in queries:
+        core = [d for d, g in candidates[q] if g == 2]
+        non = [d for d, g in candidates[q] if g == 0]
+        for d in core:
+            if len(non) < n_negatives:
+                if n_negatives:
+                    continue
+            cols["anchor"].append(texts[q])
+            cols["positive"].append(texts[d])
+            for i, n in enumerate(rng.sample(non, n_negatives) if n_negatives else []):
+                cols[f"negative_{i + 1}"].append(texts[n])
+    return cols
+
+
+def stage2_examples(queries: Sequence[str], candidates: Dict[str, List[Tuple[str, int]]], texts: Dict[str, str],
+                    list_size: int = 12, seed: int = 0) -> Dict[str, list]:
+    """Columns ``query, cand_1..cand_L`` and ``label`` (list of grades, -1 = padding at the end):
+    each query's core and superficial citations plus non-citations up to ``list_size``."""
+    rng = random.Random(seed)
+    cols: Dict[str, list] = {"query": [], **{f"cand_{i + 1}": [] for i in range(list_size)}, "label": []}
+    for q in queries:
+        cites = [(d, g) for d, g in candidates[q] if g > 0]
+        non = [(d, g) for d, g in candidates[q] if g == 0]
+        items = cites[:list_size] + rng.sample(non, max(0, min(len(non), list_size - len(cites))))
+        rng.shuffle(items)
+        labels = [float(g) for _, g in items] + [-1.0] * (list_size - len(items))
+        docs = [texts[d] for d, _ in items] + [""] * (list_size - len(items))
+        cols["query"].append(texts[q])
+        for i in range(list_size):
+            cols[f"cand_{i + 1}"].append(docs[i])
+        cols["label"].append(labels)
+    return cols
+
+
+def _trainer(model, dataset, loss, out_dir, epochs, batch_size, lr, seed, max_steps=None):
+    from datasets import Dataset
+    from sentence_transformers import SentenceTransformerTrainer, SentenceTransformerTrainingArguments
+    args = SentenceTransformerTrainingArguments(
+        output_dir=str(out_dir), num_train_epochs=epochs, per_device_train_batch_size=batch_size, learning_rate=lr,
+        warmup_ratio=0.1, seed=seed, save_strategy="no", report_to=[], logging_strategy="no",
+        disable_tqdm=False, max_steps=max_steps if max_steps else -1, use_cpu=not torch.cuda.is_available())
+    return SentenceTransformerTrainer(model=model, args=args, train_dataset=Dataset.from_dict(dataset), loss=loss)
+
+
+def train_curriculum(base_model: str, queries: Sequence[str], candidates: Dict[str, List[Tuple[str, int]]],
+                     texts: Dict[str, str], output: str, frozen_layers: int = 7, stages: Sequence[int] = (1, 2),
+                     stage1_epochs: int = 1, stage2_epochs: int = 1, batch_size: int = 8, list_size: int = 12,
+                     n_negatives: int = 1, lr: float = 2e-5, tau: float = 1.0, seed: int = 0,
+                     max_steps: Optional[int] = None, max_seq_length: Optional[int] = 256) -> Path:
+    """Fine-tunes ``base_model`` with HLM-Cite's curriculum (``stages=(1, 2)``; ``(1,)`` or ``(2,)``
+    for the ablations) and writes the model atomically to ``output``; returns its path."""
+    from pyterrier_sci.plugins.dense import load_sentence_transformer
+    output = Path(output)
+    model = load_sentence_transformer(base_model, device="cpu" if not torch.cuda.is_available() else None)
+    if max_seq_length:
+        model.max_seq_length = max_seq_length
+    n_layers = len(_encoder_layers(model)[1])
+    freeze_lower_layers(model, min(frozen_layers, n_layers))
+    tmp = output.with_name(f".{output.name}.partial-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        if 1 in stages:
+            from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
+            data = stage1_examples(queries, candidates, texts, n_negatives, seed)
+            _trainer(model, data, MultipleNegativesRankingLoss(model), tmp / "run1", stage1_epochs, batch_size, lr, seed,
+                     max_steps).train()
+        if 2 in stages:
+            data = stage2_examples(queries, candidates, texts, list_size, seed)
+            _trainer(model, data, NeuralNDCGLoss(model, tau=tau), tmp / "run2", stage2_epochs, max(2, batch_size // 4),
+                     lr, seed, max_steps).train()
+        shutil.rmtree(tmp, ignore_errors=True)
+        model.save(str(tmp))
+        meta = {"type": "dense_model", "format": "sentence-transformers", "package_hint": "pyterrier-sci",
+                "method": "hlm-cite curriculum", "base_model": str(base_model), "frozen_layers": frozen_layers,
+                "stages": list(stages), "seed": seed}
+        (tmp / "pt_meta.json").write_text(json.dumps(meta, indent=2))
+        if output.exists():
+            shutil.rmtree(output)
+        os.rename(tmp, output)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return output
