@@ -100,10 +100,9 @@ def stage1_examples(queries: Sequence[str], candidates: Dict[str, List[Tuple[str
     for q in queries:
         core = [d for d, g in candidates[q] if g == 2]
         non = [d for d, g in candidates[q] if g == 0]
+        if len(non) < n_negatives:
+            continue  # not enough non-citations in this candidate set
         for d in core:
-            if len(non) < n_negatives:
-                if n_negatives:
-                    continue
             cols["anchor"].append(texts[q])
             cols["positive"].append(texts[d])
             for i, n in enumerate(rng.sample(non, n_negatives) if n_negatives else []):
@@ -161,6 +160,9 @@ def train_curriculum(base_model: str, queries: Sequence[str], candidates: Dict[s
         if 1 in stages:
             from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
             data = stage1_examples(queries, candidates, texts, n_negatives, seed)
+            if not data["anchor"]:
+                raise ValueError(f"stage 1 needs candidate sets with at least {n_negatives} non-citation(s) per query "
+                                 f"(build them with candidate_size > 2k), or n_negatives=0 for in-batch negatives only")
             _trainer(model, data, MultipleNegativesRankingLoss(model), tmp / "run1", stage1_epochs, batch_size, lr, seed,
                      max_steps).train()
         if 2 in stages:

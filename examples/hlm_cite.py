@@ -1,0 +1,100 @@
+"""HLM-Cite on hep-th: the structure of the paper's Tables 2 and 3 on the data at hand.
+
+Rows: keyword overlap, BM25, MiniLM (base), MiniLM + stage 1 only, + stage 2 only, + the full
+curriculum, and (with ``--llm``) the full workflow: the curriculum model retrieves the top r=8 of
+the candidate set and ``hlm_agents`` re-ranks all but the top keep_top=2 (HLM-Cite §3.3).
+
+Protocol (printed with the table): queries of ``sci/hepth-core-citations`` (Eq. 1 on SNAP cit-HepTh),
+test candidate sets of |C| = ``--size`` (5 core + 5 superficial + non-citations), training on
+``--train-queries`` train-split queries (their |C| = 100 sets, for the non-citations), testing on ``--test-queries`` test-split queries (no query in
+both); frozen lower layers ``--frozen`` of MiniLM's 6; measures PREC@3/5 and NDCG@3/5 with binary
+core labels.  The figures of the run are in the README's HLM-Cite section.
+
+    PYTERRIER_SCI_DATA=../shared/data python examples/hlm_cite.py [--size 10] [--train-queries 200]
+        [--test-queries 200] [--frozen 3] [--llm]
+"""
+import argparse
+import re
+import tempfile
+import time
+from pathlib import Path
+
+import pandas as pd
+import pyterrier as pt
+
+import pyterrier_sci as ps
+from pyterrier_sci.datasets import core_citations as cc
+from pyterrier_sci.plugins.dense import DenseRetriever
+from pyterrier_sci.plugins.dense.hlm import train_curriculum
+
+_STOP = set("a an the of and or in on for to with by from at as is are was were be this that these those we our "
+            "it its which can using use used show shown paper".split())
+
+
+def keywords(text):
+    return {w for w in re.findall(r"[a-z][a-z0-9\-]+", text.lower()) if w not in _STOP and len(w) > 2}
+
+
+class KeywordOverlap(pt.Transformer):
+    """HLM-Cite's rule-based baseline: more keywords shared with the query, more likely a core citation."""
+
+    def transform(self, inp):
+        q = {qid: keywords(t) for qid, t in zip(inp["qid"], inp["query"])}
+        scores = [len(q[qid] & keywords(f"{t} {a}")) for qid, t, a in zip(inp["qid"], inp["title"], inp["abstract"])]
+        return pt.model.add_ranks(inp.assign(score=[float(s) for s in scores]))
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--size", type=int, default=10, choices=cc.CANDIDATE_SIZES)
+    ap.add_argument("--train-queries", type=int, default=200)
+    ap.add_argument("--test-queries", type=int, default=200)
+    ap.add_argument("--frozen", type=int, default=3)
+    ap.add_argument("--epochs", type=int, default=1)
+    ap.add_argument("--llm", action="store_true", help="add the full workflow with the configured LLM")
+    args = ap.parse_args(argv)
+
+    train = cc.HEPTH.split("train", 100)  # training lists need non-citations: |C| = 100 on the train split
+    papers = cc.HEPTH.papers()
+    texts = {pid: p.default_text() for pid, p in papers.items()}
+    tr_q = train.queries[:args.train_queries]
+    ds_id = f"irds:sci/hepth-core-citations/test/c{args.size}"
+    ds = pt.get_dataset(ds_id)
+    topics = ds.get_topics()
+    topics = topics[topics["qid"].isin(sorted(topics["qid"])[:args.test_queries])]
+    qrels = ds.get_qrels()
+    first = ps.pipeline("pool >> text", dataset=ds_id)
+    measures = ps.measures.parse(["PREC@3", "PREC@5", "NDCG@3", "NDCG@5"], dataset=ds_id)
+
+    work = Path(tempfile.mkdtemp(prefix="hlm-cite-"))
+    systems, names, train_s = [], [], {}
+    systems += [first >> KeywordOverlap(), first >> ps.pipeline("bm25", dataset=ds_id),
+                first >> DenseRetriever("default", verbose=False)]
+    names += ["keyword overlap", "BM25", "MiniLM (base)"]
+    for label, stages in (("stage 1 only", (1,)), ("stage 2 only", (2,)), ("curriculum (1+2)", (1, 2))):
+        t = time.time()
+        path = train_curriculum("default", tr_q, train.candidates, texts, str(work / label.replace(" ", "_")),
+                                frozen_layers=args.frozen, stages=stages, stage1_epochs=args.epochs,
+                                stage2_epochs=args.epochs, batch_size=16, list_size=12)
+        train_s[label] = time.time() - t
+        systems.append(first >> DenseRetriever(str(path), verbose=False))
+        names.append(f"MiniLM + {label}")
+    if args.llm:
+        workflow = (first >> DenseRetriever(str(work / "curriculum_(1+2)"), verbose=False) % 8
+                    >> ps.pipeline("hlm_agents(keep_top=2, text_field='abstract')", dataset=ds_id) % 5)
+        systems.append(workflow)
+        names.append("HLM-Cite workflow (r=8, keep_top=2)")
+    table = pt.Experiment(systems, topics, qrels, measures, names=names, baseline=2)
+    print(f"sci/hepth-core-citations, |C| = {args.size} (5 core + 5 superficial + non-citations); "
+          f"trained on {len(tr_q)} train-split queries (|C| = 100), tested on {len(topics)} test-split queries (disjoint); "
+          f"MiniLM-L6 with {args.frozen} of 6 layers frozen; training seconds: "
+          + ", ".join(f"{k} {v:.0f}" for k, v in train_s.items()))
+    with pd.option_context("display.width", 200, "display.max_columns", None):
+        print(table.round(4).to_string(index=False))
+    base = table.set_index("name").loc["MiniLM (base)"]
+    full = table.set_index("name").loc["MiniLM + curriculum (1+2)"]
+    print("curriculum - base:", {str(m): round(full[str(m)] - base[str(m)], 4) for m in measures})
+
+
+if __name__ == "__main__":
+    main()
