@@ -13,7 +13,8 @@ WORDS = "quark gluon string brane duality anomaly soliton lattice gauge boson fe
 
 
 def _toy():
-    """Queries whose core citations share their topic word; superficial and non-citations do not."""
+    """Core and superficial citations both share the query's topic word (a lexical trap for an
+    untrained model); core ones read "model results", superficial ones "brief note"."""
     rng = np.random.default_rng(0)
     texts, cands, queries = {}, {}, []
     for i in range(12):
@@ -25,7 +26,7 @@ def _toy():
         for j in range(2):
             texts[f"c{i}_{j}"] = f"{topic} model {topic} results {j}"
             items.append((f"c{i}_{j}", 2))
-            texts[f"s{i}_{j}"] = f"{WORDS[(i + 5) % len(WORDS)]} note {j}"
+            texts[f"s{i}_{j}"] = f"{topic} brief note {j}"
             items.append((f"s{i}_{j}", 1))
         for j in range(4):
             texts[f"n{i}_{j}"] = f"{WORDS[(i + 3 + j) % len(WORDS)]} unrelated {j}"
@@ -100,7 +101,9 @@ def test_frozen_layers_do_not_move_and_the_curriculum_improves_ranking(tiny_mode
         m = measures.get("hlm.NDCG@3")
         return ir_measures.calc_aggregate([m], pd.DataFrame(rows, columns=["query_id", "doc_id", "relevance"]),
                                           pd.DataFrame(runs, columns=["query_id", "doc_id", "score"]))[m]
-    assert mean_ndcg(after) > mean_ndcg(before) + 0.1
+    untrained, trained = mean_ndcg(before), mean_ndcg(after)
+    assert untrained < 0.95  # the lexical trap works on the untrained model
+    assert trained > untrained + 0.05
     # the dense component loads the artifact
     from pyterrier_sci.plugins.dense import DenseRetriever
     assert DenseRetriever(str(out), verbose=False).encode(["quark"]).shape == (1, 32)
