@@ -20,12 +20,14 @@ if __name__ == "datasets":
         _sys.path[:] = _saved
 else:
     from . import csfcube  # noqa: F401  (registers sci/csfcube...)
+    from . import doris_mae  # noqa: F401  (registers sci/doris-mae...)
     from . import core_citations  # noqa: F401  (sci/hepth-core-citations, sci/acl-core-citations, sci/hlm)
     from ._pool import PoolRetriever, pool_component, text_component
 
     # id prefix -> the module that registers it (each has missing_files())
     MODULES = {csfcube.NAME: csfcube, core_citations.HEPTH.name: core_citations.HEPTH,
                core_citations.ACL.name: core_citations.ACL, core_citations.HLM_RELEASE.name: core_citations.HLM_RELEASE}
+    MODULES.update(doris_mae.STATUS)  # sci/doris-mae: offline ids first, then the full release
 
     def registry_status():
         """``[{"id", "present", "missing"}]`` for every registered ``sci/...`` id."""

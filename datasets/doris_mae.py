@@ -1,0 +1,836 @@
+"""DORIS-MAE (Wang et al., NeurIPS 2023 Datasets and Benchmarks): complex, multi-aspect research
+queries over computer-science abstracts, judged per aspect by an LLM (Anno-GPT) and compiled with
+Eq. 1 / Eq. 2 of the paper.  A re-ranking benchmark: every method ranks a query's candidate pool.
+
+Registered ids (``pt.get_dataset("irds:<id>")``):
+
+=======================================  ===========================================================
+**full release** (``doris-mae/DORIS-MAE_dataset_v1.json``, Zenodo 10.5281/zenodo.8299749)
+``sci/doris-mae``                        all 100 queries, 363,133 abstracts, pools of 99-138
+``sci/doris-mae/train``                  the 40 training queries of section 5.3 (ids 0-49 but 10)
+``sci/doris-mae/test``                   the 60 test queries (1, 8, 10, 16, 23, 28, 33, 37, 44, 46, 50-99)
+``sci/doris-mae/subquery-{k}``           every combination of k aspects of a query (k = 1..9), its text the
+                                         query sentences of those aspects, judged with Eq. 2
+**offline part** (what ``shared/data/doris-mae`` holds)
+``sci/doris-mae/birco-dev``              40 queries (= the paper's 40 training queries) with BIRCO's pools
+                                         (58-103 abstracts, a subset of the original pools), 2,938 abstracts
+``sci/doris-mae/birco-dev/train20``      the example's split of those 40: every other query by id
+``sci/doris-mae/birco-dev/test20``       (train20 = 0, 3, 5, ...; test20 = 2, 4, 6, ...)
+``sci/doris-mae/queries``                the 100 queries with their aspects and sub-aspects (queries only)
+``sci/doris-mae/subquery-2-texts``       the 1,003 two-aspect sub-query texts of the authors' repository
+                                         (queries only: which aspects they combine is not in that file)
+=======================================  ===========================================================
+
+* queries: ``query_id`` (the paper's query index ``"0"``..``"99"``; sub-queries
+  ``"<query>_<i>_<j>"`` with the 1-based positions of their aspects), ``text``.  The aspect
+  structure is on the dataset object: ``ir_datasets.load(id).aspect_queries_iter()`` yields
+  :class:`AspectQuery` (aspects, their sub-aspects, query type, parent query) and
+  :func:`aspect_topics` gives a PyTerrier topics frame with an ``aspects`` column;
+* documents: ``doc_id`` (the release's ``abstract_id``), ``title``, ``abstract``, ``url``,
+  ``primary_category``; ``default_text()`` is the abstract (what the paper embeds and annotates).
+  The offline corpus has no titles;
+* qrels: ``relevance`` = S(p|Q) of Eq. 1, the *sum* of the 0-2 aspect and sub-aspect scores of the
+  abstract (an integer).  |Q|, the number of distinct aspects and sub-aspects, is
+  :func:`aspect_count`; an abstract is relevant when S(p|Q) / |Q| >= 1;
+* scoreddocs (``get_results()``): the candidate pools, score 0 (component ``pool``).
+
+The offline qrels are BIRCO's *normalised* scores S/|Q|.  Multiplying by |Q| - counted as the paper's
+code counts it, distinct aspect/sub-aspect texts (an aspect whose sub-aspect repeats it counts once) -
+gives an integer for all 3,129 scores, so the offline qrels carry the same integer S(p|Q) as the
+release and every measure is computed exactly as the paper's code computes it (see ``docs/doris-mae.md``).
+
+The measures of the paper's code (``benchmarking/rank_performance_util.py``) are registered as
+``doris.R@5``, ``doris.R@20``, ``doris.RP``, ``doris.NDCG@10%``, ``doris.NDCGexp@10%``,
+``doris.MRR@10``, ``doris.MAP``; in an experiment on a ``sci/doris-mae`` id the short names
+(``R@5``, ``RP``, ``MAP`` ...) mean these.  :func:`evaluate` gives the paper's table (x100, optional
+bootstrap standard errors over queries) and :func:`random_baseline` its random row.
+"""
+
+import csv
+import functools
+import hashlib
+import itertools
+import json
+import math
+import re
+import warnings
+from pathlib import Path
+from typing import Dict, Iterable, Iterator, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
+
+import ir_datasets
+from ir_measures import Metric
+
+from pyterrier_sci import measures as _measures
+from pyterrier_sci.data import DataFile, MissingDataError, data_dir
+from ._base import FnDocs, FnQrels, FnQueries, FnScoredDocs, register
+
+NAME = "sci/doris-mae"
+OFFLINE = NAME + "/birco-dev"
+QUERIES_ONLY = NAME + "/queries"
+SUBQUERY_TEXTS = NAME + "/subquery-2-texts"
+ZENODO_URL = "https://zenodo.org/records/8299749/files/DORIS-MAE_dataset_v1.json?download=1"
+_REPO = "github.com/Real-Doris-Mae/Doris-Mae-Dataset"
+_SOURCE_RELEASE = "Zenodo https://doi.org/10.5281/zenodo.8299749 (DORIS-MAE_dataset_v1.json, CC BY-NC 4.0)"
+_SOURCE_OFFLINE = f"{_REPO} (queries), github.com/BIRCO-benchmark/BIRCO (birco_dev); CC BY-NC 4.0"
+
+#: the 60 test queries of section 5.3 (the authors' ``create_60_query_dataset``); the others are training
+TEST_QUERY_IDS = (1, 8, 10, 16, 23, 28, 33, 37, 44, 46) + tuple(range(50, 100))
+TRAIN_QUERY_IDS = tuple(i for i in range(50) if i not in TEST_QUERY_IDS)
+#: abstracts the paper's evaluation never counts as relevant (``removed_list`` of its code)
+REMOVED_ABSTRACTS = frozenset({"205580", "346695", "346826", "346836", "28674"})
+SUBQUERY_SIZES = tuple(range(1, 10))   # a query has 3-9 aspects
+
+FILES = {
+    "release": DataFile("doris-mae/DORIS-MAE_dataset_v1.json", url=ZENODO_URL, source=_SOURCE_RELEASE),
+    "queries": DataFile("doris-mae/queries_parsed.json", source=_SOURCE_OFFLINE),
+    "subquery2": DataFile("doris-mae/subquery-2.txt", source=_SOURCE_OFFLINE),
+    "birco_queries": DataFile("doris-mae/birco_dev/queries.jsonl", source=_SOURCE_OFFLINE),
+    "birco_corpus": DataFile("doris-mae/birco_dev/corpus.jsonl", source=_SOURCE_OFFLINE),
+    "birco_qrels": DataFile("doris-mae/birco_dev/qrels.tsv", source=_SOURCE_OFFLINE),
+}
+
+
+# (no `from __future__ import annotations` in this module: PyTerrier's text loader reads the str
+# annotations of the document class to know which fields are text)
+class DorisDoc(NamedTuple):
+    doc_id: str
+    title: str
+    abstract: str
+    url: str
+    primary_category: str
+
+    def default_text(self) -> str:
+        return self.abstract
+
+
+class DorisQuery(NamedTuple):
+    query_id: str
+    text: str
+
+    def default_text(self) -> str:
+        return self.text
+
+
+class Aspect(NamedTuple):
+    """One aspect of a query: its id, text and sub-aspects as ``(id, text)`` pairs.  Ids are the
+    release's ``aspect_id`` (one id per distinct text, as ``aspect2aspect_id``); offline, an id
+    derived from the text (``"t"`` + 10 hex digits of its SHA-1), so equal texts share one id too."""
+    aspect_id: str
+    text: str
+    sub_aspects: Tuple[Tuple[str, str], ...]
+
+
+class AspectQuery(NamedTuple):
+    """A query with its aspect hierarchy.  ``parent_id`` is the full query a sub-query comes from
+    (the query itself otherwise)."""
+    query_id: str
+    text: str
+    aspects: Tuple[Aspect, ...]
+    query_type: str
+    parent_id: str
+
+    def aspect_texts(self) -> List[str]:
+        return [a.text for a in self.aspects]
+
+    def aspect_ids(self) -> List[str]:
+        """The distinct ids of the aspects and sub-aspects: the set Q of Eq. 1 (or q of Eq. 2)."""
+        ids: List[str] = []
+        for a in self.aspects:
+            for i in (a.aspect_id,) + tuple(s for s, _ in a.sub_aspects):
+                if i not in ids:
+                    ids.append(i)
+        return ids
+
+    def id_texts(self) -> Dict[str, str]:
+        """``{aspect id: text}`` for the aspects and sub-aspects."""
+        out: Dict[str, str] = {}
+        for a in self.aspects:
+            out.setdefault(a.aspect_id, a.text)
+            for s, t in a.sub_aspects:
+                out.setdefault(s, t)
+        return out
+
+    @property
+    def n_aspects(self) -> int:
+        """|Q|: the number of distinct aspects and sub-aspects (the denominator of Eq. 1's average)."""
+        return len(self.aspect_ids())
+
+
+def text_aspect_id(text: str) -> str:
+    return "t" + hashlib.sha1(text.strip().encode("utf-8")).hexdigest()[:10]
+
+
+def subquery_id(query_id: str, positions: Sequence[int]) -> str:
+    """``"12", (0, 2)`` -> ``"12_1_3"`` (1-based aspect positions)."""
+    return "_".join([str(query_id)] + [str(p + 1) for p in positions])
+
+
+def parse_query_id(qid: str) -> Tuple[str, Optional[Tuple[int, ...]]]:
+    """``"12_1_3"`` -> ``("12", (0, 2))``; ``"12"`` -> ``("12", None)``."""
+    parts = str(qid).split("_")
+    if len(parts) == 1:
+        return parts[0], None
+    return parts[0], tuple(int(p) - 1 for p in parts[1:])
+
+
+def subquery_of(query: AspectQuery, positions: Sequence[int], text: Optional[str] = None) -> AspectQuery:
+    """The sub-query of ``query`` made of the aspects at ``positions`` (Eq. 2's q).  Its text is
+    ``text`` or, without it, the aspects' texts joined."""
+    aspects = tuple(query.aspects[p] for p in positions)
+    return AspectQuery(subquery_id(query.query_id, positions), text if text is not None else " ".join(a.text for a in aspects),
+                       aspects, query.query_type, query.parent_id)
+
+
+# ----------------------------------------------------------------------------------------------
+# the full release (DORIS-MAE_dataset_v1.json, appendix A.4)
+# ----------------------------------------------------------------------------------------------
+
+class Release:
+    """The parsed ``DORIS-MAE_dataset_v1.json``: ``aspect2aspect_id``, ``aspect_id2aspect``,
+    ``Query`` (list: ``query_text``, ``query_type``, ``idea_from``, ``candidate_pool``,
+    ``sent2aspect_id``, ``aspect_id2sent``, ``aspects`` = {aspect id: [sub-aspect ids]}), ``Corpus``
+    (list indexed by ``abstract_id``), ``Annotation`` (``aspect_id``, ``abstract_id``, ``gpt_response``,
+    ``score``) and ``Test_set`` (``aspect_id``, ``abstract_id``, ``human_annotation``)."""
+
+    def __init__(self, data: dict):
+        self.raw = data
+        self.id2text: Dict[str, str] = {str(k): v for k, v in (data.get("aspect_id2aspect") or {}).items()}
+        if not self.id2text:
+            self.id2text = {str(v): k for k, v in (data.get("aspect2aspect_id") or {}).items()}
+        self.queries_raw: List[dict] = list(data.get("Query") or [])
+        self.scores: Dict[Tuple[str, str], int] = {}
+        for a in data.get("Annotation") or []:
+            self.scores[(str(a["aspect_id"]), str(a["abstract_id"]))] = int(a["score"])
+        self.queries: List[AspectQuery] = [self._query(i, q) for i, q in enumerate(self.queries_raw)]
+        self.by_id: Dict[str, AspectQuery] = {q.query_id: q for q in self.queries}
+
+    def _query(self, index: int, q: dict) -> AspectQuery:
+        aspects = []
+        for aid, subs in (q.get("aspects") or {}).items():
+            aid = str(aid)
+            aspects.append(Aspect(aid, self.id2text.get(aid, ""), tuple((str(s), self.id2text.get(str(s), "")) for s in subs)))
+        return AspectQuery(str(index), q.get("query_text", ""), tuple(aspects), str(q.get("query_type") or ""), str(index))
+
+    def pool(self, parent_id: str) -> List[str]:
+        return [str(d) for d in self.queries_raw[int(parent_id)].get("candidate_pool") or []]
+
+    def subqueries(self, k: int) -> Iterator[AspectQuery]:
+        """Every combination of ``k`` aspects of every query, as the authors' ``create_subquery_dataset``:
+        the text joins the query sentences of those aspects (``aspect_id2sent``, in combination order,
+        each sentence once); a combination is left out when its sentences also belong to other aspects
+        (``sent2aspect_id`` names more than ``k`` aspects)."""
+        for q, raw in zip(self.queries, self.queries_raw):
+            id2sent = {str(a): list(s) for a, s in (raw.get("aspect_id2sent") or {}).items()}
+            sent2ids = {s: [str(x) for x in ids] for s, ids in (raw.get("sent2aspect_id") or {}).items()}
+            for comb in itertools.combinations(range(len(q.aspects)), k):
+                sents: List[str] = []
+                for p in comb:
+                    for s in id2sent.get(q.aspects[p].aspect_id, []):
+                        if s not in sents:
+                            sents.append(s)
+                covered = {i for s in sents for i in sent2ids.get(s, [])}
+                if len(covered) > k:
+                    continue
+                yield subquery_of(q, comb, " ".join(sents))
+
+    def docs(self) -> Iterator[DorisDoc]:
+        corpus = self.raw.get("Corpus") or []
+        items = corpus.items() if isinstance(corpus, dict) else enumerate(corpus)
+        for i, d in items:
+            yield DorisDoc(str(d.get("abstract_id", i)), d.get("title") or "", d.get("original_abstract") or "",
+                           d.get("url") or "", d.get("primary_category") or "")
+
+    def test_set(self) -> List[dict]:
+        return list(self.raw.get("Test_set") or self.raw.get("Test Set") or self.raw.get("Test_Set") or [])
+
+
+@functools.lru_cache(maxsize=2)
+def _release(path: str, mtime: float) -> Release:
+    with open(path, encoding="utf-8") as fin:
+        return Release(json.load(fin))
+
+
+def release() -> Release:
+    """The full release (downloaded from Zenodo when missing and the network allows)."""
+    p = FILES["release"].resolve()
+    return _release(str(p), p.stat().st_mtime)
+
+
+def release_available() -> bool:
+    return FILES["release"].exists()
+
+
+# ----------------------------------------------------------------------------------------------
+# the offline part: queries_parsed.json and BIRCO's dev set
+# ----------------------------------------------------------------------------------------------
+
+@functools.lru_cache(maxsize=2)
+def _offline_queries(path: str, mtime: float) -> Dict[str, AspectQuery]:
+    with open(path, encoding="utf-8") as fin:
+        parsed = json.load(fin)
+    out = {}
+    for q in parsed:
+        aspects = tuple(Aspect(text_aspect_id(a["text"]), a["text"],
+                               tuple((text_aspect_id(s["text"]), s["text"]) for s in a.get("sub_aspects") or ()))
+                        for a in q["aspects"])
+        qid = str(q["query_id"])
+        out[qid] = AspectQuery(qid, q["query_text"], aspects, str(q.get("query_type") or ""), qid)
+    return out
+
+
+def offline_queries() -> Dict[str, AspectQuery]:
+    """The 100 queries of ``queries_parsed.json`` (from the authors' ``queries.txt``), by id."""
+    p = FILES["queries"].resolve()
+    return _offline_queries(str(p), p.stat().st_mtime)
+
+
+def _docno(cid: str) -> str:
+    return cid[2:] if cid.startswith("c_") else cid
+
+
+def _qid(bq: str) -> str:
+    return bq[2:] if bq.startswith("q_") else bq
+
+
+@functools.lru_cache(maxsize=2)
+def _birco(qrels_path: str, mtime: float) -> Tuple[Dict[str, List[Tuple[str, float]]], Tuple[str, ...]]:
+    pools: Dict[str, List[Tuple[str, float]]] = {}
+    with open(qrels_path, encoding="utf-8") as fin:
+        for row in csv.DictReader(fin, delimiter="\t"):
+            pools.setdefault(_qid(row["qid"]), []).append((_docno(row["cid"]), float(row["relevance_normalized"])))
+    return pools, tuple(sorted(pools, key=int))
+
+
+def birco_pools() -> Dict[str, List[Tuple[str, float]]]:
+    """``{query id: [(docno, normalised score S/|Q|), ...]}`` in the file's pool order."""
+    p = FILES["birco_qrels"].resolve()
+    return _birco(str(p), p.stat().st_mtime)[0]
+
+
+def birco_query_ids(split: Optional[str] = None) -> List[str]:
+    """The 40 offline query ids (numeric order); ``split`` ``"train20"`` / ``"test20"`` alternates them."""
+    p = FILES["birco_qrels"].resolve()
+    ids = list(_birco(str(p), p.stat().st_mtime)[1])
+    if split is None:
+        return ids
+    if split not in ("train20", "test20"):
+        raise ValueError(f"unknown split {split!r}")
+    return ids[0::2] if split == "train20" else ids[1::2]
+
+
+def sum_from_normalised(normalised: float, n_aspects: int, qid: str = "?", docno: str = "?") -> int:
+    """S(p|Q) from BIRCO's S/|Q| (an integer up to rounding error; a warning when it is not)."""
+    s = normalised * n_aspects
+    r = int(round(s))
+    if abs(s - r) > 1e-6:
+        warnings.warn(f"DORIS-MAE offline qrels: {normalised} x |Q|={n_aspects} is not an integer for query {qid}, "
+                      f"abstract {docno}; rounded to {r}")
+    return r
+
+
+def _iter_offline_docs():
+    with open(FILES["birco_corpus"].resolve(), encoding="utf-8") as fin:
+        for line in fin:
+            d = json.loads(line)
+            yield DorisDoc(_docno(d["cid"]), d.get("title") or "", d.get("text") or "", "", "")
+
+
+def _subquery_texts() -> List[Tuple[str, str]]:
+    text = FILES["subquery2"].resolve().read_text(encoding="utf-8")
+    out = []
+    for block in re.split(r"\n=+\n", "\n" + text):
+        m = re.match(r"\s*Subquery:\s*(\d+)\s*\n(.*)", block, re.S)
+        if m:
+            out.append((m.group(1), m.group(2).strip()))
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# one view over both sources
+# ----------------------------------------------------------------------------------------------
+
+def _variant_queries(variant: str) -> List[AspectQuery]:
+    """The queries (with aspects) of one registered id, by its suffix after ``sci/doris-mae``."""
+    if variant in ("", "train", "test"):
+        qs = release().queries
+        if variant:
+            wanted = {str(i) for i in (TRAIN_QUERY_IDS if variant == "train" else TEST_QUERY_IDS)}
+            qs = [q for q in qs if q.query_id in wanted]
+        return qs
+    if variant.startswith("subquery-") and variant[len("subquery-"):].isdigit():
+        return list(release().subqueries(int(variant[len("subquery-"):])))
+    if variant.startswith("birco-dev"):
+        split = variant[len("birco-dev/"):] or None
+        by_id = offline_queries()
+        return [by_id[q] for q in birco_query_ids(split)]
+    if variant == "queries":
+        return list(offline_queries().values())
+    if variant == "subquery-2-texts":
+        queries = [(q.query_id, _norm_ws(q.text)) for q in offline_queries().values()]
+        out = []
+        for sid, text in _subquery_texts():
+            out.append(AspectQuery("s" + sid, text, (), "", _parent_of(text, queries)))
+        return out
+    raise KeyError(f"unknown DORIS-MAE variant {variant!r}")
+
+
+def _norm_ws(text: str) -> str:
+    return re.sub(r"\s+", " ", text).strip()
+
+
+def _parent_of(text: str, queries: Sequence[Tuple[str, str]]) -> str:
+    """The query whose text contains the most sentences of a sub-query text ("" when none)."""
+    sents = [x for x in re.split(r"(?<=[.?!])\s+", _norm_ws(text)) if len(x) >= 15]
+    best, best_n = "", 0
+    for qid, qtext in queries:
+        n = sum(1 for x in sents if x in qtext)
+        if n > best_n:
+            best, best_n = qid, n
+    return best
+
+
+def _judged(variant: str) -> Iterator[Tuple[str, str, int]]:
+    """``(query id, docno, S)`` for every pool abstract of every query of the variant (Eq. 1 / Eq. 2)."""
+    if variant.startswith("birco-dev"):
+        pools = birco_pools()
+        for q in _variant_queries(variant):
+            n = q.n_aspects
+            for docno, norm in pools.get(q.query_id, []):
+                yield q.query_id, docno, sum_from_normalised(norm, n, q.query_id, docno)
+        return
+    rel = release()
+    for q in _variant_queries(variant):
+        ids = q.aspect_ids()
+        for docno in rel.pool(q.parent_id):
+            yield q.query_id, docno, sum(rel.scores.get((i, docno), 0) for i in ids)
+
+
+def _iter_queries(variant):
+    for q in _variant_queries(variant):
+        yield DorisQuery(q.query_id, q.text)
+
+
+def _iter_qrels(variant):
+    for qid, docno, s in _judged(variant):
+        yield ir_datasets.formats.GenericQrel(qid, docno, s)
+
+
+def _iter_pool(variant):
+    if variant.startswith("birco-dev"):
+        pools = birco_pools()
+        for q in _variant_queries(variant):
+            for docno, _ in pools.get(q.query_id, []):
+                yield ir_datasets.formats.GenericScoredDoc(q.query_id, docno, 0.0)
+        return
+    rel = release()
+    for q in _variant_queries(variant):
+        for docno in rel.pool(q.parent_id):
+            yield ir_datasets.formats.GenericScoredDoc(q.query_id, docno, 0.0)
+
+
+class AspectQueries:
+    """The ir_datasets constituent that puts :meth:`aspect_queries_iter` on a DORIS-MAE dataset."""
+
+    def __init__(self, variant: str):
+        self._variant = variant
+
+    def aspect_queries_iter(self) -> Iterator[AspectQuery]:
+        """The queries with their aspect hierarchy (:class:`AspectQuery`)."""
+        return iter(_variant_queries(self._variant))
+
+    def aspect_queries(self) -> Dict[str, AspectQuery]:
+        return {q.query_id: q for q in _variant_queries(self._variant)}
+
+
+def _variant_of(dataset: str) -> str:
+    ds = dataset[5:] if dataset.startswith("irds:") else dataset
+    if ds != NAME and not ds.startswith(NAME + "/"):
+        raise ValueError(f"{dataset} is not a DORIS-MAE id ({NAME}/...)")
+    return ds[len(NAME) + 1:]
+
+
+def aspect_queries(dataset: str) -> Dict[str, AspectQuery]:
+    """``{query id: AspectQuery}`` of a ``sci/doris-mae`` id."""
+    return {q.query_id: q for q in _variant_queries(_variant_of(dataset))}
+
+
+def aspect_topics(dataset: str):
+    """A PyTerrier topics frame (``qid``, ``query``) with the aspect structure: ``aspects`` (tuple of
+    aspect texts, sub-aspects excluded), ``sub_aspects`` (tuple of tuples of texts) and
+    ``n_aspects`` (|Q|).  The ``aspects`` column is what the aspect modes of the dense scorer read."""
+    import pandas as pd
+    rows = [{"qid": q.query_id, "query": q.text, "aspects": tuple(q.aspect_texts()),
+             "sub_aspects": tuple(tuple(t for _, t in a.sub_aspects) for a in q.aspects),
+             "n_aspects": q.n_aspects} for q in _variant_queries(_variant_of(dataset))]
+    return pd.DataFrame(rows, columns=["qid", "query", "aspects", "sub_aspects", "n_aspects"])
+
+
+def scores_frame(dataset: str):
+    """The judgements of a ``sci/doris-mae`` id as a frame: ``qid``, ``docno``, ``score`` (S of Eq. 1/2),
+    ``n_aspects`` (|Q|), ``normalised`` (S/|Q|) and ``relevant`` (normalised >= 1, removed abstracts
+    excluded), in pool order."""
+    import pandas as pd
+    variant = _variant_of(dataset)
+    n = {q.query_id: q.n_aspects for q in _variant_queries(variant)}
+    rows = [(qid, d, s, n[qid]) for qid, d, s in _judged(variant)]
+    df = pd.DataFrame(rows, columns=["qid", "docno", "score", "n_aspects"])
+    df["normalised"] = df["score"] / df["n_aspects"]
+    df["relevant"] = (df["score"] >= df["n_aspects"]) & ~df["docno"].isin(REMOVED_ABSTRACTS)
+    return df
+
+
+def human_test_set():
+    """The release's 250 human-annotated question pairs (``aspect_id``, ``abstract_id``, ``aspect``,
+    ``annotator_1``..``annotator_3``) and the LLM's score of the same pairs (``gpt``), for the
+    agreement statistics of :mod:`pyterrier_sci.plugins.annotate.anno_gpt`."""
+    import pandas as pd
+    rel = release()
+    rows = []
+    for t in rel.test_set():
+        aid, doc = str(t["aspect_id"]), str(t["abstract_id"])
+        row = {"aspect_id": aid, "abstract_id": doc, "aspect": rel.id2text.get(aid, ""), "gpt": rel.scores.get((aid, doc))}
+        for k, v in sorted((t.get("human_annotation") or {}).items()):
+            row[k] = int(v)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def aspect_count(qid: str) -> int:
+    """|Q| of a query or sub-query id (``"12"``, ``"12_1_3"``): from the full release when it is present,
+    else from ``queries_parsed.json``.  Used by the measures when the qrels carry no ``n_aspects``."""
+    parent, positions = parse_query_id(qid)
+    if release_available():
+        by_id = release().by_id
+    else:
+        try:
+            by_id = offline_queries()
+        except MissingDataError:
+            by_id = {}
+    if parent not in by_id:
+        raise ValueError(f"DORIS-MAE measures need |Q| (the number of aspects and sub-aspects) of query {qid!r}: "
+                         f"it is no query of the data directory {data_dir()}; add an 'n_aspects' column to the qrels")
+    q = by_id[parent]
+    return q.n_aspects if positions is None else subquery_of(q, positions).n_aspects
+
+
+# ----------------------------------------------------------------------------------------------
+# which files each registered id needs (pyterrier-sci datasets)
+# ----------------------------------------------------------------------------------------------
+
+class _Part:
+    def __init__(self, keys: Sequence[str]):
+        self.keys = tuple(keys)
+
+    def missing_files(self) -> List[str]:
+        return [str(FILES[k].local()) for k in self.keys if not FILES[k].exists()]
+
+
+def missing_files() -> List[str]:
+    """Files of the full release that are missing (the offline ids are listed separately in :data:`STATUS`)."""
+    return _Part(["release"]).missing_files()
+
+
+#: id prefix -> what it needs; the most specific prefixes first (for ``registry_status``)
+STATUS = {
+    OFFLINE: _Part(["queries", "birco_queries", "birco_corpus", "birco_qrels"]),
+    QUERIES_ONLY: _Part(["queries"]),
+    SUBQUERY_TEXTS: _Part(["subquery2", "queries"]),
+    NAME: _Part(["release"]),
+}
+
+
+# ----------------------------------------------------------------------------------------------
+# the measures of the paper's code
+# ----------------------------------------------------------------------------------------------
+
+def recall_at_k(ranked: Sequence[str], relevant: Iterable[str], k: int) -> float:
+    """|relevant in the top k| / |relevant| (``recall_at_k`` of the paper's code)."""
+    relevant = set(relevant)
+    return len(set(ranked[:k]) & relevant) / len(relevant)
+
+
+def r_precision(ranked: Sequence[str], relevant: Iterable[str]) -> float:
+    """|relevant in the top R| / R with R = |relevant| (the classic R-precision, as the paper's code)."""
+    relevant = set(relevant)
+    r = len(relevant)
+    return len(set(ranked[:r]) & relevant) / r
+
+
+def average_precision(ranked: Sequence[str], relevant: Iterable[str]) -> float:
+    """Sum of the precision at each relevant rank / |relevant|."""
+    relevant = set(relevant)
+    hits, total = 0, 0.0
+    for i, d in enumerate(ranked):
+        if d in relevant:
+            hits += 1
+            total += hits / (i + 1.0)
+    return total / len(relevant)
+
+
+def ndcg_at_fraction(grades: Sequence[float], pool_grades: Sequence[float], fraction: float = 0.1,
+                     exponential: bool = True) -> float:
+    """nDCG at ``int(fraction * pool size)`` ranks (``ndcg_exp`` / ``ndcg_normal`` of the paper's code):
+    gain ``2**grade`` (not ``2**grade - 1``) or ``grade``, discount ``1/log2(rank + 1)``, the ideal the
+    pool's grades sorted.  0 when the cutoff is 0 or the ideal DCG is 0."""
+    n = int(fraction * len(pool_grades))
+    if n <= 0:
+        return 0.0
+    gain = (lambda g: 2.0 ** g) if exponential else (lambda g: float(g))
+    ideal = sorted(pool_grades, reverse=True)[:n]
+    idcg = sum(gain(g) / math.log2(i + 2) for i, g in enumerate(ideal))
+    if idcg <= 0:
+        return 0.0
+    dcg = sum(gain(g) / math.log2(i + 2) for i, g in enumerate(list(grades)[:n]))
+    return dcg / idcg
+
+
+def reciprocal_rank_at_max(grades: Sequence[float], pool_grades: Sequence[float], k: int = 10) -> float:
+    """1/rank of the first abstract in the top ``k`` whose grade ties the pool's maximum (the paper's
+    MRR counts exactly the abstracts tied at the highest S(p|Q) as relevant), else 0."""
+    if not len(pool_grades):
+        return 0.0
+    best = max(pool_grades)
+    for i, g in enumerate(list(grades)[:k]):
+        if g == best:
+            return 1.0 / (i + 1)
+    return 0.0
+
+
+# kind -> (needs a relevant abstract, description)
+_KINDS = {
+    "recall": (True, "recall at {k}: relevant = S(p|Q)/|Q| >= 1; queries without a relevant abstract left out"),
+    "rp": (True, "R-precision (precision at R = number of relevant); queries without a relevant abstract left out"),
+    "map": (True, "average precision over the ranked pool; queries without a relevant abstract left out"),
+    "ndcg": (False, "nDCG at 10% of the pool, gain S(p|Q), discount 1/log2(rank+1); all queries"),
+    "ndcg_exp": (False, "nDCG at 10% of the pool, gain 2^S(p|Q), discount 1/log2(rank+1); all queries"),
+    "mrr": (False, "reciprocal rank in the top {k}, relevant = tied at the pool's maximum S(p|Q); all queries"),
+}
+
+
+class DorisMeasure(_measures.RankListMeasure):
+    """One measure of the paper's evaluation code.
+
+    Per query it reads the run's ranking of the pool (run documents outside the pool are dropped),
+    the qrels' S(p|Q) and |Q| (an ``n_aspects`` column of the qrels, else :func:`aspect_count`).
+    Queries without a relevant abstract are left out of R@k, RP and MAP, as the paper's code does
+    (``continue``): their per-query value is NaN in :meth:`per_query`, and in ``pt.Experiment`` the
+    per-query values are weighted (n / number of queries kept, 0 for a left-out query) so that its
+    plain mean equals the paper's mean.  nDCG and MRR average over all queries.
+    """
+
+    def __init__(self, name: str, kind: str, k: Optional[Union[int, float]] = None, description: str = ""):
+        if kind not in _KINDS:
+            raise ValueError(f"unknown DORIS-MAE measure kind {kind!r}")
+        super().__init__(name, fn=lambda g, j: 0.0, description=description or _KINDS[kind][1].format(k=k))
+        self.kind = kind
+        self.k = k
+
+    # -- one query ----------------------------------------------------------------------------
+    def query_value(self, ranked: Sequence[str], grades_of: Mapping[str, float], n_aspects: float) -> float:
+        """The value for one query: ``ranked`` the run's docnos in rank order, ``grades_of`` the pool's
+        S(p|Q) by docno, ``n_aspects`` |Q|.  NaN when the query is left out."""
+        ranked = [d for d in ranked if d in grades_of]
+        if _KINDS[self.kind][0]:
+            relevant = {d for d, g in grades_of.items() if g >= n_aspects and d not in REMOVED_ABSTRACTS}
+            if not relevant:
+                return float("nan")
+            if self.kind == "recall":
+                return recall_at_k(ranked, relevant, int(self.k))
+            if self.kind == "rp":
+                return r_precision(ranked, relevant)
+            return average_precision(ranked, relevant)
+        grades = [grades_of[d] for d in ranked]
+        pool = list(grades_of.values())
+        if self.kind == "mrr":
+            return reciprocal_rank_at_max(grades, pool, int(self.k))
+        return ndcg_at_fraction(grades, pool, float(self.k), exponential=self.kind == "ndcg_exp")
+
+    def compute(self, judged: Mapping[str, Mapping[str, float]], ranked: Mapping[str, Sequence[str]],
+                n_aspects: Mapping[str, float]) -> Dict[str, float]:
+        """Unweighted per-query values (NaN = left out) from plain dicts."""
+        return {qid: self.query_value(ranked.get(qid, []), grades_of, n_aspects[qid]) for qid, grades_of in judged.items()}
+
+    # -- ir_measures --------------------------------------------------------------------------
+    def _values(self, qrels, run) -> Dict[str, float]:
+        judged, n = _judged_dicts(qrels)
+        ranked = {str(qid): [str(d) for d in df["doc_id"]] for qid, df in run.groupby("query_id", sort=False)}
+        return self.compute(judged, ranked, n)
+
+    def runtime_impl(self, qrels, run):
+        values = self._values(qrels, run)
+        kept = [q for q, v in values.items() if not math.isnan(v)]
+        w = len(values) / len(kept) if kept else 0.0
+        for qid, v in values.items():
+            yield Metric(qid, self, 0.0 if math.isnan(v) else v * w)
+
+    def per_query(self, qrels, run) -> Dict[str, float]:
+        """Unweighted per-query values; NaN for a query the measure leaves out."""
+        import pandas as pd
+        q = qrels.rename(columns={"qid": "query_id", "docno": "doc_id", "label": "relevance"})
+        r = run.rename(columns={"qid": "query_id", "docno": "doc_id"})
+        if "rank" in r.columns:
+            r = r.sort_values(["query_id", "rank"], kind="stable")
+        else:
+            r = r.sort_values(["query_id", "score"], ascending=[True, False], kind="stable")
+        return self._values(pd.DataFrame(q), r)
+
+
+def _judged_dicts(qrels) -> Tuple[Dict[str, Dict[str, float]], Dict[str, float]]:
+    judged: Dict[str, Dict[str, float]] = {}
+    n: Dict[str, float] = {}
+    has_n = "n_aspects" in qrels.columns
+    for qid, df in qrels.groupby("query_id", sort=False):
+        qid = str(qid)
+        judged[qid] = dict(zip(df["doc_id"].astype(str), df["relevance"].astype(float)))
+        n[qid] = float(df["n_aspects"].iloc[0]) if has_n else float(aspect_count(qid))
+    return judged, n
+
+
+#: the paper's measures, in its table order (names usable on ``sci/doris-mae`` ids)
+PAPER_MEASURES = ["R@5", "R@20", "RP", "NDCG@10%", "NDCGexp@10%", "MRR@10", "MAP"]
+#: Table 2's columns (NDCG@10% is only in the appendix tables)
+TABLE2_MEASURES = ["R@5", "R@20", "RP", "NDCGexp@10%", "MRR@10", "MAP"]
+_DEFS = {"R@5": ("recall", 5), "R@20": ("recall", 20), "RP": ("rp", None), "NDCG@10%": ("ndcg", 0.1),
+         "NDCGexp@10%": ("ndcg_exp", 0.1), "MRR@10": ("mrr", 10), "MAP": ("map", None)}
+
+
+def measure(name: str) -> DorisMeasure:
+    """``"R@5"`` or ``"doris.R@5"`` -> the registered measure."""
+    short = name[len("doris."):] if name.startswith("doris.") else name
+    return _measures.get("doris." + short)
+
+
+def _register_measures():
+    aliases = {}
+    for short, (kind, k) in _DEFS.items():
+        full = "doris." + short
+        _measures.register(full, DorisMeasure(full, kind, k), replace=True)
+        aliases[short] = full
+    _measures.register_aliases(NAME, aliases)
+
+
+# ----------------------------------------------------------------------------------------------
+# the paper's table: means x100, bootstrap standard errors, the random baseline
+# ----------------------------------------------------------------------------------------------
+
+def _qrels_dicts(dataset_or_qrels) -> Tuple[Dict[str, Dict[str, float]], Dict[str, float]]:
+    import pandas as pd
+    if isinstance(dataset_or_qrels, str):
+        df = scores_frame(dataset_or_qrels).rename(columns={"qid": "query_id", "docno": "doc_id", "score": "relevance"})
+    else:
+        df = pd.DataFrame(dataset_or_qrels).rename(columns={"qid": "query_id", "docno": "doc_id", "label": "relevance"})
+    return _judged_dicts(df)
+
+
+def _ranked(res) -> Dict[str, List[str]]:
+    if "rank" in res.columns:
+        res = res.sort_values(["qid", "rank"], kind="stable")
+    else:
+        res = res.sort_values(["qid", "score"], ascending=[True, False], kind="stable")
+    return {str(q): [str(d) for d in df["docno"]] for q, df in res.groupby("qid", sort=False)}
+
+
+def bootstrap_se(values: Sequence[float], n: int = 1000, seed: int = 0) -> float:
+    """Standard deviation of the mean over ``n`` resamples of the queries (with replacement), NaN
+    values (left-out queries) dropped inside each resample - the paper's bootstrap."""
+    import numpy as np
+    v = np.asarray(list(values), dtype=float)
+    if v.size == 0:
+        return float("nan")
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, v.size, size=(n, v.size))
+    sample = v[idx]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        means = np.nanmean(sample, axis=1)
+    return float(np.nanstd(means))
+
+
+def evaluate(runs: Mapping[str, "object"], qrels, measures: Sequence[str] = tuple(PAPER_MEASURES),
+             bootstrap: int = 0, seed: int = 0, scale: float = 100.0, qids: Optional[Iterable[str]] = None):
+    """The paper's table: one row per run (``{name: result frame}``), the mean of each measure x``scale``
+    over the queries it keeps, and with ``bootstrap=N`` a ``<measure> SE`` column (bootstrap standard
+    error over queries, the paper's ``±``).  ``qrels`` is a ``sci/doris-mae`` id or a qrels frame
+    (``qid``, ``docno``, ``label``, optional ``n_aspects``); ``qids`` restricts the queries."""
+    import numpy as np
+    import pandas as pd
+    judged, n = _qrels_dicts(qrels)
+    if qids is not None:
+        keep = {str(q) for q in qids}
+        judged = {q: v for q, v in judged.items() if q in keep}
+    rows = []
+    for name, res in runs.items():
+        ranked = _ranked(res)
+        row = {"name": name}
+        for m in measures:
+            vals = measure(m).compute(judged, ranked, n)
+            arr = np.array(list(vals.values()), dtype=float)
+            row[m] = float(np.nanmean(arr)) * scale if np.any(~np.isnan(arr)) else float("nan")
+            if bootstrap:
+                row[m + " SE"] = bootstrap_se(arr, bootstrap, seed) * scale
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def random_baseline(qrels, trials: int = 100, seed: int = 0, measures: Sequence[str] = tuple(PAPER_MEASURES),
+                    scale: float = 100.0, qids: Optional[Iterable[str]] = None, name: str = "Random"):
+    """The paper's random row: the mean, over ``trials`` random shufflings of every pool, of each measure."""
+    import numpy as np
+    import pandas as pd
+    judged, n = _qrels_dicts(qrels)
+    if qids is not None:
+        keep = {str(q) for q in qids}
+        judged = {q: v for q, v in judged.items() if q in keep}
+    rng = np.random.default_rng(seed)
+    ms = {m: measure(m) for m in measures}
+    sums = {m: 0.0 for m in measures}
+    for _ in range(trials):
+        ranked = {q: [d for d in rng.permutation(list(g))] for q, g in judged.items()}
+        for m, mm in ms.items():
+            arr = np.array(list(mm.compute(judged, ranked, n).values()), dtype=float)
+            sums[m] += float(np.nanmean(arr)) if np.any(~np.isnan(arr)) else 0.0
+    return pd.DataFrame([{"name": name, **{m: sums[m] / trials * scale for m in measures}}])
+
+
+# ----------------------------------------------------------------------------------------------
+# registration
+# ----------------------------------------------------------------------------------------------
+
+_RELEASE_DOCS = FnDocs(NAME, lambda: release().docs(), DorisDoc, count_hint=363133)
+_OFFLINE_DOCS = FnDocs(OFFLINE, _iter_offline_docs, DorisDoc, count_hint=2938)
+_QREL_DEFS = {0: "S(p|Q) of Eq. 1: the sum of the 0-2 scores of the query's aspects and sub-aspects; "
+                 "relevant when S(p|Q) / |Q| >= 1 (|Q|: pyterrier_sci.datasets.doris_mae.aspect_count)"}
+
+
+def _register_all():
+    full = [("", "DORIS-MAE, all 100 queries (full release)"),
+            ("train", "DORIS-MAE training queries (40, section 5.3)"),
+            ("test", "DORIS-MAE test queries (60, section 5.3)")]
+    full += [(f"subquery-{k}", f"DORIS-MAE sub-queries of {k} aspect(s) (Eq. 2)") for k in SUBQUERY_SIZES]
+    for variant, title in full:
+        name = NAME + ("/" + variant if variant else "")
+        register(name, _RELEASE_DOCS,
+                 FnQueries(name, functools.partial(_iter_queries, variant), DorisQuery),
+                 FnQrels(functools.partial(_iter_qrels, variant), _QREL_DEFS),
+                 FnScoredDocs(functools.partial(_iter_pool, variant)),
+                 AspectQueries(variant),
+                 documentation={"pretty_name": title, "desc": __doc__.split("\n\n")[0]})
+    for variant, title in [("birco-dev", "DORIS-MAE offline: 40 queries with BIRCO's pools"),
+                           ("birco-dev/train20", "DORIS-MAE offline: 20 training queries of the 40"),
+                           ("birco-dev/test20", "DORIS-MAE offline: 20 test queries of the 40")]:
+        name = NAME + "/" + variant
+        register(name, _OFFLINE_DOCS,
+                 FnQueries(OFFLINE, functools.partial(_iter_queries, variant), DorisQuery),
+                 FnQrels(functools.partial(_iter_qrels, variant), _QREL_DEFS),
+                 FnScoredDocs(functools.partial(_iter_pool, variant)),
+                 AspectQueries(variant),
+                 documentation={"pretty_name": title, "desc": __doc__.split("\n\n")[0]})
+    for variant, title in [("queries", "DORIS-MAE: the 100 queries with aspects (no documents)"),
+                           ("subquery-2-texts", "DORIS-MAE: the 1,003 two-aspect sub-query texts (no judgements)")]:
+        name = NAME + "/" + variant
+        register(name, FnQueries(name, functools.partial(_iter_queries, variant), DorisQuery), AspectQueries(variant),
+                 documentation={"pretty_name": title, "desc": __doc__.split("\n\n")[0]})
+
+
+_register_all()
+_register_measures()
