@@ -54,7 +54,6 @@ import json
 import math
 import re
 import warnings
-from pathlib import Path
 from typing import Dict, Iterable, Iterator, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
 
 import ir_datasets

@@ -140,6 +140,10 @@ def build_parser() -> argparse.ArgumentParser:
     from pyterrier_sci.llm.cli import add_llm_commands
     llm = add_llm_commands(sub)  # "llm serve", "llm settings"
     llm.set_defaults(fn=lambda args: args.func(args))
+
+    from pyterrier_sci.plugins.annotate.anno_gpt import add_annotate_commands
+    ann = add_annotate_commands(sub)  # "annotate run|compile|agreement" (Anno-GPT)
+    ann.set_defaults(fn=lambda args: args.func(args))
     return p
 
 

@@ -13,7 +13,7 @@ from pyterrier_sci.data import MissingDataError
 from pyterrier_sci.datasets import doris_mae as dm
 from pyterrier_sci.datasets import registry_status
 
-from conftest import DATA, needs_data
+from conftest import needs_data
 
 FIXTURE = Path(__file__).parent / "fixtures" / "doris_mae_v1_tiny.json"
 offline = needs_data("doris-mae", "birco_dev", "qrels.tsv")

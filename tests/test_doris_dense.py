@@ -5,7 +5,6 @@ import pickle
 
 import numpy as np
 import pandas as pd
-import pyterrier as pt
 import pytest
 
 import pyterrier_sci as ps
