@@ -35,6 +35,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 import pandas as pd
 
+from pyterrier_sci.llm.client import UsesLLM
 from pyterrier_sci.llm import LLMClient, LLMError, LLMSettings, Usage, settings_from
 from pyterrier_sci.llm.text import estimate_tokens, load_template, render, truncate
 
@@ -127,7 +128,7 @@ class CostEstimate:
         return "\n".join(lines)
 
 
-class AnnoGPT:
+class AnnoGPT(UsesLLM):
     """Annotates question pairs with an LLM.
 
     Args:
@@ -160,17 +161,6 @@ class AnnoGPT:
         self.on_error = on_error
         self.usage = Usage(model=self.settings.model)
         self._client: Optional[LLMClient] = None
-
-    @property
-    def client(self) -> LLMClient:
-        if self._client is None:
-            self._client = LLMClient(self.settings, usage=self.usage)
-        return self._client
-
-    def __getstate__(self):
-        state = dict(self.__dict__)
-        state["_client"] = None
-        return state
 
     def __repr__(self) -> str:
         return f"AnnoGPT(model={self.settings.model!r}, mode={self.mode!r}, template={self.template_spec!r})"

@@ -21,6 +21,7 @@ import pandas as pd
 import pyterrier as pt
 import pyterrier_alpha as pta
 
+from pyterrier_sci.llm.client import UsesLLM
 from pyterrier_sci.llm import LLMClient, LLMError, LLMSettings, Usage, settings_from
 from pyterrier_sci.llm.client import extract_json
 from pyterrier_sci.llm.text import render, truncate
@@ -75,7 +76,7 @@ def parse_facet_label(text: str) -> Optional[Dict[str, Any]]:
     return out
 
 
-class FacetLabeller(pt.Transformer):
+class FacetLabeller(UsesLLM, pt.Transformer):
     """LLM facet labels for each (seed, candidate) row of a result frame.
 
     Seed text: ``query_title`` / ``query_abstract`` (:class:`pyterrier_sci.plugins.facet.SeedText`
@@ -107,17 +108,6 @@ class FacetLabeller(pt.Transformer):
         self._system = _template(system_template, "facet_label_system.txt")
         self._user = _template(user_template, "facet_label_user.txt")
         self._client: Optional[LLMClient] = None
-
-    @property
-    def client(self) -> LLMClient:
-        if self._client is None:
-            self._client = LLMClient(self.settings, usage=self.usage)
-        return self._client
-
-    def __getstate__(self):
-        state = dict(self.__dict__)
-        state["_client"] = None
-        return state
 
     def __repr__(self) -> str:
         return f"FacetLabeller(model={self.settings.model!r})"

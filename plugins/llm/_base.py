@@ -10,6 +10,7 @@ import pandas as pd
 import pyterrier as pt
 import pyterrier_alpha as pta
 
+from pyterrier_sci.llm.client import UsesLLM
 from pyterrier_sci.llm import LLMClient, LLMError, LLMSettings, Usage, settings_from
 from pyterrier_sci.llm.text import join_fields, load_template, render, truncate
 
@@ -26,7 +27,7 @@ class Failed:
         return f"Failed({self.error!r})"
 
 
-class LLMReranker(pt.Transformer):
+class LLMReranker(UsesLLM, pt.Transformer):
     """Base of the LLM rerankers.  Subclasses set ``component_name`` and ``owned_columns`` and
     implement ``_rerank(df) -> df`` on a non-empty frame sorted by first-stage order that has a
     helper column ``_fs`` (0-based first-stage position within the query)."""
@@ -45,17 +46,6 @@ class LLMReranker(pt.Transformer):
         self._templates: Dict[str, str] = {}
 
     # -- client -----------------------------------------------------------------------------
-    @property
-    def client(self) -> LLMClient:
-        if self._client is None:
-            self._client = LLMClient(self.settings, usage=self.usage)
-        return self._client
-
-    def __getstate__(self):
-        state = dict(self.__dict__)
-        state["_client"] = None
-        return state
-
     def __repr__(self) -> str:
         return f"{type(self).__name__}(model={self.settings.model!r}, base_url={self.settings.base_url!r})"
 

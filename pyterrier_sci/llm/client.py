@@ -469,3 +469,21 @@ def _parse_response(kind: str, resp) -> Completion:
     return Completion(text=text, top_logprobs=tops, finish_reason=getattr(choice, "finish_reason", None),
                       prompt_tokens=int(getattr(usage, "prompt_tokens", 0) or 0) if usage else 0,
                       completion_tokens=int(getattr(usage, "completion_tokens", 0) or 0) if usage else 0)
+
+
+class UsesLLM:
+    """Mixin of the toolkit's LLM components: ``self.settings`` and ``self.usage`` are set by the
+    component; :attr:`client` is built on first use and rebuilt where the component is unpickled
+    (the client holds connections and thread pools, never pickled)."""
+    _client: Optional["LLMClient"] = None
+
+    @property
+    def client(self) -> "LLMClient":
+        if self._client is None:
+            self._client = LLMClient(self.settings, usage=self.usage)
+        return self._client
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state["_client"] = None
+        return state
