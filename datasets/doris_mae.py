@@ -806,24 +806,18 @@ def _register_all():
             ("train", "DORIS-MAE training queries (40, section 5.3)"),
             ("test", "DORIS-MAE test queries (60, section 5.3)")]
     full += [(f"subquery-{k}", f"DORIS-MAE sub-queries of {k} aspect(s) (Eq. 2)") for k in SUBQUERY_SIZES]
-    for variant, title in full:
-        name = NAME + ("/" + variant if variant else "")
-        register(name, _RELEASE_DOCS,
-                 FnQueries(name, functools.partial(_iter_queries, variant), DorisQuery),
-                 FnQrels(functools.partial(_iter_qrels, variant), _QREL_DEFS),
-                 FnScoredDocs(functools.partial(_iter_pool, variant)),
-                 AspectQueries(variant),
-                 documentation={"pretty_name": title, "desc": __doc__.split("\n\n")[0]})
-    for variant, title in [("birco-dev", "DORIS-MAE offline: 40 queries with BIRCO's pools"),
-                           ("birco-dev/train20", "DORIS-MAE offline: 20 training queries of the 40"),
-                           ("birco-dev/test20", "DORIS-MAE offline: 20 test queries of the 40")]:
-        name = NAME + "/" + variant
-        register(name, _OFFLINE_DOCS,
-                 FnQueries(OFFLINE, functools.partial(_iter_queries, variant), DorisQuery),
-                 FnQrels(functools.partial(_iter_qrels, variant), _QREL_DEFS),
-                 FnScoredDocs(functools.partial(_iter_pool, variant)),
-                 AspectQueries(variant),
-                 documentation={"pretty_name": title, "desc": __doc__.split("\n\n")[0]})
+    offline = [("birco-dev", "DORIS-MAE offline: 40 queries with BIRCO's pools"),
+               ("birco-dev/train20", "DORIS-MAE offline: 20 training queries of the 40"),
+               ("birco-dev/test20", "DORIS-MAE offline: 20 test queries of the 40")]
+    for docs, namespace, variants in ((_RELEASE_DOCS, None, full), (_OFFLINE_DOCS, OFFLINE, offline)):
+        for variant, title in variants:
+            name = NAME + ("/" + variant if variant else "")
+            register(name, docs,
+                     FnQueries(namespace or name, functools.partial(_iter_queries, variant), DorisQuery),
+                     FnQrels(functools.partial(_iter_qrels, variant), _QREL_DEFS),
+                     FnScoredDocs(functools.partial(_iter_pool, variant)),
+                     AspectQueries(variant),
+                     documentation={"pretty_name": title, "desc": __doc__.split("\n\n")[0]})
     for variant, title in [("queries", "DORIS-MAE: the 100 queries with aspects (no documents)"),
                            ("subquery-2-texts", "DORIS-MAE: the 1,003 two-aspect sub-query texts (no judgements)")]:
         name = NAME + "/" + variant

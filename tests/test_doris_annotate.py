@@ -180,13 +180,18 @@ def test_subquery_scores_are_eq2():
     assert n == {"7_1_2": 4, "7_1_3": 4, "7_2_3": 3}
 
 
-def test_compiling_the_release_annotations_gives_the_dataset_qrels(tmp_path, monkeypatch):
+def _release_from_fixture(tmp_path, monkeypatch):
+    """The tiny v1-layout fixture as the data directory's DORIS-MAE release."""
     d = tmp_path / "data"
     (d / "doris-mae").mkdir(parents=True)
     shutil.copy(FIXTURE, d / "doris-mae" / "DORIS-MAE_dataset_v1.json")
     monkeypatch.setenv("PYTERRIER_SCI_DATA", str(d))
     monkeypatch.setenv("PYTERRIER_SCI_HOME", str(tmp_path / "home"))
-    rel = dm.release()
+    return dm.release()
+
+
+def test_compiling_the_release_annotations_gives_the_dataset_qrels(tmp_path, monkeypatch):
+    rel = _release_from_fixture(tmp_path, monkeypatch)
     ann = pd.DataFrame([(a, doc, s) for (a, doc), s in rel.scores.items()], columns=["aspect_id", "docno", "score"])
     pools = {q.query_id: rel.pool(q.query_id) for q in rel.queries}
     mine = ag.compile_scores(ann, rel.queries, pools=pools)
@@ -290,12 +295,7 @@ def test_cli_run_estimates_first_then_annotates_and_resumes(server, tmp_path, mo
 
 
 def test_cli_compile_and_agreement(tmp_path, monkeypatch, capsys):
-    d = tmp_path / "data"
-    (d / "doris-mae").mkdir(parents=True)
-    shutil.copy(FIXTURE, d / "doris-mae" / "DORIS-MAE_dataset_v1.json")
-    monkeypatch.setenv("PYTERRIER_SCI_DATA", str(d))
-    monkeypatch.setenv("PYTERRIER_SCI_HOME", str(tmp_path / "home"))
-    rel = dm.release()
+    rel = _release_from_fixture(tmp_path, monkeypatch)
     ann_file = tmp_path / "ann.jsonl"
     with open(ann_file, "w") as f:
         for (a, doc), s in rel.scores.items():
