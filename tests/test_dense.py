@@ -49,6 +49,24 @@ def test_rescoring_uses_stored_vectors_and_matches_text_encoding(dense, tiny_dat
         assert g["score"].is_monotonic_decreasing and list(g["rank"]) == list(range(len(g)))
 
 
+def test_rescoring_equals_pyterrier_dr_scorer_and_rejects_unknown_docnos(dense, tiny_dataset):
+    topics = tiny_dataset.get_topics()
+    first = dense(topics).groupby("qid").head(15).sample(frac=1.0, random_state=3)  # shuffled rows
+    ours = dense(first[["qid", "query", "docno"]])
+    flex = pt.Artifact.load(dense.index)
+    qv = first.drop_duplicates("qid").set_index("qid")["query"].map(lambda q: dense.encode([q])[0])
+    theirs = flex.scorer()(first[["qid", "docno"]].assign(query_vec=first["qid"].map(qv)))
+    key = ["qid", "docno"]
+    a, b = ours.set_index(key)["score"].sort_index(), theirs.set_index(key)["score"].sort_index()
+    np.testing.assert_allclose(a.to_numpy(), b.to_numpy(), atol=1e-5)
+    assert list(ours["qid"]) == sorted(ours["qid"])  # grouped by qid, ranked within it
+    for _, g in ours.groupby("qid"):
+        assert g["score"].is_monotonic_decreasing and list(g["rank"]) == list(range(len(g)))
+    bad = first.head(3)[["qid", "query", "docno"]].assign(docno=["nope", first["docno"].iloc[1], "x"])
+    with pytest.raises(KeyError, match="'nope'"):
+        dense(bad)
+
+
 def test_cutoff_and_empty_and_pickle(dense, tiny_dataset):
     topics = tiny_dataset.get_topics()
     assert (dense % 3)(topics).groupby("qid").size().max() == 3

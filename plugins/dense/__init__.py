@@ -164,16 +164,12 @@ class DenseRetriever(pt.Transformer):
         if len(inp) == 0:
             return inp.assign(score=pd.Series(dtype=float), rank=pd.Series(dtype=int))
         flex = self.flex_index()
+        qvecs, pos = self._query_vecs(inp)
         if flex is not None:
-            out = _score_with_index(flex, self._with_query_vecs(inp)).drop(columns=["query_vec"])
+            scores = _score_with_index(flex, inp, qvecs, pos)
         else:
-            import numpy as np
-            q = self._with_query_vecs(inp)
-            dvecs = self.encode(self._frame_texts(inp), desc="documents")
-            out = inp.assign(score=np.einsum("ij,ij->i", np.stack(q["query_vec"].to_numpy()), dvecs))
-        out = out.sort_values(["qid", "score"], ascending=[True, False], kind="stable").reset_index(drop=True)
-        out["rank"] = out.groupby("qid").cumcount()
-        return out
+            scores = _rowwise_dot(qvecs, pos, self.encode(self._frame_texts(inp), desc="documents"))
+        return _ranked(inp, scores)
 
     def _frame_texts(self, inp: pd.DataFrame) -> list:
         """Document texts of a result frame without an index: ``fields`` joined by a space (as
@@ -187,14 +183,14 @@ class DenseRetriever(pt.Transformer):
             return inp[fields[0]].fillna("").astype(str).tolist()
         return inp[fields].fillna("").astype(str).agg(" ".join, axis=1).tolist()
 
-    def _with_query_vecs(self, inp: pd.DataFrame) -> pd.DataFrame:
-        """``inp`` with a ``query_vec`` column (each distinct query encoded once)."""
-        if inp["qid"].is_unique:  # a query frame
-            return inp.assign(query_vec=list(self.encode(inp["query"].astype(str).tolist(), desc="queries")))
-        queries = inp.drop_duplicates("qid")
-        vecs = self.encode(queries["query"].astype(str).tolist(), desc="queries")
-        pos = pd.Index(queries["qid"]).get_indexer(inp["qid"])
-        return inp.assign(query_vec=[vecs[i] for i in pos])
+    def _query_vecs(self, inp: pd.DataFrame):
+        """``(vecs, pos)``: each distinct query of ``inp`` encoded once, and per row of ``inp`` the
+        row of ``vecs`` holding its query."""
+        import numpy as np
+        codes, _ = pd.factorize(inp["qid"], sort=False)
+        first = np.unique(codes, return_index=True)[1]  # the first row of each query, in code order
+        vecs = self.encode(inp["query"].iloc[first].astype(str).tolist(), desc="queries")
+        return vecs, codes
 
     def fuse_rank_cutoff(self, k: int) -> Optional["DenseRetriever"]:
         # only retrieval can stop early; re-scoring must score every input document
@@ -254,17 +250,50 @@ def _search(flex, inp: pd.DataFrame, qvecs, k: int, batch_size: int = 8192) -> p
     return out
 
 
-def _score_with_index(flex, inp: pd.DataFrame) -> pd.DataFrame:
-    """Scores (qid, docno, query_vec) rows with the index's stored vectors and similarity, like
-    ``FlexIndex.scorer()`` but without its unconditional per-query progress bar."""
+def _score_with_index(flex, inp: pd.DataFrame, qvecs, pos, block: int = 65536):
+    """Scores of ``inp``'s (qid, docno) rows with the index's stored vectors and similarity
+    (the scores of ``FlexIndex.scorer()``): one docno lookup for the whole frame, then the stored
+    rows gathered and dotted with their query's vector ``block`` rows at a time, with no per-query
+    loop, progress bar or per-row vector column."""
     import numpy as np
-    inp = inp.reset_index(drop=True)
-    scorer = flex.scorer()
-    scores = np.empty(len(inp), dtype=np.float32)
-    for _, idx in inp.groupby("qid", sort=False).indices.items():
-        df = inp.iloc[idx]
-        scores[idx] = scorer.score(df["query_vec"].iloc[0].reshape(1, -1), flex._load_docids(df)).reshape(-1)
-    return inp.assign(score=scores)
+    from pyterrier_dr import SimFn
+    docids = np.asarray(flex._load_docids(inp), dtype=np.int64)
+    if (docids < 0).any():
+        missing = inp["docno"].to_numpy()[docids < 0][:5].tolist()
+        raise KeyError(f"dense re-scoring: docno(s) {missing} are not in the index {flex.index_path}")
+    dvecs, _ = flex.payload(return_docnos=False)
+    qvecs = np.asarray(qvecs, dtype=np.float32)
+    cos = flex.sim_fn == SimFn.cos
+    if cos:
+        qvecs = qvecs / np.linalg.norm(qvecs, axis=1, keepdims=True)
+    scores = np.empty(len(docids), dtype=np.float32)
+    for start in range(0, len(docids), block):
+        ids = docids[start:start + block]
+        order = np.argsort(ids, kind="stable")  # gathers from the memory map in file order
+        d = np.empty((len(ids), qvecs.shape[1]), dtype=np.float32)
+        d[order] = dvecs[ids[order]]
+        if cos:
+            d /= np.linalg.norm(d, axis=1, keepdims=True)
+        scores[start:start + block] = _rowwise_dot(qvecs, pos[start:start + block], d)
+    return scores
+
+
+def _rowwise_dot(qvecs, pos, dvecs):
+    """Per row i, ``qvecs[pos[i]] . dvecs[i]``."""
+    import numpy as np
+    return np.einsum("ij,ij->i", np.asarray(qvecs, dtype=np.float32)[pos], dvecs).astype(np.float32, copy=False)
+
+
+def _ranked(inp: pd.DataFrame, scores) -> pd.DataFrame:
+    """``inp`` with ``score``, sorted by qid then score (descending, ties in input order), ranked per qid."""
+    import numpy as np
+    qid_codes, _ = pd.factorize(inp["qid"], sort=True)
+    order = np.lexsort((-np.asarray(scores, dtype=np.float64), qid_codes))  # lexsort is stable
+    out = inp.iloc[order].reset_index(drop=True)
+    out["score"] = np.asarray(scores)[order]
+    starts = np.r_[0, np.flatnonzero(np.diff(qid_codes[order])) + 1]
+    out["rank"] = np.arange(len(out)) - np.repeat(starts, np.diff(np.r_[starts, len(out)]))
+    return out
 
 
 def dense_component(*, context=None, model: str = DEFAULT_MODEL, index: Union[None, bool, str] = None,
