@@ -134,7 +134,7 @@ def main(argv=None):
             model = train_fold(facet, fold, args)
             meta[fold] = model.meta["training"]
             fold_topics = topics[topics.qid.isin(csfcube.splits()[facet][f"{fold}_test"])]
-            rr = F.facet_rerank_component(model=str(model.path), dataset=ds_id)
+            rr = F.facet_rerank_component(facet=facet, model=str(model.path), dataset=ds_id)
             runs.append((ps.pipeline("pool", dataset=ds_id) >> rr)(fold_topics))
         ce_run = pd.concat(runs, ignore_index=True)
         elapsed = time.time() - t0

@@ -228,6 +228,10 @@ def test_component_factory(trained):
     assert ctl.weights == {"background": -1.0, "method": 1.0}
     with pytest.raises(ValueError, match="not background"):
         F.facet_rerank_component(facet="background", model=str(root / "method"))
+    # without facet=..., the model's own facet is used (a background model is not refused as 'method')
+    assert F.facet_rerank_component(model=str(root / "background")) == models["background"].scorer()
+    with pytest.raises(FileNotFoundError, match="no method facet model"):
+        F.facet_rerank_component(context=Context(dataset=None))
     with pytest.raises(FileNotFoundError, match="no method facet model"):
         F.facet_rerank_component(facet="method", context=Context(dataset=None))
 

@@ -522,15 +522,16 @@ class SeedText(pt.Transformer):
         return hash(("SeedText", self.dataset))
 
 
-def facet_rerank_component(*inputs, context=None, facet: str = "method", model: Optional[str] = None,
+def facet_rerank_component(*inputs, context=None, facet: Optional[str] = None, model: Optional[str] = None,
                            background_model: Optional[str] = None, method_model: Optional[str] = None,
                            weights: Union[None, str, Mapping[str, float]] = None, normalise: str = "zscore",
                            dataset: Optional[str] = None, add_text: bool = True, batch_size: int = 32,
                            verbose: bool = False) -> pt.Transformer:
     """``facet_rerank(facet=method, model=PATH)``: SciFACE facet re-ranking of the input's results.
     ``facet_rerank(weights=same_method_different_problem, background_model=P1, method_model=P2)``:
-    the controllable mode.  Without model paths the artifacts are looked up under the work
-    directory at ``facet/<facet>``.  With a dataset (the pipeline's, or ``dataset=``) and
+    the controllable mode.  ``facet`` defaults to ``model``'s own facet (and to ``method`` without
+    ``model``); a ``facet`` that differs from the model's is an error.  Without model paths the
+    artifacts are looked up under the work directory at ``facet/<facet>``.  With a dataset (the pipeline's, or ``dataset=``) and
     ``add_text``, the seed's and candidates' titles and abstracts are added first."""
     def default_path(f):
         if context is None:
@@ -542,11 +543,12 @@ def facet_rerank_component(*inputs, context=None, facet: str = "method", model: 
         return str(p)
 
     if weights is None:
-        if facet not in FACETS:
+        if facet is not None and facet not in FACETS:
             raise ValueError(f"facet must be one of {FACETS}, not {facet!r}")
-        m = model or (method_model if facet == "method" else background_model) or default_path(facet)
+        want = facet or "method"
+        m = model or (method_model if want == "method" else background_model) or default_path(want)
         rr: pt.Transformer = FacetReranker(m, batch_size=batch_size, verbose=verbose)
-        if rr.facet != facet:
+        if facet is not None and rr.facet != facet:
             raise ValueError(f"model {m} is a {rr.facet} model, not {facet}")
     else:
         rr = FacetControl(background_model or default_path("background"), method_model or default_path("method"),
