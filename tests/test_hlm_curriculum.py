@@ -76,10 +76,12 @@ def test_frozen_layers_do_not_move_and_the_curriculum_improves_ranking(tiny_mode
     queries, cands, texts = _toy()
     before = SentenceTransformer(tiny_model, device="cpu")
     out = train_curriculum(tiny_model, queries, cands, texts, str(tmp_path / "model"), frozen_layers=1,
-                           stage1_epochs=8, stage2_epochs=8, batch_size=8, list_size=8, lr=5e-3, max_seq_length=32)
+                           stage1_epochs=8, stage2_epochs=8, batch_size=8, list_size=8, lr=5e-3, max_seq_length=24)
     after = SentenceTransformer(str(out), device="cpu")
     meta = json.loads((out / "pt_meta.json").read_text())
     assert meta["type"] == "dense_model" and meta["stages"] == [1, 2] and meta["frozen_layers"] == 1
+    # trained on 24 tokens per text, saved to encode like its base (32)
+    assert meta["train_max_seq_length"] == 24 and after.max_seq_length == before.max_seq_length == 32
     b_layers = before[0].auto_model.encoder.layer
     a_layers = after[0].auto_model.encoder.layer
     for p, q in zip(b_layers[0].parameters(), a_layers[0].parameters()):

@@ -166,10 +166,14 @@ def train_curriculum(base_model: str, queries: Sequence[str], candidates: Dict[s
                      n_negatives: int = 1, lr: float = 2e-5, tau: float = 1.0, seed: int = 0,
                      max_steps: Optional[int] = None, max_seq_length: Optional[int] = 256) -> Path:
     """Fine-tunes ``base_model`` with HLM-Cite's curriculum (``stages=(1, 2)``; ``(1,)`` or ``(2,)``
-    for the ablations) and writes the model atomically to ``output``; returns its path."""
+    for the ablations) and writes the model atomically to ``output``; returns its path.
+
+    ``max_seq_length`` caps the tokens per text *while training* (a cost knob); the saved model keeps
+    its base's ``max_seq_length`` for encoding, so it reads as much of a paper as the base does."""
     from pyterrier_sci.plugins.dense import load_sentence_transformer
     output = Path(output)
     model = load_sentence_transformer(base_model, device="cpu" if not torch.cuda.is_available() else None)
+    encode_length = model.max_seq_length  # the saved model encodes like its base; max_seq_length is for training
     if max_seq_length:
         model.max_seq_length = max_seq_length
     n_layers = len(_encoder_layers(model)[1])
@@ -190,10 +194,12 @@ def train_curriculum(base_model: str, queries: Sequence[str], candidates: Dict[s
             _trainer(model, data, NeuralNDCGLoss(model, tau=tau), tmp / "run2", stage2_epochs, max(2, batch_size // 4),
                      lr, seed, max_steps).train()
         shutil.rmtree(tmp, ignore_errors=True)
+        model.max_seq_length = encode_length
         model.save(str(tmp))
         meta = {"type": "dense_model", "format": "sentence-transformers", "package_hint": "pyterrier-sci",
                 "method": "hlm-cite curriculum", "base_model": str(base_model), "frozen_layers": frozen_layers,
-                "stages": list(stages), "seed": seed}
+                "stages": list(stages), "seed": seed, "train_max_seq_length": max_seq_length,
+                "max_seq_length": encode_length}
         (tmp / "pt_meta.json").write_text(json.dumps(meta, indent=2))
         _replace_dir(tmp, output)
     finally:
