@@ -11,9 +11,10 @@ both); frozen lower layers ``--frozen`` of MiniLM's 6; measures PREC@3/5 and NDC
 core labels.  The figures of the run are in the README's HLM-Cite section.
 
     PYTERRIER_SCI_DATA=../shared/data python examples/hlm_cite.py [--size 10] [--train-queries 200]
-        [--test-queries 200] [--frozen 3] [--llm]
+        [--test-queries 200] [--frozen 3] [--llm [--llm-queries 10]]
 """
 import argparse
+import json
 import re
 import time
 from pathlib import Path
@@ -40,7 +41,11 @@ class KeywordOverlap(pt.Transformer):
 
     def transform(self, inp):
         q = {qid: keywords(t) for qid, t in zip(inp["qid"], inp["query"])}
-        scores = [len(q[qid] & keywords(f"{t} {a}")) for qid, t, a in zip(inp["qid"], inp["title"], inp["abstract"])]
+        d = {}  # a candidate's keywords, once (large candidate sets share most candidates)
+        for docno, t, a in zip(inp["docno"], inp["title"], inp["abstract"]):
+            if docno not in d:
+                d[docno] = keywords(f"{t} {a}")
+        scores = [len(q[qid] & d[docno]) for qid, docno in zip(inp["qid"], inp["docno"])]
         return pt.model.add_ranks(inp.assign(score=[float(s) for s in scores]))
 
 
@@ -55,7 +60,11 @@ def main(argv=None):
     ap.add_argument("--max-seq-length", type=int, default=128, help="tokens per text while training")
     ap.add_argument("--models", default="runs/hlm-cite-models",
                     help="where the trained models go; a finished model there is reused (written atomically)")
+    ap.add_argument("--encode-length", type=int, default=256,
+                    help="tokens per text when encoding for evaluation, the same for every model (MiniLM's 256)")
     ap.add_argument("--llm", action="store_true", help="add the full workflow with the configured LLM")
+    ap.add_argument("--llm-queries", type=int, default=10,
+                    help="test queries for the workflow table (the first of the test queries; LLM calls are slow)")
     args = ap.parse_args(argv)
 
     train = cc.HEPTH.split("train", 100)  # training lists need non-citations: |C| = 100 on the train split
@@ -67,8 +76,9 @@ def main(argv=None):
     for label, stages in (("stage 1 only", (1,)), ("stage 2 only", (2,)), ("curriculum (1+2)", (1, 2))):
         t = time.time()
         path = work / label.replace(" ", "_")
-        if (path / "pt_meta.json").exists():
-            models[label], train_s[label] = path, float("nan")
+        if (path / "pt_meta.json").exists():  # reused: its training time is in its metadata (older models lack it)
+            models[label] = path
+            train_s[label] = json.loads((path / "pt_meta.json").read_text()).get("train_seconds", float("nan"))
             continue
         models[label] = train_curriculum("default", tr_q, train.candidates, texts, str(path),
                                          frozen_layers=args.frozen, stages=stages, stage1_epochs=args.epochs,
@@ -79,36 +89,67 @@ def main(argv=None):
         evaluate(size, args, models, tr_q, train_s)
 
 
+CORPUS = "irds:sci/hepth-core-citations/test"  # the whole hep-th docstore (train and test sets share it)
+
+
+def dense_on_corpus(model, args, name):
+    """The dense component over ``model``'s own FlexIndex of the hep-th corpus (built once under
+    ``--models``/indexes, atomically), every model encoding ``--encode-length`` tokens per text:
+    re-scoring a candidate set, of any size, then uses the stored vectors."""
+    index = Path(args.models) / "indexes" / f"{name.replace(' ', '_')}-l{args.encode_length}"
+    dr = DenseRetriever(str(model), index=str(index), corpus=CORPUS, fields=TEXT, verbose=True)
+    dr.encoder.max_seq_length = args.encode_length
+    dr.flex_index()
+    return dr
+
+
 def evaluate(size, args, models, tr_q, train_s):
     ds_id = f"irds:sci/hepth-core-citations/test/c{size}"
     ds = pt.get_dataset(ds_id)
     topics = ds.get_topics()
     topics = topics[topics["qid"].isin(sorted(topics["qid"])[:args.test_queries])]
     qrels = ds.get_qrels()
-    first = ps.pipeline("pool >> text", dataset=ds_id)
+    pool = ps.pipeline("pool", dataset=ds_id)
     measures = ps.measures.parse(["PREC@3", "PREC@5", "NDCG@3", "NDCG@5"], dataset=ds_id)
-    systems = [first >> KeywordOverlap(), first >> ps.pipeline("bm25", dataset=ds_id),
-               first >> DenseRetriever("default", fields=TEXT, verbose=False)]
+    systems = [pool >> ps.pipeline("text", dataset=ds_id) >> KeywordOverlap(), pool >> ps.pipeline("bm25", dataset=ds_id),
+               pool >> dense_on_corpus("default", args, "base")]
     names = ["keyword overlap", "BM25", "MiniLM (base)"]
     for label, path in models.items():
-        systems.append(first >> DenseRetriever(str(path), fields=TEXT, verbose=False))
+        systems.append(pool >> dense_on_corpus(path, args, f"{Path(path).parent.name}-{label}"))
         names.append(f"MiniLM + {label}")
-    if args.llm:
-        # the workflow of pipelines/hlm_cite.yaml, with the candidate set re-scored from its text
-        workflow = (DenseRetriever(str(models["curriculum (1+2)"]), fields=TEXT, verbose=False) % 8
-                    >> ps.pipeline("hlm_agents(keep_top=2, text_field='abstract') % 5", dataset=ds_id))
-        systems.append(first >> workflow)
-        names.append("HLM-Cite workflow (r=8, keep_top=2)")
     table = pt.Experiment(systems, topics, qrels, measures, names=names, baseline=2)
     print(f"\nsci/hepth-core-citations, |C| = {size} (5 core + 5 superficial + non-citations); "
           f"trained on {len(tr_q)} train-split queries (|C| = 100), tested on {len(topics)} test-split queries (disjoint); "
-          f"MiniLM-L6 with {args.frozen} of 6 layers frozen, {args.max_seq_length} tokens; training seconds: "
+          f"MiniLM-L6 with {args.frozen} of 6 layers frozen, {args.max_seq_length} tokens while training, "
+          f"{args.encode_length} when encoding; training seconds: "
           + ", ".join(f"{k} {v:.0f}" for k, v in train_s.items()))
     with pd.option_context("display.width", 200, "display.max_columns", None):
         print(table.round(4).to_string(index=False))
     base = table.set_index("name").loc["MiniLM (base)"]
     full = table.set_index("name").loc["MiniLM + curriculum (1+2)"]
     print(f"curriculum - base at |C| = {size}:", {str(m): round(full[str(m)] - base[str(m)], 4) for m in measures})
+    if args.llm:
+        workflow_table(size, args, models, topics, qrels, measures, pool, systems[2], systems[-1])
+
+
+def workflow_table(size, args, models, topics, qrels, measures, pool, base, curriculum):
+    """Table 3's structure on the first ``--llm-queries`` test queries: the retriever alone against
+    the workflow of pipelines/hlm_cite.yaml (top r = 8 re-scored from the candidates' text, the
+    agents re-rank ranks 3-8, top k = 5 returned) with the configured LLM (docs/llm.md)."""
+    from pyterrier_sci.plugins.llm import HLMAgents
+    topics = topics.head(args.llm_queries)
+    agents = HLMAgents(keep_top=2, text_field="abstract", on_error="flag")
+    text = ps.pipeline("text", dataset=f"irds:sci/hepth-core-citations/test/c{size}")
+    t = time.time()
+    table = pt.Experiment([base, curriculum, (curriculum % 8 >> text >> agents) % 5],
+                          topics, qrels, measures, baseline=1,
+                          names=["MiniLM (base)", "MiniLM + curriculum (1+2)", "HLM-Cite workflow (r=8, keep_top=2)"])
+    u = agents.usage
+    print(f"\nWorkflow, |C| = {size}, first {len(topics)} test queries, LLM {agents.settings.model!r} at "
+          f"{agents.settings.base_url} ({time.time() - t:.0f} s; calls {u.calls}, unusable answers {u.unusable}, "
+          f"repaired rankings {u.repaired}):")
+    with pd.option_context("display.width", 200, "display.max_columns", None):
+        print(table.round(4).to_string(index=False))
 
 
 if __name__ == "__main__":

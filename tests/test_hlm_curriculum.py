@@ -82,6 +82,7 @@ def test_frozen_layers_do_not_move_and_the_curriculum_improves_ranking(tiny_mode
     assert meta["type"] == "dense_model" and meta["stages"] == [1, 2] and meta["frozen_layers"] == 1
     # trained on 24 tokens per text, saved to encode like its base (32)
     assert meta["train_max_seq_length"] == 24 and after.max_seq_length == before.max_seq_length == 32
+    assert meta["train_seconds"] > 0
     b_layers = before[0].auto_model.encoder.layer
     a_layers = after[0].auto_model.encoder.layer
     for p, q in zip(b_layers[0].parameters(), a_layers[0].parameters()):

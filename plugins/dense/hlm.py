@@ -19,6 +19,7 @@ import json
 import os
 import random
 import shutil
+import time
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
@@ -180,6 +181,7 @@ def train_curriculum(base_model: str, queries: Sequence[str], candidates: Dict[s
     freeze_lower_layers(model, min(frozen_layers, n_layers))
     tmp = output.with_name(f".{output.name}.partial-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
+    started = time.time()
     try:
         if 1 in stages:
             from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
@@ -199,7 +201,7 @@ def train_curriculum(base_model: str, queries: Sequence[str], candidates: Dict[s
         meta = {"type": "dense_model", "format": "sentence-transformers", "package_hint": "pyterrier-sci",
                 "method": "hlm-cite curriculum", "base_model": str(base_model), "frozen_layers": frozen_layers,
                 "stages": list(stages), "seed": seed, "train_max_seq_length": max_seq_length,
-                "max_seq_length": encode_length}
+                "max_seq_length": encode_length, "train_seconds": round(time.time() - started, 1)}
         (tmp / "pt_meta.json").write_text(json.dumps(meta, indent=2))
         _replace_dir(tmp, output)
     finally:
