@@ -46,8 +46,9 @@ def main(argv=None):
     ap.add_argument("--ablations", action="store_true", help="also train w/o S and the other triplet sets (T1, T1+T2, T1+T3, all)")
     ap.add_argument("--llm", default=None, help="base URL of an OpenAI-compatible server: adds mir_pointwise / mir_agent")
     ap.add_argument("--llm-mode", default="completion", choices=["completion", "chat", "auto"])
-    ap.add_argument("--llm-k", type=int, default=5)
+    ap.add_argument("--llm-k", type=int, default=10, help="re-rank the fine-tuned top k (the paper's elbow choice: 10)")
     ap.add_argument("--llm-queries", type=int, default=5)
+    ap.add_argument("--llm-concurrency", type=int, default=2, help="requests in flight to the LLM server")
     ap.add_argument("--json", default=None, help="write the tables to this JSON file")
     args = ap.parse_args(argv)
 
@@ -147,7 +148,7 @@ def _llm_part(args, ft_path, test_ds, train_ds, graph, measures):
     import pyterrier_sci as ps
     from pyterrier_sci.plugins.dense.mir import mir_dense_component
     from pyterrier_sci.plugins.llm import MIRAgent, MIRPointwise
-    llm = {"base_url": args.llm, "mode": args.llm_mode, "progress": False, "concurrency": 2}
+    llm = {"base_url": args.llm, "mode": args.llm_mode, "progress": False, "concurrency": args.llm_concurrency}
     d = pt.get_dataset(test_ds)
     topics = d.get_topics()
     qrels = d.get_qrels()
@@ -161,12 +162,21 @@ def _llm_part(args, ft_path, test_ds, train_ds, graph, measures):
                first >> text >> MIRAgent(llm, text_field="abstract", on_error="flag", analysis_max_tokens=128)]
     names = [f"MiniLM (FT) top {args.llm_k}", "+ mir_pointwise (zero-shot)", "+ mir_pointwise (few-shot, MAG exemplars)",
              "+ mir_agent (zero-shot)"]
-    res = pt.Experiment(systems, topics, qrels, ps.measures.parse(measures, dataset=test_ds), names=names)
+    # each system runs once; its frame gives both the measures and how often the LLM said "relevant"
+    # (re-ranking keeps the first-stage order among the papers judged relevant, §5.2.1, so an LLM
+    # that judges every paper relevant leaves the ranking as it was)
+    frames = [system.transform(topics) for system in systems]
+    res = pt.Experiment(frames, topics, qrels, ps.measures.parse(measures, dataset=test_ds), names=names)
     res = res.set_index("name") * 100
     res.columns = measures
+    res["judged relevant %"] = [float("nan")] + [
+        100 * float((f["llm_relevant"] == 1).sum()) / max(1, int(f["llm_relevant"].notna().sum())) for f in frames[1:]]
     print(f"\nTable 3 (structure): LLM re-ranking of the top {args.llm_k}, {len(topics)} test proposals, "
           f"restricted corpus, LLM at {args.llm} ({args.llm_mode} mode), x100")
     print(res.round(2).to_string())
+    from pyterrier_sci.llm import usage_report
+    print("\nLLM usage (calls, unusable answers, ...):")
+    print(usage_report(systems[1:], names=names[1:]).to_string(index=False))
     return res
 
 
