@@ -60,7 +60,7 @@ def main(argv=None):
     import pyterrier_sci as ps
     from pyterrier_sci.datasets import mir_multicite as M
     from pyterrier_sci.plugins.dense.mag import MethodologyAdjacencyGraph
-    from pyterrier_sci.plugins.dense.mir import MIRTrainingConfig, mir_dense_component
+    from pyterrier_sci.plugins.dense.mir import mir_dense_component
 
     TRAIN, TEST_R, TEST_E = ("irds:sci/mir-multicite/dev/chrono-train", "irds:sci/mir-multicite/dev/chrono-test",
                              "irds:sci/mir-multicite/dev/chrono-test/extended")
