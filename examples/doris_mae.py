@@ -150,7 +150,7 @@ def main(argv=None) -> int:
           f"{int((~kept[test_ids]).sum())} of the 20 test queries).  * = one vector per aspect, abstracts by sentence "
           "(appendix C.3, approach 2).")
     print()
-    print(f"Table A (structure of Table 2 / 12 / 13): all 40 queries")
+    print("Table A (structure of Table 2 / 12 / 13): all 40 queries")
     print(fmt_table(table_a, measures, se=True))
     print()
     print("Table B (structure of Table 14 and Table 8): the 20 test queries of birco-dev/test20")

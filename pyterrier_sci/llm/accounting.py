@@ -8,8 +8,8 @@ component inside; :func:`add_usage_columns` puts the totals beside the measures 
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, field, fields
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 import pandas as pd
 

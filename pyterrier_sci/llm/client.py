@@ -22,7 +22,7 @@ import threading
 import time
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from .accounting import Usage
 from .cache import ResponseCache, cache_key
@@ -293,7 +293,7 @@ class LLMClient:
                     retry_after = float(e.response.headers.get("retry-after"))
                 except (TypeError, ValueError, AttributeError):
                     retry_after = None
-            except openai.APITimeoutError as e:
+            except openai.APITimeoutError:
                 cause = f"timed out after {s.timeout:g} s"
             except openai.APIConnectionError as e:
                 cause = f"connection error: {_short(e.__cause__ or e)}"

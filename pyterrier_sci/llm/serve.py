@@ -11,7 +11,6 @@ log-probabilities work, which is what the components' ``completion`` (and ``auto
 from __future__ import annotations
 
 import contextlib
-import os
 import socket
 import subprocess
 import sys
