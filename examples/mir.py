@@ -169,8 +169,8 @@ def _llm_part(args, ft_path, test_ds, train_ds, graph, measures):
     res = pt.Experiment(frames, topics, qrels, ps.measures.parse(measures, dataset=test_ds), names=names)
     res = res.set_index("name") * 100
     res.columns = measures
-    res["judged relevant %"] = [float("nan")] + [
-        100 * float((f["llm_relevant"] == 1).sum()) / max(1, int(f["llm_relevant"].notna().sum())) for f in frames[1:]]
+    # share of the readable judgements that said "relevant" (NaN when none was readable)
+    res["judged relevant %"] = [float("nan")] + [100 * f["llm_relevant"].dropna().eq(1).mean() for f in frames[1:]]
     print(f"\nTable 3 (structure): LLM re-ranking of the top {args.llm_k}, {len(topics)} test proposals, "
           f"restricted corpus, LLM at {args.llm} ({args.llm_mode} mode), x100")
     print(res.round(2).to_string())
