@@ -13,6 +13,7 @@ The triplet construction, margin ranking loss (0.5), AdamW + 10% warm-up + linea
 are the paper's.  SPECTER's row is computed from the official sample rankings.
 
     python examples/sciface.py [--epochs 3] [--triplets-per-seed 10] [--max-length 256] [--warm-start]
+                               [--warm-seeds 1000 --warm-loss margin_mse]
 """
 from __future__ import annotations
 
@@ -87,13 +88,20 @@ def warm_start(args) -> str:
     import ir_datasets
     from pyterrier_sci.plugins.facet.warm_start import distil_cross_encoder, neighbour_pairs
     key = f"acl-s{args.warm_seeds}-l{args.max_length}-e{args.warm_epochs}"
+    if args.warm_loss != "mse":      # the first (pointwise) setting keeps its original cache name
+        key += f"-{args.warm_loss}-r{args.warm_sampled_ranks}"
     path = work_dir() / "sciface" / f"warm-start-{key}"
     if not path.exists():
         t0 = time.time()
         docs = [(d.doc_id, d.title, d.abstract) for d in ir_datasets.load("sci/acl-core-citations/train").docs_iter()]
-        pairs = neighbour_pairs(docs, n_seeds=args.warm_seeds)
-        distil_cross_encoder(pairs, path, epochs=args.warm_epochs, max_length=args.max_length)
-        print(f"[warm start] {len(pairs)} ACL pairs distilled from MiniLM in {time.time() - t0:.0f} s", flush=True)
+        if args.warm_loss == "mse":
+            pairs = neighbour_pairs(docs, n_seeds=args.warm_seeds)
+        else:   # the nearest paper, sampled near neighbours (ranks up to 100) and one random paper per seed
+            pairs = neighbour_pairs(docs, n_seeds=args.warm_seeds, ranks=(1,), n_sampled_ranks=args.warm_sampled_ranks,
+                                    max_rank=100, n_random=1)
+        distil_cross_encoder(pairs, path, epochs=args.warm_epochs, max_length=args.max_length, loss=args.warm_loss)
+        print(f"[warm start] {len(pairs)} ACL pairs distilled from MiniLM ({args.warm_loss}) in {time.time() - t0:.0f} s",
+              flush=True)
     return str(path)
 
 
@@ -116,6 +124,10 @@ def main(argv=None):
                          "an addition to SciFACE for tiny training sets, see plugins/facet/warm_start.py)")
     ap.add_argument("--warm-seeds", type=int, default=400)
     ap.add_argument("--warm-epochs", type=int, default=1)
+    ap.add_argument("--warm-loss", choices=["mse", "margin_mse"], default="mse",
+                    help="distillation loss: mse = regress each pair's cosine; margin_mse = regress score differences "
+                         "within a seed's group (the nearest paper, --warm-sampled-ranks near neighbours, one random)")
+    ap.add_argument("--warm-sampled-ranks", type=int, default=6)
     args = ap.parse_args(argv)
     if args.warm_start:
         args.base_model = warm_start(args)

@@ -53,3 +53,46 @@ def test_distilled_cross_encoder_follows_its_teacher(docs, tmp_path):
     assert not list(tmp_path.glob("*.partial-*"))
     with pytest.raises(ValueError, match="lack columns"):
         distil_cross_encoder(pairs.drop(columns=["teacher_score"]), tmp_path / "x")
+
+
+def test_sampled_ranks_add_near_neighbours_in_rank_order(docs):
+    base = neighbour_pairs(docs, n_seeds=4, ranks=(1,), n_random=1, seed=5)
+    more = neighbour_pairs(docs, n_seeds=4, ranks=(1,), n_random=1, seed=5, n_sampled_ranks=3, max_rank=10)
+    assert len(base) == 4 * 2 and len(more) == 4 * 5
+    assert set(base.seed_id) == set(more.seed_id)
+    for _, g in more.groupby("seed_id", sort=False):
+        s = g.teacher_score.to_numpy()
+        assert len(set(g.cand_id)) == 5 and (np.diff(s[:4]) <= 1e-6).all()   # 4 neighbours by rank, then random
+    # sampled ranks stay within max_rank: every sampled neighbour is at least as close as the 10th
+    from pyterrier_sci.plugins.dense import load_sentence_transformer
+    enc = load_sentence_transformer("default", "cpu")
+    vecs = dict(zip([d for d, _, _ in docs], enc.encode([f"{t} {a}" for _, t, a in docs], normalize_embeddings=True)))
+    for sid, g in more.groupby("seed_id", sort=False):
+        sims = sorted((float(vecs[sid] @ v) for d, v in vecs.items() if d != sid), reverse=True)
+        assert (g.teacher_score.to_numpy()[:4] >= sims[9] - 1e-5).all()
+
+
+def test_margin_mse_distillation_learns_the_order_within_seeds(docs, tmp_path):
+    from scipy.stats import spearmanr
+
+    from pyterrier_sci.plugins.dense import resolve_model
+    from pyterrier_sci.plugins.facet import _load_cross_encoder, score_pairs
+    pairs = neighbour_pairs(docs, n_seeds=12, ranks=(1, 3, 20), n_random=1, seed=0)
+    path = distil_cross_encoder(pairs, tmp_path / "mm", loss="margin_mse", epochs=8, batch_size=8,
+                                learning_rate=1e-4, max_length=96)
+    meta = json.loads((path / "pt_meta.json").read_text())
+    assert meta["loss"] == "margin_mse" and meta["group_size"] == 4 and meta["groups"] == 12 and meta["pairs_cut"] == 0
+
+    def within_seed_rho(model):
+        pred = score_pairs(model, list(zip(pairs.seed_title, pairs.seed_abstract)),
+                           list(zip(pairs.cand_title, pairs.cand_abstract)))
+        f = pairs.assign(pred=pred)
+        return float(np.mean([spearmanr(g.pred, g.teacher_score).statistic for _, g in f.groupby("seed_id")]))
+    before = within_seed_rho(_load_cross_encoder(resolve_model("default"), 96))
+    after = within_seed_rho(_load_cross_encoder(str(path), 96))
+    assert after > 0.5 and after > before + 0.2, (before, after)
+    with pytest.raises(ValueError, match="unknown distillation loss"):
+        distil_cross_encoder(pairs, tmp_path / "x", loss="kl")
+    with pytest.raises(ValueError, match="at least two candidates"):
+        distil_cross_encoder(pairs.groupby("seed_id").head(1), tmp_path / "y", loss="margin_mse")
+    assert not list(tmp_path.glob("*.partial-*"))

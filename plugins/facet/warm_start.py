@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Iterable, Sequence, Tuple, Union
+from typing import Iterable, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import pandas as pd
@@ -32,12 +32,16 @@ PAIR_COLUMNS = ("seed_id", "seed_title", "seed_abstract", "cand_id", "cand_title
 
 def neighbour_pairs(docs: Iterable[Tuple[str, str, str]], teacher: str = "default", n_seeds: int = 400,
                     ranks: Sequence[int] = (1, 2, 4, 8, 16, 32, 64), n_random: int = 1, seed: int = 0,
-                    batch_size: int = 32) -> pd.DataFrame:
+                    batch_size: int = 32, n_sampled_ranks: int = 0, max_rank: int = 100) -> pd.DataFrame:
     """(seed, candidate) pairs with the ``teacher`` bi-encoder's cosine similarity.
 
     ``docs``: ``(docno, title, abstract)`` of an unlabelled corpus.  ``n_seeds`` seeds are drawn
     (deterministically by ``seed``); each gets its neighbours at ``ranks`` (1 = nearest other paper)
-    and ``n_random`` random papers, so the targets span near-duplicates to unrelated papers."""
+    and ``n_random`` random papers, so the targets span near-duplicates to unrelated papers.
+    ``n_sampled_ranks`` > 0 adds that many more neighbours per seed, at distinct ranks drawn
+    uniformly from 1..``max_rank`` (not already in ``ranks``): a re-ranking pool is made of such
+    near neighbours, and fine distinctions among them are what a re-ranker has to learn.
+    Within a seed the candidates come in rank order, random papers last."""
     from pyterrier_sci.plugins.dense import load_sentence_transformer
     docs = [(str(d), t or "", a or "") for d, t, a in docs if (t or a)]
     if len(docs) < 2:
@@ -52,7 +56,11 @@ def neighbour_pairs(docs: Iterable[Tuple[str, str, str]], teacher: str = "defaul
         sims = vecs @ vecs[s]
         order = np.argsort(-sims, kind="stable")
         order = order[order != s]
-        picks = [order[r - 1] for r in ranks if r - 1 < len(order)]
+        use = [r for r in ranks if r - 1 < len(order)]
+        if n_sampled_ranks:
+            free = np.setdiff1d(np.arange(1, min(max_rank, len(order)) + 1), np.asarray(use, dtype=int))
+            use += rng.choice(free, size=min(n_sampled_ranks, len(free)), replace=False).tolist()
+        picks = [order[r - 1] for r in sorted(set(use))]
         others = np.setdiff1d(np.arange(len(docs)), np.array(picks + [s]))
         if n_random and len(others):
             picks += list(rng.choice(others, size=min(n_random, len(others)), replace=False))
@@ -61,13 +69,26 @@ def neighbour_pairs(docs: Iterable[Tuple[str, str, str]], teacher: str = "defaul
     return pd.DataFrame(rows, columns=list(PAIR_COLUMNS))
 
 
+LOSSES = ("mse", "margin_mse")
+
+
 def distil_cross_encoder(pairs: pd.DataFrame, path: Union[str, Path], base_model: str = "default",
                          scale: float = 5.0, epochs: int = 1, batch_size: int = 16, learning_rate: float = 5e-5,
-                         warmup_ratio: float = 0.1, max_length: int = 256, seed: int = 0) -> Path:
-    """Trains a cross-encoder (fresh 1-output head on ``base_model``) to regress ``scale`` x the
-    ``teacher_score`` of ``pairs`` (input as in SciFACE: ``seed title [SEP] seed abstract`` /
-    ``cand title [SEP] cand abstract``) and writes it atomically to ``path`` (a sentence-transformers
-    ``CrossEncoder`` directory with a ``pt_meta.json``).  An existing ``path`` is returned as is."""
+                         warmup_ratio: float = 0.1, max_length: int = 256, seed: int = 0, loss: str = "mse",
+                         callbacks: Optional[list] = None) -> Path:
+    """Trains a cross-encoder (fresh 1-output head on ``base_model``) on the ``teacher_score`` of
+    ``pairs`` (input as in SciFACE: ``seed title [SEP] seed abstract`` / ``cand title [SEP] cand
+    abstract``) and writes it atomically to ``path`` (a sentence-transformers ``CrossEncoder``
+    directory with a ``pt_meta.json``).  An existing ``path`` is returned as is.
+
+    ``loss="mse"``: each pair regresses ``scale`` x its teacher score (sentence-transformers'
+    cross-encoder ``MSELoss``).  ``loss="margin_mse"``: each seed's candidates form one group, and the
+    student's score differences to the group's first candidate regress the teacher's
+    (``MarginMSELoss`` with several negatives, Hofstätter et al. 2020): only the order and spacing
+    within a seed is taught, which is what re-ranking needs; a seed's absolute level is free.
+    Every group is cut to the smallest group size (the cut pairs are counted in ``pt_meta.json``);
+    the ``batch_size`` pairs of a step are then ``batch_size // group size`` groups (at least one).
+    ``callbacks``: transformers ``TrainerCallback``s (e.g. to save checkpoints for a learning curve)."""
     from pyterrier_sci.plugins.bm25 import build_atomically
     path = Path(path)
     if (path / "pt_meta.json").exists():
@@ -77,12 +98,14 @@ def distil_cross_encoder(pairs: pd.DataFrame, path: Union[str, Path], base_model
         raise ValueError(f"distillation pairs lack columns {missing} (make them with neighbour_pairs)")
     if len(pairs) == 0:
         raise ValueError("no distillation pairs")
+    if loss not in LOSSES:
+        raise ValueError(f"unknown distillation loss {loss!r}; one of {LOSSES}")
 
     def build(tmp: Path):
         import datasets
         import torch
         from sentence_transformers.cross_encoder import CrossEncoderTrainer, CrossEncoderTrainingArguments
-        from sentence_transformers.cross_encoder.losses import MSELoss
+        from sentence_transformers.cross_encoder.losses import MarginMSELoss, MSELoss
         from . import _load_cross_encoder
         torch.manual_seed(seed)
         base = base_model
@@ -93,19 +116,28 @@ def distil_cross_encoder(pairs: pd.DataFrame, path: Union[str, Path], base_model
         sep = model.tokenizer.sep_token or "[SEP]"
         texts = [pair_input(st, sa, ct, ca, sep) for st, sa, ct, ca in
                  zip(pairs.seed_title, pairs.seed_abstract, pairs.cand_title, pairs.cand_abstract)]
-        ds = datasets.Dataset.from_dict({"seed": [a for a, _ in texts], "cand": [b for _, b in texts],
-                                         "label": (scale * pairs["teacher_score"].astype(float)).tolist()})
+        target = (scale * pairs["teacher_score"].astype(float)).tolist()
+        if loss == "mse":
+            ds = datasets.Dataset.from_dict({"seed": [a for a, _ in texts], "cand": [b for _, b in texts],
+                                             "label": target})
+            per_step, objective, stats = batch_size, MSELoss(model), {}
+        else:
+            ds, stats = _groups(pairs, texts, target)
+            per_step = max(1, batch_size // stats["group_size"])
+            objective = MarginMSELoss(model)
         args = CrossEncoderTrainingArguments(
-            output_dir=str(tmp / "run"), num_train_epochs=epochs, per_device_train_batch_size=batch_size,
+            output_dir=str(tmp / "run"), num_train_epochs=epochs, per_device_train_batch_size=per_step,
             learning_rate=learning_rate, warmup_steps=warmup_ratio, lr_scheduler_type="linear", seed=seed,
             save_strategy="no", report_to=[], logging_strategy="no", disable_tqdm=False,
             use_cpu=not torch.cuda.is_available())
-        CrossEncoderTrainer(model=model, args=args, train_dataset=ds, loss=MSELoss(model)).train()
+        CrossEncoderTrainer(model=model, args=args, train_dataset=ds, loss=objective, callbacks=callbacks).train()
         import shutil
         shutil.rmtree(tmp / "run", ignore_errors=True)
         model.save(str(tmp))
         meta = {"type": "cross_encoder_warm_start", "format": "sentence-transformers", "package_hint": "pyterrier-sci",
-                "method": "bi-encoder distillation (MSE on scaled cosine)", "base_model": str(base_model),
+                "method": "bi-encoder distillation (" + ("MSE on scaled cosine" if loss == "mse" else
+                                                          "margin MSE within each seed's group") + ")",
+                "loss": loss, **stats, "base_model": str(base_model),
                 "scale": scale, "pairs": int(len(pairs)), "seeds": int(pairs["seed_id"].nunique()),
                 "epochs": epochs, "batch_size": batch_size, "learning_rate": learning_rate,
                 "max_length": max_length, "seed": seed}
@@ -113,3 +145,20 @@ def distil_cross_encoder(pairs: pd.DataFrame, path: Union[str, Path], base_model
 
     build_atomically(path, build)
     return path
+
+
+def _groups(pairs: pd.DataFrame, texts, target):
+    """One row per seed for ``MarginMSELoss``: seed text, its candidates' texts, their targets."""
+    import datasets
+    frame = pd.DataFrame({"seed_id": pairs["seed_id"].to_numpy(), "seed": [a for a, _ in texts],
+                          "cand": [b for _, b in texts], "target": target})
+    groups = [g for _, g in frame.groupby("seed_id", sort=False)]
+    size = min(len(g) for g in groups)
+    if size < 2:
+        raise ValueError("margin_mse distillation needs at least two candidates per seed")
+    cols = {"seed": [g.seed.iloc[0] for g in groups]}
+    for i in range(size):
+        cols[f"cand{i}"] = [g.cand.iloc[i] for g in groups]
+    cols["label"] = [g.target.iloc[:size].tolist() for g in groups]
+    dropped = int(sum(len(g) - size for g in groups))
+    return datasets.Dataset.from_dict(cols), {"group_size": size, "groups": len(groups), "pairs_cut": dropped}
