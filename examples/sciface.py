@@ -87,20 +87,24 @@ def warm_start(args) -> str:
     from the ACL abstracts (no CSFCube paper, no label), targets = the offline MiniLM's cosine."""
     import ir_datasets
     from pyterrier_sci.plugins.facet.warm_start import distil_cross_encoder, neighbour_pairs
-    key = f"acl-s{args.warm_seeds}-l{args.max_length}-e{args.warm_epochs}"
+    key = f"{args.warm_corpus}-s{args.warm_seeds}-l{args.max_length}-e{args.warm_epochs}"
     if args.warm_loss != "mse":      # the first (pointwise) setting keeps its original cache name
         key += f"-{args.warm_loss}-r{args.warm_sampled_ranks}"
     path = work_dir() / "sciface" / f"warm-start-{key}"
     if not path.exists():
         t0 = time.time()
-        docs = [(d.doc_id, d.title, d.abstract) for d in ir_datasets.load("sci/acl-core-citations/train").docs_iter()]
+        if args.warm_corpus == "acl":
+            docs = [(d.doc_id, d.title, d.abstract) for d in ir_datasets.load("sci/acl-core-citations/train").docs_iter()]
+        else:   # CSFCube's candidate papers without its 50 query papers: in-domain, unlabelled (GPL-style)
+            queries = set(pd.read_csv(data_dir() / "csfcube" / "queries-release.csv", dtype=str)["pid"])
+            docs = [(d.doc_id, d.title, d.abstract) for d in csfcube.docs().values() if d.doc_id not in queries]
         if args.warm_loss == "mse":
             pairs = neighbour_pairs(docs, n_seeds=args.warm_seeds)
         else:   # the nearest paper, sampled near neighbours (ranks up to 100) and one random paper per seed
             pairs = neighbour_pairs(docs, n_seeds=args.warm_seeds, ranks=(1,), n_sampled_ranks=args.warm_sampled_ranks,
                                     max_rank=100, n_random=1)
         distil_cross_encoder(pairs, path, epochs=args.warm_epochs, max_length=args.max_length, loss=args.warm_loss)
-        print(f"[warm start] {len(pairs)} ACL pairs distilled from MiniLM ({args.warm_loss}) in {time.time() - t0:.0f} s",
+        print(f"[warm start] {len(pairs)} {args.warm_corpus} pairs distilled from MiniLM ({args.warm_loss}) in {time.time() - t0:.0f} s",
               flush=True)
     return str(path)
 
@@ -128,6 +132,9 @@ def main(argv=None):
                     help="distillation loss: mse = regress each pair's cosine; margin_mse = regress score differences "
                          "within a seed's group (the nearest paper, --warm-sampled-ranks near neighbours, one random)")
     ap.add_argument("--warm-sampled-ranks", type=int, default=6)
+    ap.add_argument("--warm-corpus", choices=["acl", "csfcube"], default="acl",
+                    help="unlabelled papers to distil on: the ACL abstracts (no CSFCube paper), or CSFCube's own "
+                         "candidate papers without its query papers (in-domain, no label; transductive like GPL)")
     args = ap.parse_args(argv)
     if args.warm_start:
         args.base_model = warm_start(args)
