@@ -95,7 +95,7 @@ def warm_start(args) -> str:
         t0 = time.time()
         if args.warm_corpus == "acl":
             docs = [(d.doc_id, d.title, d.abstract) for d in ir_datasets.load("sci/acl-core-citations/train").docs_iter()]
-        else:   # CSFCube's candidate papers without its 50 query papers: in-domain, unlabelled (GPL-style)
+        else:   # CSFCube's papers without its 34 query papers: in-domain, unlabelled (GPL-style)
             queries = set(pd.read_csv(data_dir() / "csfcube" / "queries-release.csv", dtype=str)["pid"])
             docs = [(d.doc_id, d.title, d.abstract) for d in csfcube.docs().values() if d.doc_id not in queries]
         if args.warm_loss == "mse":
