@@ -100,6 +100,8 @@ def distil_cross_encoder(pairs: pd.DataFrame, path: Union[str, Path], base_model
         raise ValueError("no distillation pairs")
     if loss not in LOSSES:
         raise ValueError(f"unknown distillation loss {loss!r}; one of {LOSSES}")
+    if loss == "margin_mse" and pairs.groupby("seed_id").size().min() < 2:
+        raise ValueError("margin_mse distillation needs at least two candidates per seed")
 
     def build(tmp: Path):
         import datasets
@@ -116,13 +118,14 @@ def distil_cross_encoder(pairs: pd.DataFrame, path: Union[str, Path], base_model
         sep = model.tokenizer.sep_token or "[SEP]"
         texts = [pair_input(st, sa, ct, ca, sep) for st, sa, ct, ca in
                  zip(pairs.seed_title, pairs.seed_abstract, pairs.cand_title, pairs.cand_abstract)]
-        target = (scale * pairs["teacher_score"].astype(float)).tolist()
+        frame = pd.DataFrame({"seed_id": pairs["seed_id"].to_numpy(), "seed": [a for a, _ in texts],
+                              "cand": [b for _, b in texts],
+                              "label": (scale * pairs["teacher_score"].astype(float)).to_numpy()})
         if loss == "mse":
-            ds = datasets.Dataset.from_dict({"seed": [a for a, _ in texts], "cand": [b for _, b in texts],
-                                             "label": target})
+            ds = datasets.Dataset.from_pandas(frame[["seed", "cand", "label"]], preserve_index=False)
             per_step, objective, stats = batch_size, MSELoss(model), {}
         else:
-            ds, stats = _groups(pairs, texts, target)
+            ds, stats = _groups(frame)
             per_step = max(1, batch_size // stats["group_size"])
             objective = MarginMSELoss(model)
         args = CrossEncoderTrainingArguments(
@@ -147,18 +150,15 @@ def distil_cross_encoder(pairs: pd.DataFrame, path: Union[str, Path], base_model
     return path
 
 
-def _groups(pairs: pd.DataFrame, texts, target):
-    """One row per seed for ``MarginMSELoss``: seed text, its candidates' texts, their targets."""
+def _groups(frame: pd.DataFrame):
+    """One row per seed for ``MarginMSELoss``: the seed's text, its first ``size`` candidates' texts
+    (``size`` = the smallest group) and their targets as one list."""
     import datasets
-    frame = pd.DataFrame({"seed_id": pairs["seed_id"].to_numpy(), "seed": [a for a, _ in texts],
-                          "cand": [b for _, b in texts], "target": target})
     groups = [g for _, g in frame.groupby("seed_id", sort=False)]
     size = min(len(g) for g in groups)
-    if size < 2:
-        raise ValueError("margin_mse distillation needs at least two candidates per seed")
     cols = {"seed": [g.seed.iloc[0] for g in groups]}
     for i in range(size):
         cols[f"cand{i}"] = [g.cand.iloc[i] for g in groups]
-    cols["label"] = [g.target.iloc[:size].tolist() for g in groups]
-    dropped = int(sum(len(g) - size for g in groups))
-    return datasets.Dataset.from_dict(cols), {"group_size": size, "groups": len(groups), "pairs_cut": dropped}
+    cols["label"] = [g.label.iloc[:size].tolist() for g in groups]
+    cut = int(sum(len(g) - size for g in groups))
+    return datasets.Dataset.from_dict(cols), {"group_size": size, "groups": len(groups), "pairs_cut": cut}
