@@ -123,6 +123,30 @@ def test_missing_hard_negatives_fall_back_to_soft_and_are_counted():
     assert s.stats["T2_hard_missing"] == 2 and s.stats["T3_hard_missing"] == 2 and s.stats["T1_hard"] == 2
 
 
+def test_sampling_does_not_depend_on_the_string_hash_seed():
+    """The same seed draws the same triplets in every process (a graph built from a set of ids
+    once ordered its papers by PYTHONHASHSEED, so the soft negatives changed from run to run)."""
+    import subprocess
+    import sys
+    code = ("import json, sys\n"
+            "from pyterrier_sci.plugins.dense import mir\n"
+            "from pyterrier_sci.plugins.dense.mag import MethodologyAdjacencyGraph\n"
+            f"g = MethodologyAdjacencyGraph.from_csv({str(FIXTURE)!r})\n"
+            "s = mir.MAGSampler(g, alpha=0.5, domain=mir.DomainIndex(g, 'tfidf'), seed=3)\n"
+            "cols = ['t1_negative_id', 't2_negative_id', 't3_negative_id']\n"
+            "print(json.dumps([list(g.papers)] + [s.epoch(e)[cols].values.tolist() for e in range(2)]))\n")
+    outs = set()
+    for hash_seed in ("1", "2", "3"):
+        env = {**__import__("os").environ, "PYTHONHASHSEED": hash_seed}
+        run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+        assert run.returncode == 0, run.stderr[-2000:]
+        outs.add(run.stdout.strip().splitlines()[-1])
+    assert len(outs) == 1
+    papers = json.loads(outs.pop())[0]
+    from pyterrier_sci.datasets.mir_multicite import read_csv
+    assert papers == list(dict.fromkeys(c.doc_id for c in read_csv(FIXTURE).citations))   # first-citation order
+
+
 def test_epoch_batches_never_straddle_epochs():
     sampler = mir.EpochBatchSampler(list(range(10)), batch_size=4, drop_last=False, block=5)
     assert list(sampler) == [[0, 1, 2, 3], [4], [5, 6, 7, 8], [9]] and len(sampler) == 4

@@ -117,7 +117,7 @@ class MethodologyAdjacencyGraph:
         data = v.data()
         props = M.proposals(dataset)
         cites = M.citations(dataset)
-        docs = {c.doc_id for c in cites}
+        docs = dict.fromkeys(c.doc_id for c in cites)   # citation order (a set's order changes with PYTHONHASHSEED)
         papers = {d: f"{data.titles.get(d, '')} {data.papers[d]}".strip() for d in docs}
         return cls.from_citations({q: p.text for q, p in props.items()}, papers,
                                   ((c.query_id, c.doc_id, c.context, c.intent) for c in cites),
@@ -131,7 +131,7 @@ class MethodologyAdjacencyGraph:
         data = M.read_csv(path)
         keep = set(data.proposals) if proposals is None else {str(p) for p in proposals}
         cites = [c for c in data.citations if c.query_id in keep]
-        docs = {c.doc_id for c in cites}
+        docs = dict.fromkeys(c.doc_id for c in cites)
         props = {q: p for q, p in data.proposals.items() if q in keep}
         return cls.from_citations({q: p.text for q, p in props.items()},
                                   {d: f"{data.titles.get(d, '')} {data.papers[d]}".strip() for d in docs},
