@@ -9,8 +9,9 @@ chronologically first 60% of the dev proposals (``sci/mir-multicite/dev/chrono-t
 the other 40% (``.../dev/chrono-test``, restricted corpus = their cited papers; extended corpus =
 the training proposals' cited papers plus each test proposal's own ground truth).  No proposal is
 in both parts.  The fine-tuning defaults (per-context samples, triplets T1+T2, margin 0.2, lr 1e-5,
-1 epoch, ``max_seq_length`` 128 while training) were chosen on a chronological validation slice of
-the training proposals, never on the test ones (docs/mir.md).  Trained models are kept in the work directory (keyed by their settings), so a rerun
+1 epoch, ``max_seq_length`` 256 while training) were chosen on a chronological validation slice of
+the training proposals (``examples/mir_validation.py``, three seeds each), never on the test ones
+(docs/mir.md).  Trained models are kept in the work directory (keyed by their settings), so a rerun
 evaluates without training again.  All figures are x100, averaged over the test proposals that have
 at least one methodologically cited paper (§6.2).
 
@@ -39,7 +40,7 @@ def main(argv=None):
     ap.add_argument("--lr", type=float, default=1e-5)
     ap.add_argument("--margin", type=float, default=0.2)
     ap.add_argument("--alpha", type=float, default=0.5)
-    ap.add_argument("--max-seq-length", type=int, default=128)
+    ap.add_argument("--max-seq-length", type=int, default=256)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=None,
                     help="torch threads (1 is several times faster than 2 on a machine whose cores are shared)")

@@ -80,7 +80,7 @@ def main(argv=None):
     ap.add_argument("--lr", type=float, default=1e-5)
     ap.add_argument("--margin", type=float, default=0.2)
     ap.add_argument("--alpha", type=float, default=0.5)
-    ap.add_argument("--max-seq-length", type=int, default=128)
+    ap.add_argument("--max-seq-length", type=int, default=256)
     ap.add_argument("--max-steps", type=int, default=None, help="stop training after this many steps (smoke runs)")
     ap.add_argument("--wise-ft", default="", help="comma-separated interpolation weights w in (0, 1) to score too")
     ap.add_argument("--threads", type=int, default=None)
