@@ -42,19 +42,22 @@ def evaluate(model, split, sub_train, val_q, batch_size=32):
     import numpy as np
     from pyterrier_sci.datasets import mir_multicite as M
     judged = split.cited(val_q)
-    relevant = {q: {d for d, r in docs.items() if r} for q, docs in judged.items()}
+    # each proposal's ground truth in release order, as the registered ids' pools (mir_multicite.View.pools)
+    ground_truth = {q: [d for d, r in docs.items() if r] for q, docs in judged.items()}
+    relevant = {q: set(gt) for q, gt in ground_truth.items()}
     train_docs = list(dict.fromkeys(d for docs in split.cited(sub_train).values() for d in docs))
     restricted = list(dict.fromkeys(d for docs in judged.values() for d in docs))
     docs = list(dict.fromkeys(train_docs + restricted))
     qids = [q for q in val_q if relevant.get(q)]
-    D = model.encode([f"{split.titles.get(d, '')} {split.papers[d]}".strip() for d in docs], batch_size=batch_size)
+    D = model.encode([M.MIRDoc(d, split.titles.get(d, ""), split.papers[d]).default_text() for d in docs],
+                     batch_size=batch_size)
     Q = model.encode([split.proposals[q].text for q in qids], batch_size=batch_size)
     row = {d: i for i, d in enumerate(docs)}
     out = {}
     for corpus in ("extended", "restricted"):
         ranked = {}
         for i, q in enumerate(qids):
-            pool = restricted if corpus == "restricted" else list(dict.fromkeys(train_docs + sorted(relevant[q])))
+            pool = restricted if corpus == "restricted" else list(dict.fromkeys(train_docs + ground_truth[q]))
             scores = D[[row[d] for d in pool]] @ Q[i]
             ranked[q] = [pool[j] for j in np.argsort(-scores, kind="stable")]
         for name in ("R@3", "R@5", "mAP"):

@@ -126,6 +126,7 @@ def test_missing_hard_negatives_fall_back_to_soft_and_are_counted():
 def test_sampling_does_not_depend_on_the_string_hash_seed():
     """The same seed draws the same triplets in every process (a graph built from a set of ids
     once ordered its papers by PYTHONHASHSEED, so the soft negatives changed from run to run)."""
+    import os
     import subprocess
     import sys
     code = ("import json, sys\n"
@@ -137,7 +138,7 @@ def test_sampling_does_not_depend_on_the_string_hash_seed():
             "print(json.dumps([list(g.papers)] + [s.epoch(e)[cols].values.tolist() for e in range(2)]))\n")
     outs = set()
     for hash_seed in ("1", "2", "3"):
-        env = {**__import__("os").environ, "PYTHONHASHSEED": hash_seed}
+        env = {**os.environ, "PYTHONHASHSEED": hash_seed}
         run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
         assert run.returncode == 0, run.stderr[-2000:]
         outs.add(run.stdout.strip().splitlines()[-1])

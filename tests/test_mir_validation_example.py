@@ -51,7 +51,7 @@ def test_one_step_run_reproduces_the_documented_base_figures(example, dev, tmp_p
     out = tmp_path / "val.json"
     table = example.main(["--seeds", "0", "--max-steps", "1", "--wise-ft", "0", "--json", str(out)])
     base = table.loc["base (MiniLM)"].round(2)
-    # docs/mir.md, "How the settings were chosen": the base model on the 21 validation proposals
+    # docs/mir.md, "First search" and "Second search": the base model on the 21 validation proposals
     assert base.tolist() == [68.25, 73.02, 63.46, 68.25, 74.21, 64.75, 68.66]
     # w = 0 is the base model again, whatever the training did
     assert (table.loc["seed 0, WiSE-FT w=0"] - table.loc["base (MiniLM)"]).abs().max() < 1e-6
