@@ -41,6 +41,8 @@ def main(argv=None):
     ap.add_argument("--margin", type=float, default=0.2)
     ap.add_argument("--alpha", type=float, default=0.5)
     ap.add_argument("--max-seq-length", type=int, default=256)
+    ap.add_argument("--frozen-layers", type=int, default=0,
+                    help="keep the embeddings and the lowest n transformer layers at the base weights")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=None,
                     help="torch threads (1 is several times faster than 2 on a machine whose cores are shared)")
@@ -76,7 +78,7 @@ def main(argv=None):
           f"extended = the {len(graph.papers)} training papers + each proposal's ground truth")
     base_cfg = dict(epochs=args.epochs, samples=args.samples, triplets=args.triplets, batch_size=args.batch_size,
                     learning_rate=args.lr, margin=args.margin, alpha=args.alpha, max_seq_length=args.max_seq_length,
-                    seed=args.seed)
+                    seed=args.seed, **({"frozen_layers": args.frozen_layers} if args.frozen_layers else {}))
     print(f"  fine-tuning: all-MiniLM-L6-v2, {json.dumps(base_cfg)}")
     sys.stdout.flush()
 

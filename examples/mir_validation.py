@@ -84,6 +84,8 @@ def main(argv=None):
     ap.add_argument("--margin", type=float, default=0.2)
     ap.add_argument("--alpha", type=float, default=0.5)
     ap.add_argument("--max-seq-length", type=int, default=256)
+    ap.add_argument("--frozen-layers", type=int, default=0,
+                    help="keep the embeddings and the lowest n transformer layers at the base weights")
     ap.add_argument("--max-steps", type=int, default=None, help="stop training after this many steps (smoke runs)")
     ap.add_argument("--wise-ft", default="", help="comma-separated interpolation weights w in (0, 1) to score too")
     ap.add_argument("--threads", type=int, default=None)
@@ -114,7 +116,7 @@ def main(argv=None):
         cfg = MIRTrainingConfig(epochs=args.epochs, samples=args.samples, triplets=args.triplets,
                                 sampling=args.sampling == "on", batch_size=args.batch_size, learning_rate=args.lr,
                                 margin=args.margin, alpha=args.alpha, max_seq_length=args.max_seq_length,
-                                max_steps=args.max_steps, seed=seed)
+                                max_steps=args.max_steps, frozen_layers=args.frozen_layers, seed=seed)
         path = work_dir() / "models" / "mir-validation" / f"sub-train-{cfg.key()}"
         t0 = time.time()
         if not (path / "pt_meta.json").exists():

@@ -218,3 +218,28 @@ def test_lora_training_merges_the_adapters(graph, tmp_path):
     st = model.sentence_transformer()
     assert not any("lora" in n for n, _ in st.named_parameters())
     assert model.training["lora"] == {"r": 4, "target_modules": ["query", "value"]}
+
+
+def test_frozen_layers_keep_the_base_weights_below_and_train_above(graph, tmp_path):
+    from pyterrier_sci.plugins.dense import load_sentence_transformer
+    base = load_sentence_transformer("default", "cpu").state_dict()
+    out = tmp_path / "mir-frozen"
+    model = mir.train_mir(graph, out, epochs=1, max_steps=2, batch_size=2, max_seq_length=32, domain_model="tfidf",
+                          learning_rate=1e-3, margin=1.0, frozen_layers=4)
+    tuned = model.sentence_transformer().state_dict()
+    def moved(prefix):
+        keys = [k for k in base if prefix in k and base[k].is_floating_point()]
+        assert keys, prefix
+        return any(not np.allclose(base[k].numpy(), tuned[k].numpy()) for k in keys)
+    assert not moved("embeddings.")
+    assert not any(moved(f"encoder.layer.{i}.") for i in range(4))
+    assert moved("encoder.layer.4.") and moved("encoder.layer.5.")
+    assert model.training["frozen_layers"] == 4
+    # the setting is part of the cache key only when it is used (keys of older models stay valid)
+    assert mir.MIRTrainingConfig(frozen_layers=0).key() != mir.MIRTrainingConfig(frozen_layers=4).key()
+    assert mir.MIRTrainingConfig().key() == "4ce6593a76e4"      # the key before frozen_layers existed
+    with pytest.raises(ValueError, match="6 layers"):
+        mir.train_mir(graph, tmp_path / "too-many", epochs=1, max_steps=1, domain_model="tfidf", frozen_layers=7)
+    with pytest.raises(ValueError, match="exclude"):
+        mir.train_mir(graph, tmp_path / "both", frozen_layers=2, lora=True)
+    assert not list(tmp_path.glob("*.partial-*"))

@@ -43,6 +43,8 @@ Training (:func:`train_mir`, :class:`MIRTrainer`)
   after the other and read in order by :class:`EpochBatchSampler`, whose batches never straddle
   two epochs.  ``lora=True`` (or a dict of ``peft.LoraConfig`` arguments) trains LoRA adapters
   through ``peft`` (the paper's Stella 1.5B) and merges them into the weights before saving.
+  ``frozen_layers=n`` (not in the paper; a regulariser for small training sets, as HLM-Cite uses)
+  keeps the embeddings and the lowest n transformer layers at their base weights.
 * **Result.**  A :class:`MIRModel` artifact (type ``dense_model``, format ``mir``): a
   sentence-transformers directory that ``dense(model=<path>)``, ``mir_dense(model=<path>)`` and
   ``pt.Artifact.load`` open, with ``mir_training.json`` (every setting, the sampling statistics,
@@ -84,6 +86,7 @@ from torch import Tensor, nn
 
 from pyterrier_sci.plugins.dense import DEFAULT_MODEL, DenseRetriever, load_sentence_transformer, model_slug
 from pyterrier_sci.plugins.dense.doris import ContrastiveModel, _replace_dir, _seed_everything
+from pyterrier_sci.plugins.dense.hlm import freeze_lower_layers
 from pyterrier_sci.plugins.dense.mag import MethodologyAdjacencyGraph
 
 __all__ = ["KeywordExtractor", "DomainIndex", "MAGSampler", "JointTripletLoss", "EpochBatchSampler", "MIRTrainingConfig",
@@ -441,11 +444,14 @@ class MIRTrainingConfig:
     seed: int = 0
     device: Optional[str] = None
     max_steps: Optional[int] = None
+    frozen_layers: int = 0
 
     def key(self) -> str:
         """A short hash of the settings that change the model (for caching trained models)."""
         d = asdict(self)
         d.pop("device")
+        if not d["frozen_layers"]:      # added later: keys of models trained before it stay valid
+            d.pop("frozen_layers")
         d["base_model"] = model_slug(self.base_model)
         return hashlib.sha1(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
@@ -492,6 +498,8 @@ def train_mir(graph: Union[MethodologyAdjacencyGraph, str], output: Union[str, P
     error unless ``overwrite``).  Keyword arguments override fields of ``config``."""
     cfg = MIRTrainingConfig(**{**(asdict(config) if config else {}), **settings})
     triplet_types(cfg.triplets)  # validate before loading anything
+    if cfg.frozen_layers and cfg.lora:
+        raise ValueError("frozen_layers and lora exclude each other (LoRA already freezes the base weights)")
     output = Path(output)
     if output.exists() and not overwrite:
         raise FileExistsError(f"{output} exists (pass overwrite=True to replace it)")
@@ -510,6 +518,8 @@ def train_mir(graph: Union[MethodologyAdjacencyGraph, str], output: Union[str, P
     model = load_sentence_transformer(cfg.base_model, cfg.device or "cpu")
     inference_length = model.max_seq_length
     model.max_seq_length = int(cfg.max_seq_length)     # a training setting: the saved model keeps its own
+    if cfg.frozen_layers:
+        freeze_lower_layers(model, int(cfg.frozen_layers))
     if cfg.lora:
         from peft import get_peft_model
         model[0].model = get_peft_model(model[0].model, _lora_config(cfg.lora))
