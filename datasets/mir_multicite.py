@@ -250,6 +250,44 @@ def chrono_parts(split: Split, fraction: float = CHRONO_TRAIN_FRACTION) -> Tuple
     return order[:n], order[n:]
 
 
+#: where the rolling-origin folds of :func:`rolling_parts` start testing (fractions of the proposals by date)
+ROLLING_ORIGINS = (0.4, 0.6, 0.8)
+
+
+def rolling_parts(split: Split, origins: Sequence[float] = ROLLING_ORIGINS) -> List[Tuple[List[str], List[str]]]:
+    """Rolling-origin (forward-chaining) chronological folds: for each origin o, ``(train, test)`` with
+    train = the proposals before o (by :func:`chronological_order`) and test = those from o to the next
+    origin (the last fold to the end).  Every fold is a chronological part and the rest of its window, so
+    no proposal is in the training and test side of one fold, and each proposal is tested at most once:
+    with the default origins the last 60% of the proposals are tested (3x the test block of
+    ``chrono_parts`` over the same 40% tail), each by a model trained only on earlier proposals."""
+    cuts = [float(o) for o in origins]
+    if not cuts or any(not 0 < o < 1 for o in cuts) or cuts != sorted(set(cuts)):
+        raise ValueError(f"origins must be increasing fractions in (0, 1), got {list(origins)}")
+    order = chronological_order(split)
+    bounds = [int(round(len(order) * o)) for o in cuts] + [len(order)]
+    folds = [(order[:a], order[a:b]) for a, b in zip(bounds, bounds[1:])]
+    if any(not train or not test for train, test in folds):
+        raise ValueError(f"origins {cuts} leave a fold without training or test proposals ({len(order)} proposals)")
+    return folds
+
+
+def candidate_pools(judged: Mapping[str, Mapping[str, int]], qids: Sequence[str], corpus: str,
+                    training_docs: Sequence[str] = ()) -> Dict[str, List[str]]:
+    """Each proposal's candidate papers in a corpus setting (§4.2), in a fixed order.  ``judged`` is
+    ``{qid: {docno: label}}`` of the proposals evaluated (``Split.cited``).  Restricted: every paper that
+    any of them cites (in the order of ``judged``).  Extended: ``training_docs`` (the training proposals' cited papers) plus the
+    proposal's own ground truth, in release order."""
+    if corpus == "restricted":
+        keep = set(qids)
+        pool = list(dict.fromkeys(d for q, docs in judged.items() if q in keep for d in docs))
+        return {q: pool for q in qids}
+    if corpus != "extended":
+        raise ValueError(f"corpus must be 'restricted' or 'extended', got {corpus!r}")
+    train = list(dict.fromkeys(training_docs))
+    return {q: list(dict.fromkeys(train + [d for d, rel in judged.get(q, {}).items() if rel])) for q in qids}
+
+
 # ----------------------------------------------------------------------------------------------
 # views: which proposals, which corpus
 # ----------------------------------------------------------------------------------------------
@@ -290,16 +328,9 @@ class View:
         return list(dict.fromkeys(self.training_docs() + gt))
 
     def pools(self) -> Iterator[Tuple[str, List[str]]]:
-        judged = self.judged()
-        if self.corpus == "restricted":
-            corpus = self.corpus_ids()
-            for q in self.qids():
-                yield q, corpus
-            return
-        train = self.training_docs()
-        for q in self.qids():
-            own = [d for d, rel in judged.get(q, {}).items() if rel]
-            yield q, list(dict.fromkeys(train + own))
+        qids = self.qids()
+        yield from candidate_pools(self.judged(), qids, self.corpus,
+                                   self.training_docs() if self.corpus == "extended" else ()).items()
 
     def files(self) -> List[str]:
         keys = [self.split] + (["train"] if self.corpus == "extended" and self.part is None else [])

@@ -39,32 +39,8 @@ def validation_parts(train_q, fraction=None):
 
 def evaluate(model, split, sub_train, val_q, batch_size=32):
     """The six figures of Table 2 (x100) for ``model`` on the validation proposals."""
-    import numpy as np
-    from pyterrier_sci.datasets import mir_multicite as M
-    judged = split.cited(val_q)
-    # each proposal's ground truth in release order, as the registered ids' pools (mir_multicite.View.pools)
-    ground_truth = {q: [d for d, r in docs.items() if r] for q, docs in judged.items()}
-    relevant = {q: set(gt) for q, gt in ground_truth.items()}
-    train_docs = list(dict.fromkeys(d for docs in split.cited(sub_train).values() for d in docs))
-    restricted = list(dict.fromkeys(d for docs in judged.values() for d in docs))
-    docs = list(dict.fromkeys(train_docs + restricted))
-    qids = [q for q in val_q if relevant.get(q)]
-    D = model.encode([M.MIRDoc(d, split.titles.get(d, ""), split.papers[d]).default_text() for d in docs],
-                     batch_size=batch_size)
-    Q = model.encode([split.proposals[q].text for q in qids], batch_size=batch_size)
-    row = {d: i for i, d in enumerate(docs)}
-    out = {}
-    for corpus in ("extended", "restricted"):
-        ranked = {}
-        for i, q in enumerate(qids):
-            pool = restricted if corpus == "restricted" else list(dict.fromkeys(train_docs + ground_truth[q]))
-            scores = D[[row[d] for d in pool]] @ Q[i]
-            ranked[q] = [pool[j] for j in np.argsort(-scores, kind="stable")]
-        for name in ("R@3", "R@5", "mAP"):
-            values = M.measure(name).compute({q: relevant[q] for q in qids}, ranked)
-            out[f"{corpus} {name}"] = 100 * float(np.nanmean(list(values.values())))
-    out["mean"] = float(np.mean([out[s] for s in SETTINGS]))
-    return out
+    from pyterrier_sci.plugins.dense.mir import evaluate_part, table2_figures
+    return table2_figures(evaluate_part(model, split, sub_train, val_q, batch_size=batch_size))
 
 
 def interpolate(base_state, tuned_state, w):
@@ -72,8 +48,8 @@ def interpolate(base_state, tuned_state, w):
     return {k: (base_state[k] * (1 - w) + v * w) if v.is_floating_point() else v for k, v in tuned_state.items()}
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def add_training_arguments(ap):
+    """The fine-tuning settings (defaults: the example's, i.e. the validated pick) and --seeds/--threads."""
     ap.add_argument("--seeds", default="0", help="comma-separated training seeds")
     ap.add_argument("--epochs", type=int, default=1)
     ap.add_argument("--samples", default="contexts", choices=["contexts", "proposals"])
@@ -87,19 +63,39 @@ def main(argv=None):
     ap.add_argument("--frozen-layers", type=int, default=0,
                     help="keep the embeddings and the lowest n transformer layers at the base weights")
     ap.add_argument("--max-steps", type=int, default=None, help="stop training after this many steps (smoke runs)")
-    ap.add_argument("--wise-ft", default="", help="comma-separated interpolation weights w in (0, 1) to score too")
     ap.add_argument("--threads", type=int, default=None)
-    ap.add_argument("--json", default=None, help="write the figures to this JSON file")
+
+
+def parse_training_arguments(ap, argv=None):
+    """Parses ``argv`` and applies ``--threads`` (torch's CPU threads) before anything trains."""
     args = ap.parse_args(argv)
     if args.threads:
         import torch
         torch.set_num_threads(args.threads)
+    return args
+
+
+def training_config(args, seed):
+    """The ``MIRTrainingConfig`` of the parsed settings for one seed."""
+    from pyterrier_sci.plugins.dense.mir import MIRTrainingConfig
+    return MIRTrainingConfig(epochs=args.epochs, samples=args.samples, triplets=args.triplets,
+                             sampling=args.sampling == "on", batch_size=args.batch_size, learning_rate=args.lr,
+                             margin=args.margin, alpha=args.alpha, max_seq_length=args.max_seq_length,
+                             max_steps=args.max_steps, frozen_layers=args.frozen_layers, seed=seed)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_training_arguments(ap)
+    ap.add_argument("--wise-ft", default="", help="comma-separated interpolation weights w in (0, 1) to score too")
+    ap.add_argument("--json", default=None, help="write the figures to this JSON file")
+    args = parse_training_arguments(ap, argv)
     import pandas as pd
     from pyterrier_sci.data import atomic_write_text, work_dir
     from pyterrier_sci.datasets import mir_multicite as M
     from pyterrier_sci.plugins.dense import DEFAULT_MODEL, load_sentence_transformer
     from pyterrier_sci.plugins.dense.mag import MethodologyAdjacencyGraph
-    from pyterrier_sci.plugins.dense.mir import MIRTrainingConfig, train_mir
+    from pyterrier_sci.plugins.dense.mir import train_mir
 
     split = M.load_split("dev")
     train_q, test_q = M.chrono_parts(split)
@@ -113,10 +109,7 @@ def main(argv=None):
     base_state = {k: v.clone() for k, v in base.state_dict().items()}
     rows = {"base (MiniLM)": evaluate(base, split, sub_train, val_q)}
     for seed in [int(s) for s in args.seeds.split(",")]:
-        cfg = MIRTrainingConfig(epochs=args.epochs, samples=args.samples, triplets=args.triplets,
-                                sampling=args.sampling == "on", batch_size=args.batch_size, learning_rate=args.lr,
-                                margin=args.margin, alpha=args.alpha, max_seq_length=args.max_seq_length,
-                                max_steps=args.max_steps, frozen_layers=args.frozen_layers, seed=seed)
+        cfg = training_config(args, seed)
         path = work_dir() / "models" / "mir-validation" / f"sub-train-{cfg.key()}"
         t0 = time.time()
         if not (path / "pt_meta.json").exists():

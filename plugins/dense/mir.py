@@ -90,7 +90,7 @@ from pyterrier_sci.plugins.dense.hlm import freeze_lower_layers
 from pyterrier_sci.plugins.dense.mag import MethodologyAdjacencyGraph
 
 __all__ = ["KeywordExtractor", "DomainIndex", "MAGSampler", "JointTripletLoss", "EpochBatchSampler", "MIRTrainingConfig",
-           "MIRModel", "train_mir", "mir_dense_component", "TRIPLET_SETS"]
+           "MIRModel", "train_mir", "mir_dense_component", "TRIPLET_SETS", "evaluate_part", "table2_figures"]
 
 TRIPLET_SETS = {"T1": ("T1",), "T1+T2": ("T1", "T2"), "T1+T3": ("T1", "T3"), "all": ("T1", "T2", "T3"),
                 "T1+T2+T3": ("T1", "T2", "T3")}
@@ -576,6 +576,58 @@ def _fit(model, loss, data: pd.DataFrame, per_epoch: int, tmp: Path, cfg: MIRTra
         hf_logging.set_verbosity(was)
     history = [round(float(h["loss"]), 5) for h in tr.state.log_history if "loss" in h]
     return history, int(tr.state.global_step), float(out.metrics.get("train_runtime", float("nan")))
+
+
+# ------------------------------------------------------------------------------------------------
+# evaluation on any chronological part of a split (validation slices, rolling-origin folds)
+# ------------------------------------------------------------------------------------------------
+
+CORPORA = ("extended", "restricted")
+
+
+def evaluate_part(model, split, train_q: Sequence[str], test_q: Sequence[str],
+                  measures: Sequence[str] = ("R@3", "R@5", "mAP"), batch_size: int = 32) -> pd.DataFrame:
+    """Per-proposal values of §6.2's measures for a sentence-transformers ``model`` (or anything with
+    ``encode``) on the proposals ``test_q`` of ``split`` (a ``mir_multicite.Split``), in both corpus
+    settings, when ``train_q`` are the training proposals (they make the extended corpus; §4.2,
+    :func:`~pyterrier_sci.datasets.mir_multicite.candidate_pools`).  One row per (corpus, measure,
+    proposal with ground truth): columns ``corpus``, ``measure``, ``qid``, ``value`` (x100).  Each paper
+    and proposal is encoded once; ties keep the pool order."""
+    from pyterrier_sci.datasets import mir_multicite as M
+    judged = split.cited(test_q)
+    relevant = {q: {d for d, r in judged.get(q, {}).items() if r} for q in test_q}
+    qids = [q for q in test_q if relevant[q]]
+    train_docs = list(dict.fromkeys(d for docs in split.cited(train_q).values() for d in docs))
+    # restricted: the papers ALL test proposals cite (with ground truth or not), as the registered ids
+    pools = {c: M.candidate_pools(judged, test_q, c, train_docs) for c in CORPORA}
+    docs = list(dict.fromkeys(d for c in CORPORA for pool in pools[c].values() for d in pool))
+    rows = []
+    if not qids:
+        return pd.DataFrame(rows, columns=["corpus", "measure", "qid", "value"])
+    D = model.encode([M.MIRDoc(d, split.titles.get(d, ""), split.papers[d]).default_text() for d in docs],
+                     batch_size=batch_size)
+    Q = model.encode([split.proposals[q].text for q in qids], batch_size=batch_size)
+    row = {d: i for i, d in enumerate(docs)}
+    for corpus in CORPORA:
+        ranked = {}
+        for i, q in enumerate(qids):
+            pool = pools[corpus][q]
+            scores = D[[row[d] for d in pool]] @ Q[i]
+            ranked[q] = [pool[j] for j in np.argsort(-scores, kind="stable")]
+        for name in measures:
+            for q, v in M.measure(name).compute({q: relevant[q] for q in qids}, ranked).items():
+                rows.append((corpus, name, q, 100.0 * float(v)))
+    return pd.DataFrame(rows, columns=["corpus", "measure", "qid", "value"])
+
+
+def table2_figures(per_query: pd.DataFrame) -> Dict[str, float]:
+    """The six figures of Table 2 (``"extended R@3"``, ..., ``"restricted mAP"``: means over the
+    proposals) and their ``"mean"``, from :func:`evaluate_part`'s rows (or several parts' rows joined)."""
+    means = per_query.groupby(["corpus", "measure"], sort=False)["value"].mean()
+    out = {f"{c} {m}": float(means[(c, m)]) for c in CORPORA for m in per_query["measure"].drop_duplicates()
+           if (c, m) in means.index}
+    out["mean"] = float(np.mean(list(out.values()))) if out else float("nan")
+    return out
 
 
 # ------------------------------------------------------------------------------------------------
