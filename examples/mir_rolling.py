@@ -52,10 +52,19 @@ def paired(per_query, base_name, name):
     return pd.DataFrame(rows).set_index("figure")
 
 
+def _origins(value: str) -> str:
+    try:
+        [float(o) for o in value.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated fractions like 0.4,0.6,0.8, got {value!r}")
+    return value
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_training_arguments(ap)
-    ap.add_argument("--origins", default="0.4,0.6,0.8", help="where the folds start testing (fractions by date)")
+    ap.add_argument("--origins", default="0.4,0.6,0.8", type=_origins,
+                    help="where the folds start testing: increasing fractions of the proposals by date")
     ap.add_argument("--json", default=None, help="write the per-proposal values and the tables to this JSON file")
     args = parse_training_arguments(ap, argv)
     import pandas as pd
@@ -66,7 +75,10 @@ def main(argv=None):
     from pyterrier_sci.plugins.dense.mir import evaluate_part, table2_figures, train_mir
 
     split = M.load_split("dev")
-    folds = M.rolling_parts(split, [float(o) for o in args.origins.split(",")])
+    try:
+        folds = M.rolling_parts(split, [float(o) for o in args.origins.split(",")])
+    except ValueError as e:
+        ap.error(str(e))
     graph = MethodologyAdjacencyGraph.from_dataset("irds:sci/mir-multicite/dev")
     print("Protocol (offline, rolling origin): MIR-MultiCite dev proposals by date; fold k trains on the proposals "
           "before origin k and tests on those up to the next origin (no proposal on both sides of a fold)")

@@ -15,6 +15,14 @@ BASE_ROLLING = [67.34, 73.65, 65.59, 71.4, 78.6, 65.02, 70.27]
 
 
 @pytest.fixture(scope="module")
+def example():
+    spec = importlib.util.spec_from_file_location("mir_rolling_example", EXAMPLE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
 def dev():
     from pyterrier_sci.datasets import mir_multicite as M
     if not (DATA / "mir-multicite").exists():
@@ -72,33 +80,34 @@ def test_evaluate_part_reproduces_the_chronological_split_figures(dev):
                        "restricted R@5": 74.56, "restricted mAP": 60.10, "mean": 68.95}
 
 
-def test_paired_comparison_counts_and_tests_per_proposal():
-    spec = importlib.util.spec_from_file_location("mir_rolling_example", EXAMPLE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+def test_paired_comparison_counts_and_tests_per_proposal(example):
     rows = []
     for corpus in ("extended", "restricted"):
         for q, base, tuned in (("a", 50.0, 100.0), ("b", 50.0, 50.0), ("c", 100.0, 50.0), ("d", 0.0, 50.0)):
             rows += [("MiniLM", corpus, "R@3", q, base), ("FT", corpus, "R@3", q, tuned)]
     per_query = pd.DataFrame(rows, columns=["system", "corpus", "measure", "qid", "value"])
-    t = module.paired(per_query, "MiniLM", "FT")
+    t = example.paired(per_query, "MiniLM", "FT")
     assert list(t.index) == ["extended R@3", "restricted R@3", "mean of six"]
     row = t.loc["extended R@3"]
     assert (row.margin, row.better, row.worse, row.n) == (12.5, 2, 1, 4)
     assert 0.5 < row.p < 1.0
-    same = module.paired(per_query.assign(value=50.0), "MiniLM", "FT")
+    same = example.paired(per_query.assign(value=50.0), "MiniLM", "FT")
     assert (same.p == 1.0).all() and (same.margin == 0).all()
 
 
-def test_rolling_example_one_step_per_fold(dev, tmp_path, monkeypatch):
-    spec = importlib.util.spec_from_file_location("mir_rolling_example", EXAMPLE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+def test_rolling_example_one_step_per_fold(example, dev, tmp_path, monkeypatch):
     monkeypatch.setenv("PYTERRIER_SCI_HOME", str(tmp_path))
     out = tmp_path / "rolling.json"
-    table, tests = module.main(["--seeds", "0", "--max-steps", "1", "--max-seq-length", "64", "--json", str(out)])
+    table, tests = example.main(["--seeds", "0", "--max-steps", "1", "--max-seq-length", "64", "--json", str(out)])
     assert list(table.index) == ["MiniLM", "MiniLM (FT) seed 0"]
     assert list(tests) == ["MiniLM (FT) seed 0"] and tests["MiniLM (FT) seed 0"]["n"].eq(37).all()
     assert len(list((tmp_path / "models" / "mir-rolling").iterdir())) == 3       # one model per fold
     assert out.exists() and not list(tmp_path.glob("*.partial-*"))
     assert table.loc["MiniLM"].tolist() == BASE_ROLLING
+
+
+def test_rolling_example_rejects_bad_origins_with_one_error(example, dev, capsys):
+    for bad, message in (("a,b", "comma-separated fractions"), ("0.6,0.4", "increasing fractions")):
+        with pytest.raises(SystemExit) as e:
+            example.main(["--origins", bad])
+        assert e.value.code == 2 and message in capsys.readouterr().err
