@@ -275,9 +275,9 @@ def rolling_parts(split: Split, origins: Sequence[float] = ROLLING_ORIGINS) -> L
 def candidate_pools(judged: Mapping[str, Mapping[str, int]], qids: Sequence[str], corpus: str,
                     training_docs: Sequence[str] = ()) -> Dict[str, List[str]]:
     """Each proposal's candidate papers in a corpus setting (§4.2), in a fixed order.  ``judged`` is
-    ``{qid: {docno: label}}`` of the proposals evaluated (``Split.cited``).  Restricted: every paper that
-    any of them cites (in the order of ``judged``).  Extended: ``training_docs`` (the training proposals' cited papers) plus the
-    proposal's own ground truth, in release order."""
+    ``{qid: {docno: label}}`` of the proposals evaluated (``Split.cited``).  Restricted: every paper
+    that any of ``qids`` cites, in the order of ``judged``.  Extended: ``training_docs`` (the training
+    proposals' cited papers) plus the proposal's own ground truth, in release order."""
     if corpus == "restricted":
         keep = set(qids)
         pool = list(dict.fromkeys(d for q, docs in judged.items() if q in keep for d in docs))
