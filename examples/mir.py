@@ -78,7 +78,7 @@ def main(argv=None):
           f"extended = the {len(graph.papers)} training papers + each proposal's ground truth")
     base_cfg = dict(epochs=args.epochs, samples=args.samples, triplets=args.triplets, batch_size=args.batch_size,
                     learning_rate=args.lr, margin=args.margin, alpha=args.alpha, max_seq_length=args.max_seq_length,
-                    seed=args.seed, **({"frozen_layers": args.frozen_layers} if args.frozen_layers else {}))
+                    seed=args.seed, frozen_layers=args.frozen_layers)
     print(f"  fine-tuning: all-MiniLM-L6-v2, {json.dumps(base_cfg)}")
     sys.stdout.flush()
 

@@ -80,12 +80,12 @@ def main(argv=None):
     except ValueError as e:
         ap.error(str(e))
     graph = MethodologyAdjacencyGraph.from_dataset("irds:sci/mir-multicite/dev")
+    graphs = [graph.subgraph(train_q) for train_q, _ in folds]     # each fold's training MAG
     print("Protocol (offline, rolling origin): MIR-MultiCite dev proposals by date; fold k trains on the proposals "
           "before origin k and tests on those up to the next origin (no proposal on both sides of a fold)")
-    for k, (train_q, test_q) in enumerate(folds, 1):
-        n_gt = sum(1 for q in test_q if any(split.cited([q]).get(q, {}).values()))
-        print(f"  fold {k}: train {len(train_q)} proposals ({graph.subgraph(train_q)}), "
-              f"test {len(test_q)} ({n_gt} with ground truth)")
+    for k, ((train_q, test_q), g) in enumerate(zip(folds, graphs), 1):
+        n_gt = sum(1 for docs in split.cited(test_q).values() if any(docs.values()))
+        print(f"  fold {k}: train {len(train_q)} proposals ({g}), test {len(test_q)} ({n_gt} with ground truth)")
     seeds = [int(s) for s in args.seeds.split(",")]
     print(f"  fine-tuning: all-MiniLM-L6-v2, {json.dumps({k: v for k, v in asdict(training_config(args, 0)).items() if k != 'seed'}, default=str)}")
     sys.stdout.flush()
@@ -106,7 +106,7 @@ def main(argv=None):
             t0 = time.time()
             if not (path / "pt_meta.json").exists():
                 assert not set(train_q) & set(test_q)
-                train_mir(graph.subgraph(train_q), path, cfg, overwrite=True)
+                train_mir(graphs[f], path, cfg, overwrite=True)
             print(f"  seed {seed}, fold {f + 1}: {path} ({time.time() - t0:.0f} s incl. training when not cached)",
                   flush=True)
             frames.append(run(f"MiniLM (FT) seed {seed}", load_sentence_transformer(str(path), "cpu"), f))

@@ -19,6 +19,24 @@ def pytest_configure(config):
         os.environ["PYTERRIER_SCI_HOME"] = tempfile.mkdtemp(prefix="pyterrier-sci-test-")
 
 
+def load_example(name: str):
+    """An ``examples/<name>.py`` script as a module (the examples are scripts, not a package)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(f"{name}_example", ROOT / "examples" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="session")
+def mir_dev():
+    """The parsed MIR-MultiCite dev split (skips without the data)."""
+    from pyterrier_sci.datasets import mir_multicite as M
+    if not (DATA / "mir-multicite").exists():
+        pytest.skip(f"MIR-MultiCite data not found under {DATA}")
+    return M.load_split("dev")
+
+
 def needs_data(*parts):
     path = DATA.joinpath(*parts)
     return pytest.mark.skipif(not path.exists(), reason=f"benchmark data not found: {path}")

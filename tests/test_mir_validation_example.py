@@ -1,36 +1,20 @@
 """examples/mir_validation.py: the validation protocol that chose the MIR fine-tuning defaults
 (docs/mir.md), on the real dev split: its split, its corpora (pinned by the documented base
 figures) and the weight interpolation it scores."""
-import importlib.util
-from pathlib import Path
-
 import pytest
 import torch
 
-from conftest import DATA
-
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "mir_validation.py"
+from conftest import load_example
 
 
 @pytest.fixture(scope="module")
 def example():
-    spec = importlib.util.spec_from_file_location("mir_validation_example", EXAMPLE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_example("mir_validation")
 
 
-@pytest.fixture(scope="module")
-def dev():
+def test_validation_slice_is_the_chronological_head_of_the_training_proposals(example, mir_dev):
     from pyterrier_sci.datasets import mir_multicite as M
-    if not (DATA / "mir-multicite").exists():
-        pytest.skip(f"MIR-MultiCite data not found under {DATA}")
-    return M.load_split("dev")
-
-
-def test_validation_slice_is_the_chronological_head_of_the_training_proposals(example, dev):
-    from pyterrier_sci.datasets import mir_multicite as M
-    train_q, test_q = M.chrono_parts(dev)
+    train_q, test_q = M.chrono_parts(mir_dev)
     sub, val = example.validation_parts(train_q)
     assert (len(sub), len(val)) == (31, 21) and sub + val == train_q
     assert not set(val) & set(test_q)
@@ -46,7 +30,7 @@ def test_interpolation_endpoints_and_midpoint(example):
     assert example.interpolate(base, tuned, 0.5)["ids"].dtype == torch.int64
 
 
-def test_one_step_run_reproduces_the_documented_base_figures(example, dev, tmp_path, monkeypatch):
+def test_one_step_run_reproduces_the_documented_base_figures(example, mir_dev, tmp_path, monkeypatch):
     monkeypatch.setenv("PYTERRIER_SCI_HOME", str(tmp_path))
     out = tmp_path / "val.json"
     table = example.main(["--seeds", "0", "--max-steps", "1", "--wise-ft", "0", "--json", str(out)])
