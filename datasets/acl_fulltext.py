@@ -37,23 +37,26 @@ relevant papers) and ``RR@50`` its MRR@50; the aliases ``Recall@50/100/200/300``
 name them in experiments on these ids.
 """
 import html
-import json
 import re
 from typing import Dict, Iterator, List, NamedTuple, Tuple
 
 import ir_datasets
 
-from pyterrier_sci.data import DataFile
+from pyterrier_sci.data import DataFile, checksums_enabled, iter_jsonl, verified_once
 from ._base import FnDocs, FnQrels, FnQueries, register
 
 NAME = "sci/acl-fulltext"
 FILES = {
     "papers": DataFile("acl-fulltext/papers.jsonl",
                        source="ScisummNet / CL-SciSumm full texts (github.com/WING-NUS/scisumm-corpus); "
-                              "the project's shared/data/acl-fulltext"),
+                              "the project's shared/data/acl-fulltext",
+                       sha256="b7e336ceead1a2e6b39bf20c06dadce719b14f7ba0548e6060c0dab68ca02f25"),
     "queries": DataFile("acl-fulltext/queries_A.jsonl",
-                        source="derived from the ACL Anthology Network in-set links; the project's shared/data/acl-fulltext"),
+                        source="derived from the ACL Anthology Network in-set links; the project's shared/data/acl-fulltext",
+                        sha256="aff298705d4d4c98c14d42ec3958a63046a63edec7910cfdf35c05d1340aa5ca"),
 }
+#: the release's counts (checked with the checksums)
+COUNTS = {"papers": 1672, "queries": 949}
 QREL_VARIANTS = {"references": "relevant_refs", "references-or-citers": "relevant_refs_or_citers"}
 SKIP_SECTIONS = re.compile(r"^\W*(?:\d+(?:\.\d+)*\W*)?(acknowledge?ments?|references|bibliography)\b", re.I)
 _NUMBER_ONLY = re.compile(r"^[\W\d]*$")
@@ -108,6 +111,8 @@ def body_text(abstract: str, sections: Tuple[Section, ...]) -> str:
 
 def paper_from_json(d: dict) -> FullPaper:
     title, abstract = clean(d.get("title") or ""), clean(d.get("abstract") or "")
+    if not all(isinstance(s, dict) for s in d.get("sections") or ()):
+        raise ValueError("'sections' must be a list of {heading, text} objects")
     sections = tuple(Section(clean(s.get("heading") or ""), clean(s.get("text") or ""))
                      for s in d.get("sections") or () if not SKIP_SECTIONS.match(s.get("heading") or ""))
     sections = tuple(s for s in sections if s.text)
@@ -121,18 +126,51 @@ class _Source:
         self._papers = None
         self._queries = None
 
+    def clear(self) -> None:
+        """Forgets what was read (the next use reads the files again)."""
+        self._papers = None
+        self._queries = None
+
     def papers(self) -> Dict[str, FullPaper]:
         if self._papers is None:
-            with open(FILES["papers"].resolve(), encoding="utf-8") as f:
-                papers = [paper_from_json(json.loads(line)) for line in f if line.strip()]
-            self._papers = {p.doc_id: p for p in papers}
+            f = FILES["papers"]
+            papers = {}
+            for line, d in iter_jsonl(f.resolve(), f.remedy(), required=("id",)):
+                try:
+                    p = paper_from_json(d)
+                except (TypeError, ValueError, AttributeError) as e:
+                    raise f.damaged(f"not a paper ({e})", line) from None
+                papers[p.doc_id] = p
+            if checksums_enabled() and len(papers) != COUNTS["papers"]:
+                raise f.damaged(f"{len(papers):,} papers, the release has {COUNTS['papers']:,}")
+            self._papers = papers
         return self._papers
 
     def query_rows(self) -> List[dict]:
         if self._queries is None:
-            with open(FILES["queries"].resolve(), encoding="utf-8") as f:
-                self._queries = [json.loads(line) for line in f if line.strip()]
+            f = FILES["queries"]
+            rows = []
+            for line, d in iter_jsonl(f.resolve(), f.remedy(), required=("query_id",) + tuple(QREL_VARIANTS.values())):
+                if not all(isinstance(d[k], list) for k in QREL_VARIANTS.values()):
+                    raise f.damaged(f"{list(QREL_VARIANTS.values())} must be lists of paper ids", line)
+                rows.append(d)
+            if checksums_enabled() and len(rows) != COUNTS["queries"]:
+                raise f.damaged(f"{len(rows):,} queries, the release has {COUNTS['queries']:,}")
+            paths = [FILES[k].resolve() for k in ("papers", "queries")]
+            verified_once(NAME + ":queries", paths, lambda: self._check_queries(rows))
+            self._queries = rows
         return self._queries
+
+    def _check_queries(self, rows: List[dict]) -> None:
+        """Every query paper and every relevant paper is in the corpus."""
+        papers = self.papers()
+        for row in rows:
+            absent = [str(d) for d in [row["query_id"]] + row[QREL_VARIANTS["references-or-citers"]] + row[QREL_VARIANTS["references"]]
+                      if str(d) not in papers]
+            if absent:
+                raise FILES["papers"].damaged(f"{len(absent)} paper(s) of query {row['query_id']} in "
+                                              f"{FILES['queries'].local().name} are not in it (e.g. {absent[0]}): the "
+                                              f"corpus is incomplete")
 
     def queries(self) -> Iterator[FullPaperQuery]:
         papers = self.papers()

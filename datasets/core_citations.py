@@ -29,7 +29,6 @@ train/test ids without ``/cN`` carry every eligible query with qrels over all it
 no candidate set.  k = 5 and seed = 0 as in the paper's data (5 core + 5 superficial per query).
 """
 import gzip
-import json
 import random
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -38,7 +37,8 @@ from typing import Dict, Iterable, Iterator, List, NamedTuple, Optional, Set, Tu
 
 import ir_datasets
 
-from pyterrier_sci.data import DataFile, MissingDataError, data_dir
+from pyterrier_sci.data import (DamagedDataError, DataFile, MissingDataError, checksums_enabled, data_dir, iter_jsonl,
+                                read_text, verified_once)
 from ._base import FnDocs, FnQrels, FnQueries, FnScoredDocs, register
 
 CORE, SUPERFICIAL, NON_CITATION = 2, 1, 0
@@ -173,60 +173,101 @@ class PaperQuery(NamedTuple):
 
 _HEPTH = {
     "edges": DataFile("hepth-citations/raw/cit-HepTh.txt.gz", url="https://snap.stanford.edu/data/cit-HepTh.txt.gz",
-                      source="SNAP cit-HepTh (snap.stanford.edu/data/cit-HepTh.html), or the project's shared/data"),
+                      source="SNAP cit-HepTh (snap.stanford.edu/data/cit-HepTh.html), or the project's shared/data",
+                      sha256="7df944b502bd7b687b0e7e94ba9b0a87f202693254558ae5f8ea45657697eb32"),
     "papers": DataFile("hepth-citations/papers.jsonl",
-                       source="derived from SNAP cit-HepTh-abstracts.tar.gz; the project's shared/data/hepth-citations"),
+                       source="derived from SNAP cit-HepTh-abstracts.tar.gz; the project's shared/data/hepth-citations",
+                       sha256="1f7552ccff2e360e4ab4166fb97a83b5a8540cca2d489adf45c73ae068949477"),
 }
 _ACL = {
-    "edges": DataFile("acl-fulltext/edges_inset.tsv", source="ACL Anthology Network links; the project's shared/data/acl-fulltext"),
-    "papers": DataFile("acl-fulltext/papers.jsonl", source="ScisummNet / CL-SciSumm full texts; the project's shared/data/acl-fulltext"),
+    "edges": DataFile("acl-fulltext/edges_inset.tsv", source="ACL Anthology Network links; the project's shared/data/acl-fulltext",
+                      sha256="862c3f2767582289fd2310d36c60563f2061c816bc7da22dc1eea0d0a52414f4"),
+    "papers": DataFile("acl-fulltext/papers.jsonl", source="ScisummNet / CL-SciSumm full texts; the project's shared/data/acl-fulltext",
+                       sha256="b7e336ceead1a2e6b39bf20c06dadce719b14f7ba0548e6060c0dab68ca02f25"),
 }
 
 
 def _hepth_edges():
-    with gzip.open(_HEPTH["edges"].resolve(), "rt") as f:
-        for line in f:
-            if line.startswith("#") or not line.strip():
-                continue
-            a, b = line.split()
-            yield a, b
+    f = _HEPTH["edges"]
+    path = f.resolve()
+    try:
+        with gzip.open(path, "rb") as fin:
+            for lineno, raw in enumerate(fin, 1):
+                if raw.startswith(b"#") or not raw.strip():
+                    continue
+                parts = raw.split()
+                if len(parts) != 2:
+                    raise f.damaged(f"expected '<citing> <cited>', found {raw[:60]!r}", lineno, path)
+                yield parts[0].decode("ascii", "replace"), parts[1].decode("ascii", "replace")
+    except (EOFError, OSError) as e:  # truncated or not gzip
+        raise f.damaged(f"cannot be decompressed ({e})", None, path) from None
 
 
 def _acl_edges():
-    with open(_ACL["edges"].resolve(), encoding="utf-8") as f:
-        next(f)  # header
-        for line in f:
-            parts = line.rstrip("\n").split("\t")
-            if len(parts) >= 2:
-                yield parts[0], parts[1]
+    f = _ACL["edges"]
+    path = f.resolve()
+    lines = read_text(path, f.remedy()).split("\n")
+    if lines[0].split("\t")[:2] != ["citing", "cited"]:
+        raise f.damaged(f"expected the header 'citing<TAB>cited...', found {lines[0][:60]!r}", 1, path)
+    for lineno, line in enumerate(lines[1:], 2):
+        if not line.strip():
+            continue
+        parts = line.split("\t")
+        if len(parts) < 2 or not parts[0] or not parts[1]:
+            raise f.damaged(f"expected '<citing><TAB><cited>', found {line[:60]!r}", lineno, path)
+        yield parts[0], parts[1]
 
 
 def _papers(files) -> Iterator[Paper]:
-    with open(files["papers"].resolve(), encoding="utf-8") as f:
-        for line in f:
-            d = json.loads(line)
-            if d.get("title") or d.get("abstract"):
-                yield Paper(str(d["id"]), d.get("title") or "", d.get("abstract") or "")
+    f = files["papers"]
+    for _, d in iter_jsonl(f.resolve(), f.remedy(), required=("id",)):
+        if d.get("title") or d.get("abstract"):
+            yield Paper(str(d["id"]), d.get("title") or "", d.get("abstract") or "")
 
 
 class _Source:
     """A corpus + graph, loaded once and shared by all its ids."""
 
-    def __init__(self, name, files, edges_fn, sizes=CANDIDATE_SIZES):
+    def __init__(self, name, files, edges_fn, sizes=CANDIDATE_SIZES, counts=None, inset=False):
         self.name, self.files, self.edges_fn, self.sizes = name, files, edges_fn, tuple(sizes)
+        self.counts = counts or {}    # the release's papers with text and edges (checked with the checksums)
+        self.inset = inset            # every edge joins two papers of the corpus
+        self.clear()
+
+    def clear(self) -> None:
+        """Forgets what was read (the next use reads the files again)."""
         self._papers = None
         self._graph = None
         self._sets = {}
 
     def papers(self) -> Dict[str, Paper]:
         if self._papers is None:
-            self._papers = {p.doc_id: p for p in _papers(self.files)}
+            papers = {p.doc_id: p for p in _papers(self.files)}
+            if checksums_enabled() and "papers" in self.counts and len(papers) != self.counts["papers"]:
+                f = self.files["papers"]
+                raise f.damaged(f"{len(papers):,} papers with text, the release has {self.counts['papers']:,}")
+            self._papers = papers
         return self._papers
 
     def graph(self) -> CitationGraph:
         if self._graph is None:
-            self._graph = CitationGraph.from_edges(self.edges_fn())
+            edges = list(self.edges_fn())
+            f = self.files["edges"]
+            if checksums_enabled() and "edges" in self.counts and len(edges) != self.counts["edges"]:
+                raise f.damaged(f"{len(edges):,} citation edges, the release has {self.counts['edges']:,}")
+            if self.inset:
+                paths = [self.files[k].resolve() for k in ("edges", "papers")]
+                verified_once(self.name + ":inset", paths, lambda: self._check_inset(edges))
+            self._graph = CitationGraph.from_edges(edges)
         return self._graph
+
+    def _check_inset(self, edges) -> None:
+        ids = self.papers()
+        absent = sorted({d for e in edges for d in e if d not in ids})
+        if absent:
+            raise self.files["papers"].damaged(f"{len(absent)} paper(s) of the in-set links in "
+                                               f"{self.files['edges'].local().name} are not in it (e.g. {absent[0]}): the "
+                                               f"corpus is incomplete")
 
     def split(self, split: str, size: Optional[int]) -> CoreCitationSet:
         key = (split, size)
@@ -275,8 +316,9 @@ def _register_source(src: _Source):
                                                           + (f", |C|={size}" if size else "") + ")"})
 
 
-HEPTH = _Source("sci/hepth-core-citations", _HEPTH, _hepth_edges)
-ACL = _Source("sci/acl-core-citations", _ACL, _acl_edges, sizes=(10, 100, 1000))  # 1,672 papers
+HEPTH = _Source("sci/hepth-core-citations", _HEPTH, _hepth_edges, counts={"papers": 29555, "edges": 352807})
+ACL = _Source("sci/acl-core-citations", _ACL, _acl_edges, sizes=(10, 100, 1000),  # 1,672 papers
+              counts={"papers": 1672, "edges": 10456}, inset=True)
 
 
 def missing_files() -> List[str]:
@@ -298,7 +340,14 @@ def read_hlm_release(root: Path, split: str) -> Tuple[CoreCitationSet, Dict[str,
     if not table_path.exists():
         raise MissingDataError(f"missing {table_path} (H-LM release layout: <root>/{{train,val,test}}_table.npy and "
                                f"<root>/text/<digit>/<id>.txt; github.com/tsinghua-fib-lab/H-LM)")
-    table = np.load(table_path, allow_pickle=False)
+    remedy = "restore it from H-LM's release (github.com/tsinghua-fib-lab/H-LM)"
+    try:
+        table = np.load(table_path, allow_pickle=False)
+    except (ValueError, OSError, EOFError) as e:  # truncated, not .npy, object arrays
+        raise DamagedDataError(table_path, f"not a readable .npy table ({e})", None, remedy) from None
+    if table.ndim != 2 or table.shape[1] < 11:
+        raise DamagedDataError(table_path, f"expected rows of 11 ids (query, 5 core, 5 superficial), found shape "
+                                           f"{table.shape}", None, remedy)
     queries, cands, papers = [], {}, {}
     for row in table:
         ids = [str(int(x)) if np.issubdtype(type(x), np.integer) else str(x) for x in row]
@@ -315,7 +364,7 @@ def _hlm_paper(root: Path, pid: str) -> Paper:
     path = root / "text" / pid[-1] / f"{pid}.txt"
     if not path.exists():
         raise MissingDataError(f"missing paper text {path} (H-LM layout text/<last digit>/<id>.txt)")
-    lines = path.read_text(encoding="utf-8").splitlines()
+    lines = read_text(path, "restore it from H-LM's release (github.com/tsinghua-fib-lab/H-LM)").splitlines()
     return Paper(pid, lines[0].strip() if lines else "", " ".join(l.strip() for l in lines[1:]).strip())
 
 

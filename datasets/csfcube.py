@@ -33,7 +33,6 @@ official repository when missing and the network allows; the corpus file
 (the release's own corpus file is not published) - see :func:`rebuild_corpus`.
 """
 
-import csv
 import functools
 import json
 import os
@@ -44,7 +43,8 @@ from typing import Dict, List, NamedTuple, Optional, Tuple
 import ir_datasets
 
 from pyterrier_sci import measures as _measures
-from pyterrier_sci.data import DataFile, MissingDataError, data_dir
+from pyterrier_sci.data import (DataFile, MissingDataError, checksums_enabled, data_dir, iter_csv, iter_jsonl, read_json,
+                                read_text, verified_once)
 from ._base import FnDocs, FnQrels, FnQueries, FnScoredDocs, register
 
 NAME = "sci/csfcube"
@@ -53,20 +53,29 @@ _REPO = "https://raw.githubusercontent.com/iesl/CSFCube/7ffe012c1d92c470f185fc08
 _SOURCE = "github.com/iesl/CSFCube (CC BY-NC 4.0), or the project's shared/data/csfcube"
 
 
-def _release(name: str, md5: str) -> DataFile:
-    return DataFile(f"csfcube/{name}", url=_REPO + name, md5=md5, source=_SOURCE)
+def _release(name: str, md5: str, sha256: str) -> DataFile:
+    return DataFile(f"csfcube/{name}", url=_REPO + name, md5=md5, source=_SOURCE, sha256=sha256)
 
 
 FILES = {
-    "splits": _release("evaluation_splits.json", "6f08545a80dcec24d187d5ab0c1be14c"),
-    "queries": _release("queries-release.csv", "6045c24599f7a6894808f955937f6bc6"),
-    "background": _release("test-pid2anns-csfcube-background.json", "cbd85f7e9bb527acfe0a5928c05cbcae"),
-    "method": _release("test-pid2anns-csfcube-method.json", "08ae294faed4d8d30fb4b72268da3ab2"),
-    "result": _release("test-pid2anns-csfcube-result.json", "18f884dadc406af00474be0bda9c1a89"),
+    "splits": _release("evaluation_splits.json", "6f08545a80dcec24d187d5ab0c1be14c",
+                       "1d23a1b2110e874809c9516f65c70e3c6e4b8fe3bd748ff36ff05c4875226c88"),
+    "queries": _release("queries-release.csv", "6045c24599f7a6894808f955937f6bc6",
+                        "6890b27986abe880129ca33ebd3f0f3e205fda086d57617fd4c2bd464ec3f1aa"),
+    "background": _release("test-pid2anns-csfcube-background.json", "cbd85f7e9bb527acfe0a5928c05cbcae",
+                           "2015cbf965377374e020b0ec133351ec1feb731b9a9c40da0e446ef6eee4fa5e"),
+    "method": _release("test-pid2anns-csfcube-method.json", "08ae294faed4d8d30fb4b72268da3ab2",
+                       "4d9b48f4b6a7a4fc24a30e0c0e74d1cc53eb4214ec4b855e3cd98e86829323a2"),
+    "result": _release("test-pid2anns-csfcube-result.json", "18f884dadc406af00474be0bda9c1a89",
+                       "5ed7a63bc20e3deb725f8ec82abfcb1c5d79673befc942509b48effceb3be031"),
+    # rebuild_corpus() writes exactly these bytes from the release's readable annotations
     "corpus": DataFile("csfcube/abstracts-csfcube-reconstructed.jsonl",
-                       source="rebuilt from csfcube/readable_annotations/*.txt by "
-                              "pyterrier_sci.datasets.csfcube.rebuild_corpus(); " + _SOURCE),
+                       source="delete it and it is rebuilt from csfcube/readable_annotations/*.txt "
+                              "(pyterrier_sci.datasets.csfcube.rebuild_corpus()); " + _SOURCE,
+                       sha256="1b1852477c507d5806462569e9048323d9693914b32348a5f8d000c0601a5eca"),
 }
+#: the release's counts (checked with the checksums): documents, and queries per facet
+COUNTS = {"docs": 4205, "background": 16, "method": 17, "result": 17}
 
 
 # (no `from __future__ import annotations` in this module: PyTerrier's text loader reads the str
@@ -119,45 +128,141 @@ def _corpus_path() -> Path:
     return f.resolve()
 
 
+def _read_docs(path: Path):
+    for lineno, d in iter_jsonl(path, FILES["corpus"].remedy(), required=("paper_id",)):
+        sents = d.get("abstract") or ()
+        if not isinstance(sents, list):
+            raise FILES["corpus"].damaged(f"'abstract' is {type(sents).__name__}, not a list of sentences", lineno, path)
+        sents = tuple(sents)
+        yield CSFCubeDoc(str(d["paper_id"]), d.get("title") or "", " ".join(sents), str(d.get("year") or ""),
+                         sents, tuple(d.get("pred_labels") or ()))
+
+
 def _iter_docs():
-    with open(_corpus_path(), encoding="utf-8") as fin:
-        for line in fin:
-            d = json.loads(line)
-            sents = tuple(d.get("abstract") or ())
-            yield CSFCubeDoc(str(d["paper_id"]), d.get("title") or "", " ".join(sents), str(d.get("year") or ""),
-                             sents, tuple(d.get("pred_labels") or ()))
+    verify()
+    yield from _read_docs(_corpus_path())
 
 
 @functools.lru_cache(maxsize=4)
 def _docs_by_id(path: str, mtime: float) -> Dict[str, CSFCubeDoc]:
-    return {d.doc_id: d for d in _iter_docs()}
+    return {d.doc_id: d for d in _read_docs(Path(path))}
+
+
+def _docs() -> Dict[str, CSFCubeDoc]:
+    p = _corpus_path()
+    return _docs_by_id(str(p), p.stat().st_mtime_ns)
 
 
 def docs() -> Dict[str, CSFCubeDoc]:
-    p = _corpus_path()
-    return _docs_by_id(str(p), p.stat().st_mtime)
+    verify()
+    return _docs()
+
+
+_GRADES = "relevance_adju"
 
 
 @functools.lru_cache(maxsize=8)
-def _annotations(facet: str, path: str) -> dict:
-    with open(path, encoding="utf-8") as fin:
-        return json.load(fin)
+def _annotations(facet: str, path: str, mtime: int) -> dict:
+    f = FILES[facet]
+    data = read_json(path, f.remedy(), expect=dict)
+    for pid, ann in data.items():
+        if not isinstance(ann, dict) or not isinstance(ann.get("cands"), list) or not isinstance(ann.get(_GRADES), list):
+            raise f.damaged(f"query paper {pid}: expected an object with the lists 'cands' and '{_GRADES}'", path=Path(path))
+        if len(ann["cands"]) != len(ann[_GRADES]):
+            raise f.damaged(f"query paper {pid} has {len(ann['cands'])} candidates but {len(ann[_GRADES])} grades "
+                            f"('{_GRADES}'): every candidate needs a grade", path=Path(path))
+        bad = [g for g in ann[_GRADES] if not isinstance(g, int) or not 0 <= g <= 3]
+        if bad:
+            raise f.damaged(f"query paper {pid} has grades outside 0-3: {bad[:5]}", path=Path(path))
+    return data
+
+
+def _annotations_of(facet: str) -> dict:
+    p = FILES[facet].resolve()
+    return _annotations(facet, str(p), p.stat().st_mtime_ns)
 
 
 def annotations(facet: str) -> dict:
     """``{paper_id: {"cands": [...], "relevance_adju": [...], ...}}`` for one facet."""
-    return _annotations(facet, str(FILES[facet].resolve()))
+    verify()
+    return _annotations_of(facet)
+
+
+_FOLDS = ("fold1_dev", "fold1_test", "fold2_dev", "fold2_test")
 
 
 @functools.lru_cache(maxsize=2)
-def _splits(path: str) -> dict:
-    with open(path, encoding="utf-8") as fin:
-        return json.load(fin)
+def _splits(path: str, mtime: int) -> dict:
+    f = FILES["splits"]
+    data = read_json(path, f.remedy(), expect=dict)
+    for facet in FACETS:
+        folds = data.get(facet)
+        if not isinstance(folds, dict) or any(not isinstance(folds.get(k), list) for k in _FOLDS):
+            raise f.damaged(f"facet '{facet}' lacks the fold lists {list(_FOLDS)}", path=Path(path))
+    return data
+
+
+def _splits_of() -> dict:
+    p = FILES["splits"].resolve()
+    return _splits(str(p), p.stat().st_mtime_ns)
+
+
+def _read_queries(path: Path) -> Dict[str, dict]:
+    """``{query id: row}`` of ``queries-release.csv``."""
+    return {f"{row['pid']}_{row['facet']}": row
+            for _, row in iter_csv(path, FILES["queries"].remedy(), required=("pid", "facet", "title"))}
+
+
+def verify() -> None:
+    """Checks the data directory's CSFCube files once (the verdict is cached by path, size and time):
+    checksums (in :meth:`DataFile.resolve`), every annotated query in the queries file and the folds,
+    every query paper and candidate in the corpus, and - with checksums on - the release's counts.
+    Files that are missing are left to the reader that needs them (a :class:`MissingDataError`)."""
+    present = [k for k in FILES if k != "corpus" and FILES[k].exists()]
+    if FILES["corpus"].exists() or (data_dir() / "csfcube" / "readable_annotations").is_dir():
+        present.append("corpus")
+    paths = {k: (_corpus_path() if k == "corpus" else FILES[k].resolve()) for k in present}
+    verified_once("csfcube", list(paths.values()), lambda: _check(paths))
+
+
+def _check(paths: Dict[str, Path]) -> None:
+    facets = [f for f in FACETS if f in paths]
+    anns = {f: _annotations_of(f) for f in facets}
+    if "corpus" in paths:
+        corpus = _docs()
+        if checksums_enabled() and len(corpus) != COUNTS["docs"]:
+            raise FILES["corpus"].damaged(f"{len(corpus):,} documents, the release has {COUNTS['docs']:,}", path=paths["corpus"])
+        for f, ann in anns.items():
+            for pid, a in ann.items():
+                absent = [str(c) for c in [pid] + a["cands"] if str(c) not in corpus]
+                if absent:
+                    raise FILES["corpus"].damaged(
+                        f"{len(absent)} paper(s) that {FILES[f].local().name} judges are not in it (e.g. {absent[0]}, "
+                        f"query {pid}_{f}): the corpus is incomplete", path=paths["corpus"])
+    annotated = {f"{pid}_{f}" for f, ann in anns.items() for pid in ann}
+    for f, ann in anns.items():
+        if checksums_enabled() and len(ann) != COUNTS[f]:
+            raise FILES[f].damaged(f"{len(ann)} queries, the release has {COUNTS[f]}", path=paths[f])
+    if "queries" in paths:
+        rows = _read_queries(paths["queries"])
+        absent = sorted(annotated - set(rows))
+        if absent:
+            raise FILES["queries"].damaged(f"{len(absent)} annotated queries are not in it (e.g. {absent[0]}): the file "
+                                           f"is incomplete or truncated", path=paths["queries"])
+    if "splits" in paths and facets:
+        s = _splits_of()
+        for f in facets:
+            listed = {q for k in _FOLDS for q in s[f][k]}
+            unknown = sorted(listed - annotated)
+            if unknown:
+                raise FILES["splits"].damaged(f"fold queries without annotations in {FILES[f].local().name}: {unknown[:3]}",
+                                              path=paths["splits"])
 
 
 def splits() -> dict:
     """The official folds: ``{facet|"all": {"fold1_dev": [...], "fold1_test": [...], ...}}``."""
-    s = dict(_splits(str(FILES["splits"].resolve())))
+    verify()
+    s = dict(_splits_of())
     if "all" not in s:
         s["all"] = {k: [q for f in FACETS for q in s[f][k]] for k in s[FACETS[0]]}
     return s
@@ -186,13 +291,11 @@ def _query_ids(facet: Optional[str], split: Optional[str]) -> List[str]:
 def _iter_queries(facet, split):
     wanted = set(_query_ids(facet, split))
     by_id = docs()
-    with open(FILES["queries"].resolve(), encoding="utf-8") as fin:
-        for row in csv.DictReader(fin):
-            qid = f"{row['pid']}_{row['facet']}"
-            if qid in wanted:
-                d = by_id.get(row["pid"])
-                text = d.default_text() if d is not None else row["title"]
-                yield CSFCubeQuery(qid, text)
+    for qid, row in _read_queries(FILES["queries"].resolve()).items():
+        if qid in wanted:
+            d = by_id.get(row["pid"])
+            text = d.default_text() if d is not None else row["title"]
+            yield CSFCubeQuery(qid, text)
 
 
 def _iter_judged(facet, split):
@@ -227,7 +330,8 @@ def rebuild_corpus(annotations_dir: Optional[Path] = None, out: Optional[Path] =
     papers: Dict[str, dict] = {}
     label_re = re.compile(r"^([a-z_]+_label): (.*)$")
     for fname in sorted(annotations_dir.glob("*.txt")):
-        for block in re.split(r"\n={10,}\n", "\n" + fname.read_text(encoding="utf-8")):
+        text = read_text(fname, f"restore {annotations_dir} from: {_SOURCE}")
+        for block in re.split(r"\n={10,}\n", "\n" + text):
             m = re.search(r"paper_id: (\S+); YEAR: (\S*)", block)
             t = re.search(r"^TITLE: (.*)$", block, re.M)
             if not m or not t:

@@ -46,20 +46,20 @@ The measures of the paper's code (``benchmarking/rank_performance_util.py``) are
 bootstrap standard errors over queries) and :func:`random_baseline` its random row.
 """
 
-import csv
 import functools
 import hashlib
 import itertools
-import json
 import math
 import re
 import warnings
+from pathlib import Path
 from typing import Dict, Iterable, Iterator, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
 
 import ir_datasets
 
 from pyterrier_sci import measures as _measures
-from pyterrier_sci.data import DataFile, MissingDataError, data_dir
+from pyterrier_sci.data import (DataFile, MissingDataError, checksums_enabled, data_dir, iter_csv,
+                                iter_jsonl, read_json, read_text, verified_once)
 from ._base import FnDocs, FnQrels, FnQueries, FnScoredDocs, register
 
 NAME = "sci/doris-mae"
@@ -78,14 +78,22 @@ TRAIN_QUERY_IDS = tuple(i for i in range(50) if i not in TEST_QUERY_IDS)
 REMOVED_ABSTRACTS = frozenset({"205580", "346695", "346826", "346836", "28674"})
 SUBQUERY_SIZES = tuple(range(1, 10))   # a query has 3-9 aspects
 
+_SOURCE_SHARED = "; or the project's shared/data/doris-mae"
 FILES = {
     "release": DataFile("doris-mae/DORIS-MAE_dataset_v1.json", url=ZENODO_URL, source=_SOURCE_RELEASE),
-    "queries": DataFile("doris-mae/queries_parsed.json", source=_SOURCE_OFFLINE),
-    "subquery2": DataFile("doris-mae/subquery-2.txt", source=_SOURCE_OFFLINE),
-    "birco_queries": DataFile("doris-mae/birco_dev/queries.jsonl", source=_SOURCE_OFFLINE),
-    "birco_corpus": DataFile("doris-mae/birco_dev/corpus.jsonl", source=_SOURCE_OFFLINE),
-    "birco_qrels": DataFile("doris-mae/birco_dev/qrels.tsv", source=_SOURCE_OFFLINE),
+    "queries": DataFile("doris-mae/queries_parsed.json", source=_SOURCE_OFFLINE + _SOURCE_SHARED,
+                        sha256="4f75207ab1f6214dafe6fecd50306625e1671925f98fa6e81971637ec2a111d5"),
+    "subquery2": DataFile("doris-mae/subquery-2.txt", source=_SOURCE_OFFLINE + _SOURCE_SHARED,
+                          sha256="9206b07ea66479e6fa91e5e43e03b7f8d7981e1bf738d0ef30a8d802818282ae"),
+    "birco_queries": DataFile("doris-mae/birco_dev/queries.jsonl", source=_SOURCE_OFFLINE + _SOURCE_SHARED,
+                              sha256="16933f08e0886c564d8932cce81cef5747c54067ad0007004393637f2ff872a4"),
+    "birco_corpus": DataFile("doris-mae/birco_dev/corpus.jsonl", source=_SOURCE_OFFLINE + _SOURCE_SHARED,
+                             sha256="832a1ae4b017e0403809bece002768e7c42c1b82a252b597edd72a49086f8cab"),
+    "birco_qrels": DataFile("doris-mae/birco_dev/qrels.tsv", source=_SOURCE_OFFLINE + _SOURCE_SHARED,
+                            sha256="c884481c36a0f05b8674f605458c549d5463de42408b1bbd4fc0d305a27717b6"),
 }
+#: the offline files' counts (checked with the checksums)
+COUNTS = {"queries": 100, "subquery2": 1003, "birco_queries": 40, "birco_corpus": 2938, "birco_qrels": 3129}
 
 
 # (no `from __future__ import annotations` in this module: PyTerrier's text loader reads the str
@@ -244,8 +252,28 @@ class Release:
 
 @functools.lru_cache(maxsize=2)
 def _release(path: str, mtime: float) -> Release:
-    with open(path, encoding="utf-8") as fin:
-        return Release(json.load(fin))
+    f = FILES["release"]
+    data = read_json(path, f.remedy(), expect=dict)
+    for key, kind in (("Query", list), ("Corpus", (list, dict)), ("Annotation", list)):
+        if not isinstance(data.get(key), kind):
+            raise f.damaged(f"expected the release's '{key}' {'list' if kind is list else 'list or object'}, "
+                            f"found {type(data.get(key)).__name__}", path=Path(path))
+    corpus = data["Corpus"]
+    ids = ({str(d.get("abstract_id", i)) for i, d in (corpus.items() if isinstance(corpus, dict) else enumerate(corpus))})
+    for i, q in enumerate(data["Query"]):
+        if not isinstance(q, dict) or not isinstance(q.get("candidate_pool"), list) or not isinstance(q.get("aspects"), dict):
+            raise f.damaged(f"query {i}: expected an object with 'candidate_pool' (list) and 'aspects' (object)", path=Path(path))
+        absent = [str(d) for d in q["candidate_pool"] if str(d) not in ids]
+        if absent:
+            raise f.damaged(f"query {i}: {len(absent)} pool abstract(s) are not in the Corpus (e.g. {absent[0]}): the file "
+                            f"is incomplete", path=Path(path))
+    for a in data["Annotation"]:
+        if not isinstance(a, dict) or any(k not in a for k in ("aspect_id", "abstract_id", "score")):
+            raise f.damaged(f"an Annotation entry lacks 'aspect_id', 'abstract_id' or 'score': {str(a)[:80]}", path=Path(path))
+    try:
+        return Release(data)
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise f.damaged(f"unexpected release structure ({type(e).__name__}: {e})", path=Path(path)) from None
 
 
 def release() -> Release:
@@ -264,22 +292,28 @@ def release_available() -> bool:
 
 @functools.lru_cache(maxsize=2)
 def _offline_queries(path: str, mtime: float) -> Dict[str, AspectQuery]:
-    with open(path, encoding="utf-8") as fin:
-        parsed = json.load(fin)
+    f = FILES["queries"]
+    parsed = read_json(path, f.remedy(), expect=list)
     out = {}
-    for q in parsed:
-        aspects = tuple(Aspect(text_aspect_id(a["text"]), a["text"],
-                               tuple((text_aspect_id(s["text"]), s["text"]) for s in a.get("sub_aspects") or ()))
-                        for a in q["aspects"])
-        qid = str(q["query_id"])
-        out[qid] = AspectQuery(qid, q["query_text"], aspects, str(q.get("query_type") or ""), qid)
+    for i, q in enumerate(parsed):
+        try:
+            aspects = tuple(Aspect(text_aspect_id(a["text"]), a["text"],
+                                   tuple((text_aspect_id(s["text"]), s["text"]) for s in a.get("sub_aspects") or ()))
+                            for a in q["aspects"])
+            qid = str(q["query_id"])
+            out[qid] = AspectQuery(qid, q["query_text"], aspects, str(q.get("query_type") or ""), qid)
+        except (KeyError, TypeError, AttributeError) as e:
+            raise f.damaged(f"query entry {i} lacks {e} or is not shaped as {{query_id, query_text, aspects: "
+                            f"[{{text, sub_aspects}}]}}", path=Path(path)) from None
+    if checksums_enabled() and len(out) != COUNTS["queries"]:
+        raise f.damaged(f"{len(out)} queries, the release has {COUNTS['queries']}", path=Path(path))
     return out
 
 
 def offline_queries() -> Dict[str, AspectQuery]:
     """The 100 queries of ``queries_parsed.json`` (from the authors' ``queries.txt``), by id."""
     p = FILES["queries"].resolve()
-    return _offline_queries(str(p), p.stat().st_mtime)
+    return _offline_queries(str(p), p.stat().st_mtime_ns)
 
 
 def _docno(cid: str) -> str:
@@ -292,23 +326,62 @@ def _qid(bq: str) -> str:
 
 @functools.lru_cache(maxsize=2)
 def _birco(qrels_path: str, mtime: float) -> Tuple[Dict[str, List[Tuple[str, float]]], Tuple[str, ...]]:
+    f = FILES["birco_qrels"]
     pools: Dict[str, List[Tuple[str, float]]] = {}
-    with open(qrels_path, encoding="utf-8") as fin:
-        for row in csv.DictReader(fin, delimiter="\t"):
-            pools.setdefault(_qid(row["qid"]), []).append((_docno(row["cid"]), float(row["relevance_normalized"])))
+    n = 0
+    for line, row in iter_csv(qrels_path, f.remedy(), required=("qid", "cid", "relevance_normalized"), delimiter="\t"):
+        try:
+            score = float(row["relevance_normalized"])
+            qid = _qid(row["qid"])
+            int(qid)
+        except ValueError as e:
+            raise f.damaged(f"expected a query id q_<n> and a number ({e})", line, Path(qrels_path)) from None
+        pools.setdefault(qid, []).append((_docno(row["cid"]), score))
+        n += 1
+    if checksums_enabled() and (len(pools), n) != (COUNTS["birco_queries"], COUNTS["birco_qrels"]):
+        raise f.damaged(f"{n:,} judgements of {len(pools)} queries, the release has {COUNTS['birco_qrels']:,} of "
+                        f"{COUNTS['birco_queries']}", path=Path(qrels_path))
     return pools, tuple(sorted(pools, key=int))
+
+
+def _birco_of() -> Tuple[Dict[str, List[Tuple[str, float]]], Tuple[str, ...]]:
+    verify_offline()
+    p = FILES["birco_qrels"].resolve()
+    return _birco(str(p), p.stat().st_mtime_ns)
+
+
+def verify_offline() -> None:
+    """Checks the offline files once (the verdict is cached by path, size and time): checksums,
+    every judged query in ``queries_parsed.json`` and every judged abstract in the BIRCO corpus."""
+    keys = ("queries", "birco_corpus", "birco_qrels", "birco_queries")
+    paths = [FILES[k].resolve() for k in keys]
+    verified_once("doris-mae/birco-dev", paths, lambda: _check_offline(*paths[:3]))
+
+
+def _check_offline(queries: Path, corpus: Path, qrels: Path) -> None:
+    by_id = _offline_queries(str(queries), queries.stat().st_mtime_ns)
+    pools = _birco(str(qrels), qrels.stat().st_mtime_ns)[0]
+    unknown = sorted(set(pools) - set(by_id))
+    if unknown:
+        raise FILES["queries"].damaged(f"queries judged in {qrels.name} are not in it: {unknown[:5]}", path=queries)
+    ids = {d.doc_id for d in _read_offline_docs(corpus)}
+    if checksums_enabled() and len(ids) != COUNTS["birco_corpus"]:
+        raise FILES["birco_corpus"].damaged(f"{len(ids):,} abstracts, the release has {COUNTS['birco_corpus']:,}",
+                                            path=corpus)
+    absent = sorted({d for pool in pools.values() for d, _ in pool} - ids)
+    if absent:
+        raise FILES["birco_corpus"].damaged(f"{len(absent)} abstract(s) judged in {qrels.name} are not in it (e.g. "
+                                            f"{absent[0]}): the corpus is incomplete", path=corpus)
 
 
 def birco_pools() -> Dict[str, List[Tuple[str, float]]]:
     """``{query id: [(docno, normalised score S/|Q|), ...]}`` in the file's pool order."""
-    p = FILES["birco_qrels"].resolve()
-    return _birco(str(p), p.stat().st_mtime)[0]
+    return _birco_of()[0]
 
 
 def birco_query_ids(split: Optional[str] = None) -> List[str]:
     """The 40 offline query ids (numeric order); ``split`` ``"train20"`` / ``"test20"`` alternates them."""
-    p = FILES["birco_qrels"].resolve()
-    ids = list(_birco(str(p), p.stat().st_mtime)[1])
+    ids = list(_birco_of()[1])
     if split is None:
         return ids
     if split not in ("train20", "test20"):
@@ -326,20 +399,28 @@ def sum_from_normalised(normalised: float, n_aspects: int, qid: str = "?", docno
     return r
 
 
+def _read_offline_docs(path: Path):
+    for _, d in iter_jsonl(path, FILES["birco_corpus"].remedy(), required=("cid",)):
+        yield DorisDoc(_docno(str(d["cid"])), d.get("title") or "", d.get("text") or "", "", "")
+
+
 def _iter_offline_docs():
-    with open(FILES["birco_corpus"].resolve(), encoding="utf-8") as fin:
-        for line in fin:
-            d = json.loads(line)
-            yield DorisDoc(_docno(d["cid"]), d.get("title") or "", d.get("text") or "", "", "")
+    verify_offline()
+    yield from _read_offline_docs(FILES["birco_corpus"].resolve())
 
 
 def _subquery_texts() -> List[Tuple[str, str]]:
-    text = FILES["subquery2"].resolve().read_text(encoding="utf-8")
+    f = FILES["subquery2"]
+    path = f.resolve()
+    text = read_text(path, f.remedy())
     out = []
     for block in re.split(r"\n=+\n", "\n" + text):
         m = re.match(r"\s*Subquery:\s*(\d+)\s*\n(.*)", block, re.S)
         if m:
             out.append((m.group(1), m.group(2).strip()))
+    if not out or (checksums_enabled() and len(out) != COUNTS["subquery2"]):
+        raise f.damaged(f"{len(out):,} sub-queries ('Subquery: <n>' blocks), the release has {COUNTS['subquery2']:,}",
+                        path=path)
     return out
 
 

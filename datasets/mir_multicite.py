@@ -55,7 +55,6 @@ after the dated proposals of that year); ``CorpusID:`` ids carry no date and com
 release order.  The first ``CHRONO_TRAIN_FRACTION`` (60%) are ``chrono-train``.
 """
 
-import csv
 import functools
 import re
 from dataclasses import dataclass
@@ -65,7 +64,7 @@ from typing import Dict, Iterable, Iterator, List, Mapping, NamedTuple, Optional
 import ir_datasets
 
 from pyterrier_sci import measures as _measures
-from pyterrier_sci.data import DataFile
+from pyterrier_sci.data import DamagedDataError, DataFile, iter_csv
 from ._base import FnDocs, FnQrels, FnQueries, FnScoredDocs, register
 
 NAME = "sci/mir-multicite"
@@ -81,7 +80,9 @@ _SOURCE = f"the authors' release {_REPO} (data/, commit {_RELEASE[:8]}; MIR part
 
 FILES = {
     "dev": DataFile("mir-multicite/mir_dev_chronological.csv", url=f"{_RAW}/{_SNAPSHOT}/data/dev_chronological.csv",
-                    source=f"{_REPO} data/dev_chronological.csv (commit {_SNAPSHOT[:8]})"),
+                    source=f"{_REPO} data/dev_chronological.csv (commit {_SNAPSHOT[:8]}), or the project's "
+                           f"shared/data/mir-multicite",
+                    sha256="90aed6fdcaa4968a6d05e652ae9772d824f1e921c1757566ff8aa82dd5cc5b75"),
     "train": DataFile("mir-multicite/train_chronological_df.csv", url=f"{_RAW}/{_RELEASE}/data/train_chronological_df.csv",
                       source=_SOURCE),
     "test": DataFile("mir-multicite/test_chronological_df.csv", url=f"{_RAW}/{_RELEASE}/data/test_chronological_df.csv",
@@ -167,33 +168,37 @@ def _is_methodological(intent: str) -> int:
     return int(str(intent).strip() in MI_INTENTS)
 
 
+def _remedy(path: str) -> str:
+    known = next((f for f in FILES.values() if str(f.local().resolve()) == path), None)
+    if known is not None:
+        return known.remedy()
+    return (f"a file that is not a MIR-MultiCite file cannot be read: give one with the release's columns "
+            f"{list(REQUIRED_COLUMNS)} (restore it from {_SOURCE}, or build it with "
+            f"pyterrier_sci.plugins.annotate.proposals.build_mir_data)")
+
+
 @functools.lru_cache(maxsize=8)
 def _read(path: str, mtime: float) -> Split:
-    csv.field_size_limit(1 << 30)
     proposals: Dict[str, Proposal] = {}
     papers: Dict[str, str] = {}
     titles: Dict[str, str] = {}
     citations: List[MIRCitation] = []
-    with open(path, encoding="utf-8", newline="") as fin:
-        reader = csv.DictReader(fin)
-        missing = [c for c in REQUIRED_COLUMNS if c not in (reader.fieldnames or [])]
-        if missing:
-            raise ValueError(f"{path} is not a MIR-MultiCite file: it lacks the columns {missing} "
-                             f"(needs {list(REQUIRED_COLUMNS)})")
-        for row in reader:
-            qid = (row.get("actual_ids") or row.get("paper_id") or "").strip()
-            doc = (row.get("cited_paper_id") or "").strip()
-            if not qid or not doc:
-                continue
-            if qid not in proposals:
-                proposals[qid] = Proposal(qid, (row.get("proposal") or "").strip(),
-                                          (row.get("citing_paper_abstracts") or "").strip(),
-                                          _split_keywords(row.get("keyword")), len(proposals))
-            papers.setdefault(doc, (row.get("cited_paper_abstracts") or "").strip())
-            titles.setdefault(doc, (row.get("cited_paper_title") or row.get("cited_title") or "").strip())
-            intent = (row.get("intent") or "").strip()
-            citations.append(MIRCitation(qid, doc, (row.get("citation_text") or "").strip(), intent,
-                                         _is_methodological(intent), (row.get("gen_id") or "").strip()))
+    remedy = _remedy(path)
+    for line, row in iter_csv(path, remedy, required=REQUIRED_COLUMNS):
+        qid = (row.get("actual_ids") or row.get("paper_id") or "").strip()
+        doc = (row.get("cited_paper_id") or "").strip()
+        if not qid or not doc:
+            raise DamagedDataError(path, f"the row has no citing paper id ('actual_ids') or no cited paper id "
+                                         f"('cited_paper_id')", line, remedy)
+        if qid not in proposals:
+            proposals[qid] = Proposal(qid, (row.get("proposal") or "").strip(),
+                                      (row.get("citing_paper_abstracts") or "").strip(),
+                                      _split_keywords(row.get("keyword")), len(proposals))
+        papers.setdefault(doc, (row.get("cited_paper_abstracts") or "").strip())
+        titles.setdefault(doc, (row.get("cited_paper_title") or row.get("cited_title") or "").strip())
+        intent = (row.get("intent") or "").strip()
+        citations.append(MIRCitation(qid, doc, (row.get("citation_text") or "").strip(), intent,
+                                     _is_methodological(intent), (row.get("gen_id") or "").strip()))
     return Split(proposals, papers, titles, citations)
 
 

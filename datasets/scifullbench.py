@@ -39,14 +39,13 @@ Queries carry the same fields plus ``paper_docno``: the query paper's docno in t
 Measures: ``Recall@K`` / ``MRR@50`` aliases as for ``sci/acl-fulltext``.
 """
 import hashlib
-import json
 import re
 from pathlib import Path
 from typing import Dict, Iterator, List, NamedTuple, Optional, Tuple
 
 import ir_datasets
 
-from pyterrier_sci.data import MissingDataError, data_dir
+from pyterrier_sci.data import DamagedDataError, MissingDataError, data_dir, read_json
 from ._base import FnDocs, FnQrels, FnQueries, register
 from .acl_fulltext import FullPaper, Section, clean
 
@@ -55,6 +54,7 @@ VENUES = {"acl": "ACL", "emnlp": "EMNLP", "iclr": "ICLR", "neurips": "NeurIPS"}
 RELATIONS = {"references": "Direct_References", "citations": "Cited_Papers"}
 FINAL = "Final_Dataset_w_citations_mentions_removed"
 SOURCE = "huggingface.co/datasets/Jackson0018/SciFullBench (the SciFullBench folder)"
+REMEDY = f"restore it from {SOURCE}"
 
 
 class SciFullBenchQuery(NamedTuple):
@@ -172,13 +172,23 @@ class SciFullBench:
             full = " ".join([abstract] + [s.text for s in sections]).strip()
         return FullPaper(doc_id, f"{title} {abstract}".strip(), title, abstract, full, sections)
 
+    def clear(self) -> None:
+        """Forgets what was read (the next use reads the files again)."""
+        self._corpus = self._papers = self._keys = self._title_keys = None
+        self._queries = {}
+
     def corpus(self) -> Dict[str, dict]:
         if self._corpus is None:
-            items = json.loads(self.corpus_file().read_text(encoding="utf-8"))
+            path = self.corpus_file()
+            items = read_json(path, REMEDY, expect=(list, dict))
             if isinstance(items, dict):
                 items = list(items.values())
+            if not items:
+                raise DamagedDataError(path, "the corpus has no papers", None, REMEDY)
             corpus, keys, title_keys = {}, {}, {}
-            for item in items:
+            for i, item in enumerate(items):
+                if not isinstance(item, dict) or not isinstance(item.get("title"), str):
+                    raise DamagedDataError(path, f"corpus item {i} is not a paper object with a 'title'", None, REMEDY)
                 key = match_key(item.get("title"), item.get("abstract"))
                 doc_id = str(item.get("id") or "sfb-" + hashlib.sha1(key.encode()).hexdigest()[:16])
                 if doc_id in corpus:
@@ -215,8 +225,10 @@ class SciFullBench:
                 raise MissingDataError(f"SciFullBench split not found: {folder} ({SOURCE})")
             out = []
             for path in sorted(folder.glob("*.json")):
-                data = json.loads(path.read_text(encoding="utf-8"))
-                q = data.get("Query") or {}
+                data = read_json(path, REMEDY, expect=dict)
+                q = data.get("Query")
+                if not isinstance(q, dict) or not isinstance(q.get("title"), str):
+                    raise DamagedDataError(path, "expected a 'Query' object with a 'title'", None, REMEDY)
                 qid = str(data.get("id") or path.stem)
                 paper = self._paper(qid, q)
                 own = self.find(q.get("title"), q.get("abstract")) or ""
