@@ -461,6 +461,7 @@ def _train_st(model, loss, data, tmp, epochs, batch_size, lr, warmup_ratio, max_
     from transformers.utils import logging as hf_logging
     import inspect
     from transformers import TrainingArguments
+    from pyterrier_sci.training import guard_finite
     params = inspect.signature(TrainingArguments.__init__).parameters
     # transformers 5 reads a float warmup_steps < 1 as a ratio (warmup_ratio is deprecated there)
     warmup = {"warmup_ratio": warmup_ratio} if "warmup_ratio" in params else {"warmup_steps": float(warmup_ratio)}
@@ -473,7 +474,8 @@ def _train_st(model, loss, data, tmp, epochs, batch_size, lr, warmup_ratio, max_
     if not verbose:
         hf_logging.set_verbosity_error()
     try:
-        tr = SentenceTransformerTrainer(model=model, args=args, train_dataset=Dataset.from_pandas(data), loss=loss)
+        tr = guard_finite(SentenceTransformerTrainer(model=model, args=args, train_dataset=Dataset.from_pandas(data),
+                                                     loss=loss))
         if not verbose:  # the loss of every step is kept in the metadata, not printed
             from transformers.trainer_callback import PrinterCallback, ProgressCallback
             tr.remove_callback(PrinterCallback)
@@ -486,6 +488,7 @@ def _train_st(model, loss, data, tmp, epochs, batch_size, lr, warmup_ratio, max_
 
 def _train_torch(model, loss, data, epochs, batch_size, lr, warmup_ratio, max_steps, seed, verbose):
     import torch
+    from pyterrier_sci.training import check_finite_loss, first_non_finite_parameter
     n_batches = (len(data) + batch_size - 1) // batch_size
     total = n_batches * epochs if not max_steps else min(max_steps, n_batches * epochs)
     warmup = int(round(total * warmup_ratio))
@@ -504,8 +507,12 @@ def _train_torch(model, loss, data, epochs, batch_size, lr, warmup_ratio, max_st
             rows = data.iloc[order[b * batch_size:(b + 1) * batch_size]]
             feats = [_to_device(model.tokenize(rows[c].tolist()), model.device) for c in ("anchor", "positive", "negative")]
             value = loss(feats, None)
+            check_finite_loss(value, step + 1)
             value.backward()
             opt.step()
+            bad = first_non_finite_parameter(model.named_parameters())
+            if bad is not None:
+                check_finite_loss(float("nan"), step + 1, what=f"parameter {bad!r}")
             sched.step()
             opt.zero_grad()
             history.append(round(float(value.detach()), 5))

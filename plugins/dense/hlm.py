@@ -158,7 +158,9 @@ def _trainer(model, dataset, loss, out_dir, epochs, batch_size, lr, seed, max_st
         output_dir=str(out_dir), num_train_epochs=epochs, per_device_train_batch_size=batch_size, learning_rate=lr,
         warmup_steps=0.1, seed=seed, save_strategy="no", report_to=[], logging_strategy="no",
         disable_tqdm=False, max_steps=max_steps if max_steps else -1, use_cpu=not torch.cuda.is_available())
-    return SentenceTransformerTrainer(model=model, args=args, train_dataset=Dataset.from_dict(dataset), loss=loss)
+    from pyterrier_sci.training import guard_finite
+    return guard_finite(SentenceTransformerTrainer(model=model, args=args, train_dataset=Dataset.from_dict(dataset),
+                                                   loss=loss))
 
 
 def train_curriculum(base_model: str, queries: Sequence[str], candidates: Dict[str, List[Tuple[str, int]]],

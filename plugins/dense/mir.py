@@ -556,6 +556,7 @@ def _fit(model, loss, data: pd.DataFrame, per_epoch: int, tmp: Path, cfg: MIRTra
     from datasets import Dataset
     from sentence_transformers import SentenceTransformerTrainer, SentenceTransformerTrainingArguments
     from transformers.utils import logging as hf_logging
+    from pyterrier_sci.training import guard_finite
     args = SentenceTransformerTrainingArguments(
         output_dir=str(tmp / "checkpoints"), num_train_epochs=1, per_device_train_batch_size=cfg.batch_size,
         learning_rate=cfg.learning_rate, warmup_steps=float(cfg.warmup_ratio), max_steps=cfg.max_steps or -1,
@@ -566,7 +567,8 @@ def _fit(model, loss, data: pd.DataFrame, per_epoch: int, tmp: Path, cfg: MIRTra
     if not verbose:
         hf_logging.set_verbosity_error()
     try:
-        tr = SentenceTransformerTrainer(model=model, args=args, train_dataset=Dataset.from_pandas(data), loss=loss)
+        tr = guard_finite(SentenceTransformerTrainer(model=model, args=args, train_dataset=Dataset.from_pandas(data),
+                                                     loss=loss))
         if not verbose:
             from transformers.trainer_callback import PrinterCallback, ProgressCallback
             tr.remove_callback(PrinterCallback)

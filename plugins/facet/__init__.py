@@ -267,6 +267,7 @@ def _train(pairs, triplets, val_pairs, out_dir: Path, facet: str, *, base_model,
     from sentence_transformers.cross_encoder.evaluation import CrossEncoderCorrelationEvaluator
     from transformers import TrainerCallback
 
+    from pyterrier_sci.training import guard_finite
     from .loss import MarginRankingLoss
 
     torch.manual_seed(seed)
@@ -314,9 +315,9 @@ def _train(pairs, triplets, val_pairs, out_dir: Path, facet: str, *, base_model,
             dataloader_num_workers=0,
         )
         with _quiet():
-            trainer = CrossEncoderTrainer(model=model, args=args, train_dataset=train_ds,
-                                          loss=MarginRankingLoss(model, margin=margin), evaluator=evaluator,
-                                          callbacks=[KeepBest()])
+            trainer = guard_finite(CrossEncoderTrainer(model=model, args=args, train_dataset=train_ds,
+                                                       loss=MarginRankingLoss(model, margin=margin),
+                                                       evaluator=evaluator, callbacks=[KeepBest()]))
             if not verbose:
                 from transformers.trainer_callback import PrinterCallback, ProgressCallback
                 trainer.remove_callback(PrinterCallback)

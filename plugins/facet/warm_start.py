@@ -133,7 +133,9 @@ def distil_cross_encoder(pairs: pd.DataFrame, path: Union[str, Path], base_model
             learning_rate=learning_rate, warmup_steps=warmup_ratio, lr_scheduler_type="linear", seed=seed,
             save_strategy="no", report_to=[], logging_strategy="no", disable_tqdm=False,
             use_cpu=not torch.cuda.is_available())
-        CrossEncoderTrainer(model=model, args=args, train_dataset=ds, loss=objective, callbacks=callbacks).train()
+        from pyterrier_sci.training import guard_finite
+        guard_finite(CrossEncoderTrainer(model=model, args=args, train_dataset=ds, loss=objective,
+                                         callbacks=callbacks)).train()
         import shutil
         shutil.rmtree(tmp / "run", ignore_errors=True)
         model.save(str(tmp))
