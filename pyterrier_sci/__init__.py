@@ -4,7 +4,9 @@
 
     import pyterrier as pt, pyterrier_sci as ps
     pipe = ps.pipeline("pool >> bm25", dataset="irds:sci/csfcube")
-    pt.Experiment([pipe], topics, qrels, ps.measures.parse(["NDCG%20", "MAP"], dataset="sci/csfcube"))
+    ps.Experiment([pipe], topics, qrels, ["NDCG%20", "MAP"], dataset="sci/csfcube", baseline=0)
+
+``ps.Experiment`` is ``pt.Experiment`` with the papers' own averaging (see ``docs/evaluation.md``).
 
 Importing the package registers the benchmarks as ir_datasets ids under ``sci/``.
 """
@@ -12,9 +14,10 @@ __version__ = "0.1.0"
 
 from pyterrier_sci import data, measures, registry  # noqa: F401
 from pyterrier_sci.data import MissingDataError, data_dir
+from pyterrier_sci.evaluation import Experiment
 from pyterrier_sci.pipeline import PipelineConfig, PipelineError, load_config, pipeline
 from pyterrier_sci.registry import Context, component, register
 from pyterrier_sci import datasets  # noqa: F401,E402  (registers the sci/... ids)
 
-__all__ = ["pipeline", "PipelineError", "PipelineConfig", "load_config", "measures", "registry", "register",
+__all__ = ["pipeline", "Experiment", "PipelineError", "PipelineConfig", "load_config", "measures", "registry", "register",
            "component", "Context", "data_dir", "MissingDataError", "datasets", "data"]

@@ -78,15 +78,22 @@ def cmd_run(args) -> int:
 def cmd_evaluate(args) -> int:
     import pyterrier as pt
     from pyterrier_sci import measures
+    from pyterrier_sci.evaluation import Experiment
     from pyterrier_sci.experiment import topics_and_qrels
     run = pt.io.read_results(args.run)
     topics, qrels = topics_and_qrels(args.dataset)
     names = [m.strip() for m in args.measures.split(",") if m.strip()]
-    ms = measures.parse(names, dataset=args.dataset)
-    table = pt.Experiment([run], topics, qrels, ms, names=[args.name or args.run], perquery=args.perquery)
-    table = table.rename(columns={str(m): n for m, n in zip(ms, names)})
+    measures.parse(names, dataset=args.dataset)   # an unknown name is one error before evaluating
+    table = Experiment([run], topics, qrels, names, names=[args.name or args.run], perquery=args.perquery,
+                       dataset=args.dataset)
     if args.perquery:
-        table["measure"] = table["measure"].map(lambda c: dict(zip(map(str, ms), names)).get(c, c))
+        # true per-query values; a query the paper leaves out of the mean is marked, not given 0
+        order = {n: i for i, n in enumerate(names)}
+        table = table.assign(counted=table["value"].notna(), _order=table["measure"].map(order))
+        table = table.sort_values(["name", "qid", "_order"], kind="stable").drop(columns="_order")
+        if not args.json:
+            table["value"] = [f"{v:.4f}" if c else "not counted" for v, c in zip(table["value"], table["counted"])]
+            table = table.drop(columns="counted")
     _print_table(table, args.json)
     return 0
 

@@ -27,6 +27,7 @@ import pandas as pd
 import pyterrier as pt
 
 from pyterrier_sci import measures as _measures
+from pyterrier_sci.evaluation import Experiment
 from pyterrier_sci.pipeline import PipelineConfig, PipelineError, build_all, load_config
 
 __all__ = ["run_experiment", "run_pipeline_on", "write_run", "topics_and_qrels"]
@@ -108,7 +109,9 @@ def run_experiment(config: Union[str, Path, dict, PipelineConfig], name: Optiona
         if report_llm_usage is None:
             from pyterrier_sci.llm import usage_report
             report_llm_usage = len(usage_report([systems[p] for p in pipelines], names=pipelines)) > 0
-        measures = _measures.parse(measure_names if not isinstance(measure_names, str) else [measure_names], dataset=dataset)
+        if isinstance(measure_names, str):
+            measure_names = [measure_names]
+        _measures.parse(measure_names, dataset=dataset)   # an unknown name fails before any pipeline runs
         runs = []
         for pname in pipelines:
             save_to = Path(save_root) / _slug(dataset) / f"{_slug(pname)}.res.gz" if save_root else None
@@ -119,22 +122,12 @@ def run_experiment(config: Union[str, Path, dict, PipelineConfig], name: Optiona
             kwargs["test"] = exp.get("test", "t")
             if exp.get("correction"):
                 kwargs["correction"] = exp["correction"]
-        table = pt.Experiment(runs, topics, qrels, measures, names=pipelines, **kwargs)
+        # the papers' averaging, tests over the queries that count; columns in the order of measure_names
+        table = Experiment(runs, topics, qrels, measure_names, names=pipelines, dataset=dataset, **kwargs)
         if report_llm_usage:
             from pyterrier_sci.llm import add_usage_columns
             table = add_usage_columns(table, [systems[p] for p in pipelines], names=pipelines)
-        # show the names the experiment used for its measures (aliases such as MAP for csfcube.MAP)
-        rename = {str(m): n for m, n in zip(measures, measure_names) if str(m) != n}
-        table = table.rename(columns=lambda c: _rename_col(c, rename))
-        first = ["name"] + [n for n in measure_names if n in table.columns]
-        table = table[first + [c for c in table.columns if c not in first]]
         table.insert(0, "dataset", dataset)
         tables.append(table)
     return pd.concat(tables, ignore_index=True)
 
-
-def _rename_col(col: str, rename: Dict[str, str]) -> str:
-    for old, new in rename.items():
-        if col == old or col.startswith(old + " "):
-            return new + col[len(old):]
-    return col

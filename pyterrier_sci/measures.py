@@ -14,6 +14,12 @@ Measures of this module evaluate the *ranked list the run gives*, the way the pa
 run documents without a judgement are dropped (for a pool benchmark, documents outside the pool),
 and pool documents missing from the run are not appended.  They are "pool" measures: the ideal
 ranking for nDCG is built from the judged documents the run ranked.
+
+Per-query values are true per-query values; a query a paper leaves out of its mean (no relevant
+document, in MIR and DORIS-MAE) has the value NaN.  A paper's *averaging* is applied when aggregating
+(:func:`aggregate`, :func:`calc_aggregate`, :func:`pyterrier_sci.evaluation.Experiment`): the mean of
+the per-fold means for CSFCube, the mean over the queries that count where queries are left out.
+``pt.Experiment`` takes a plain mean of the per-query values; see ``docs/evaluation.md``.
 """
 from __future__ import annotations
 
@@ -27,7 +33,8 @@ from ir_measures.measures import Measure
 
 __all__ = [
     "dcg", "ndcg_at_k", "average_precision", "reciprocal_rank", "r_precision_last_relevant",
-    "precision_at_k", "recall_at_k", "RankListMeasure", "recall_of", "average_precision_of", "RankingMeasure", "register", "get", "parse", "names",
+    "precision_at_k", "recall_at_k", "RankListMeasure", "recall_of", "average_precision_of", "RankingMeasure",
+    "register", "get", "parse", "names", "aggregate", "calc_aggregate", "counts",
 ]
 
 
@@ -111,10 +118,9 @@ class RankListMeasure(Measure):
         name: the name shown in result tables.
         fn: ``fn(grades, judged) -> float``: ``grades`` are the run's judged documents' grades in
             rank order, ``judged`` all grades of the query (for measures that need the qrels).
-        group_of: optional ``qid -> group``; when given, per-query values are reweighted so that
-            the plain mean ``pt.Experiment`` takes equals the mean over groups of the per-group means
-            (the "average per fold, then across folds" of CSFCube's script).  With equal-sized
-            groups the weights are all 1.  Per-query values are then weighted values.
+        group_of: optional ``qid -> group``; when given, :meth:`aggregate` is the mean over groups of
+            the per-group means (the "average per fold, then across folds" of CSFCube's script).
+            Per-query values are always the query's own value.
         description: one line for ``pyterrier-sci`` listings.
 
     Queries of the qrels that the run does not answer score 0 (the papers' scripts would fail on
@@ -138,32 +144,36 @@ class RankListMeasure(Measure):
     def __call__(self, **kwargs):
         raise TypeError(f"measure {self.NAME} takes no parameters")
 
-    def weights(self, qids: Iterable[str]) -> Dict[str, float]:
-        qids = list(dict.fromkeys(qids))
-        if self.group_of is None or not qids:
-            return {q: 1.0 for q in qids}
-        groups: Dict[object, List[str]] = {}
-        for q in qids:
+    def aggregate(self, values: Mapping[str, float]) -> float:
+        """The paper's mean of per-query values: over groups of the per-group means when ``group_of``
+        is set (groups of unequal size weigh the same), else the plain mean."""
+        values = {q: v for q, v in values.items() if not math.isnan(v)}
+        if not values:
+            return float("nan")
+        if self.group_of is None:
+            return float(np.mean(list(values.values())))
+        groups: Dict[object, List[float]] = {}
+        for q, v in values.items():
             g = self.group_of(q)
-            groups.setdefault(q if g is None else g, []).append(q)
-        n, f = len(qids), len(groups)
-        return {q: n / (f * len(members)) for members in groups.values() for q in members}
+            groups.setdefault(q if g is None else g, []).append(v)
+        return float(np.mean([np.mean(vs) for vs in groups.values()]))
+
+    def aggregator(self):
+        return _NanMeanAgg()
 
     def runtime_impl(self, qrels, run):
         # ir_measures' RuntimeEvaluator has sorted the run by (query_id, score desc)
         judged = {qid: dict(zip(df['doc_id'], df['relevance'])) for qid, df in qrels.groupby('query_id')}
-        weights = self.weights(judged.keys())
         ranked = {qid: list(df['doc_id']) for qid, df in run.groupby('query_id', sort=False)}
         for qid, grades_of in judged.items():
             docs = ranked.get(qid, [])
             grades = [float(grades_of[d]) for d in docs if d in grades_of]
             value = self.fn(grades, list(grades_of.values())) if grades else 0.0
-            yield Metric(str(qid), self, float(value) * weights[qid])
+            yield Metric(str(qid), self, float(value))
 
     def per_query(self, qrels, run) -> Dict[str, float]:
-        """Unweighted per-query values (convenience for tests and reports)."""
-        unweighted = RankListMeasure(self.NAME, self.fn, None, self.description)
-        return {m.query_id: m.value for m in ir_measures.iter_calc([unweighted], qrels, run)}
+        """Per-query values from ``ir_measures`` frames (convenience for tests and reports)."""
+        return {m.query_id: m.value for m in ir_measures.iter_calc([self], qrels, run)}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -194,9 +204,8 @@ class RankingMeasure(Measure):
     DORIS-MAE's and MIR's evaluation code do for queries without a relevant document.
 
     Subclasses implement :meth:`values` (``ir_measures`` frames in, ``{query_id: value}`` out).
-    In ``pt.Experiment`` the per-query values are weighted (n / number kept, 0 for a left-out query)
-    so that the plain mean it takes is the mean over the kept queries; :meth:`per_query` gives the
-    unweighted values (NaN = left out)."""
+    Per-query values are the queries' own values, NaN for a left-out query; :meth:`aggregate` (and
+    the ``ir_measures`` aggregator) is the mean over the queries that count."""
     SUPPORTED_PARAMS: Dict = {}
 
     def __init__(self, name: str, description: str = ""):
@@ -218,11 +227,16 @@ class RankingMeasure(Measure):
         raise NotImplementedError
 
     def runtime_impl(self, qrels, run):
-        values = self.values(qrels, run)
-        kept = [q for q, v in values.items() if not math.isnan(v)]
-        w = len(values) / len(kept) if kept else 0.0
-        for qid, v in values.items():
-            yield Metric(qid, self, 0.0 if math.isnan(v) else v * w)
+        for qid, v in self.values(qrels, run).items():
+            yield Metric(qid, self, float(v))
+
+    def aggregate(self, values: Mapping[str, float]) -> float:
+        """The mean over the queries that count (NaN when none does)."""
+        kept = [v for v in values.values() if not math.isnan(v)]
+        return float(np.mean(kept)) if kept else float("nan")
+
+    def aggregator(self):
+        return _NanMeanAgg()
 
     def per_query(self, qrels, run) -> Dict[str, float]:
         """Unweighted per-query values (NaN = left out) from PyTerrier (or ir_measures) frames."""
@@ -234,6 +248,49 @@ class RankingMeasure(Measure):
         else:
             r = r.sort_values(["query_id", "score"], ascending=[True, False], kind="stable")
         return self.values(pd.DataFrame(q), r)
+
+
+# ---------------------------------------------------------------------------------------------
+# aggregation: the papers' averaging over true per-query values
+# ---------------------------------------------------------------------------------------------
+
+class _NanMeanAgg:
+    """``ir_measures`` aggregator: the mean of the values that are not NaN (queries that count)."""
+
+    def __init__(self):
+        self.total, self.n = 0.0, 0
+
+    def add(self, value: float) -> None:
+        if not math.isnan(value):
+            self.total += value
+            self.n += 1
+
+    def result(self) -> float:
+        return self.total / self.n if self.n else float("nan")
+
+
+def aggregate(measure: Measure, values: Mapping[str, float]) -> float:
+    """The official aggregate of per-query ``values`` (``{qid: value}``) of ``measure``: the measure's
+    own averaging (per-fold means, queries left out) for the toolkit's measures, the plain mean for
+    any other ``ir_measures`` measure."""
+    own = getattr(measure, "aggregate", None)
+    if callable(own):
+        return own(values)
+    vals = list(values.values())
+    return float(np.mean(vals)) if vals else float("nan")
+
+
+def calc_aggregate(measures: Sequence[Measure], qrels, run) -> Dict[Measure, float]:
+    """Like ``ir_measures.calc_aggregate`` (``ir_measures`` frames), with each measure's own averaging."""
+    per_query: Dict[Measure, Dict[str, float]] = {m: {} for m in measures}
+    for metric in ir_measures.iter_calc(list(measures), qrels, run):
+        per_query[metric.measure][metric.query_id] = metric.value
+    return {m: aggregate(m, per_query[m]) for m in measures}
+
+
+def counts(value: float) -> bool:
+    """Whether a per-query value counts towards the mean (NaN marks a query a paper leaves out)."""
+    return not math.isnan(value)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -95,30 +95,36 @@ def test_per_query_values_match_the_hand_computed_ones(name):
             assert got[q] == pytest.approx(want[name, q], rel=1e-12), (name, q)
 
 
-def test_pt_experiment_means_leave_out_queries_without_relevant_abstracts():
+def test_experiment_means_leave_out_queries_without_relevant_abstracts():
     qrels, run = frames()
     want = by_hand()
-    table = pt.Experiment([run], pd.DataFrame({"qid": list("ABC"), "query": ["x"] * 3}), qrels,
-                          ps.measures.parse(MEASURES, dataset="irds:sci/doris-mae/birco-dev"), names=["run"])
+    topics = pd.DataFrame({"qid": list("ABC"), "query": ["x"] * 3})
+    table = ps.Experiment([run], topics, qrels, MEASURES, dataset="irds:sci/doris-mae/birco-dev", names=["run"])
+    assert list(table.columns) == ["name"] + MEASURES
     for m in MEASURES:
         vals = [want[m, q] for q in "ABC" if not math.isnan(want[m, q])]
-        assert table["doris." + m].iloc[0] == pytest.approx(sum(vals) / len(vals)), m
+        assert table[m].iloc[0] == pytest.approx(sum(vals) / len(vals)), m
     # the R@5 mean is over A and C only: (0.5 + 1) / 2, not (0.5 + 0 + 1) / 3
-    assert table["doris.R@5"].iloc[0] == pytest.approx(0.75)
+    assert table["R@5"].iloc[0] == pytest.approx(0.75)
     # and evaluate() gives the same means x100
     ev = dm.evaluate({"run": run}, qrels, measures=MEASURES)
     for m in MEASURES:
-        assert ev[m].iloc[0] == pytest.approx(100 * table["doris." + m].iloc[0])
+        assert ev[m].iloc[0] == pytest.approx(100 * table[m].iloc[0])
+    # per query: the true values, NaN for the query that does not count
+    per_q = ps.Experiment([run], topics, qrels, MEASURES, dataset="irds:sci/doris-mae/birco-dev", perquery=True)
+    for m in MEASURES:
+        got = per_q[per_q["measure"] == m].set_index("qid")["value"].to_dict()
+        assert got == pytest.approx({q: want[m, q] for q in "ABC"}, nan_ok=True), m
 
 
-def test_weighted_values_in_ir_measures():
+def test_true_values_in_ir_measures():
     qrels, run = frames()
     q = qrels.rename(columns={"qid": "query_id", "docno": "doc_id", "label": "relevance"})
     r = run.rename(columns={"qid": "query_id", "docno": "doc_id"})
     m = dm.measure("RP")
     vals = {x.query_id: x.value for x in ir_measures.iter_calc([m], q, r)}
-    assert vals == pytest.approx({"A": 0.5 * 3 / 2, "B": 0.0, "C": 1.0 * 3 / 2})
-    assert ir_measures.calc_aggregate([m], q, r)[m] == pytest.approx(0.75)
+    assert vals == pytest.approx({"A": 0.5, "B": math.nan, "C": 1.0}, nan_ok=True)
+    assert ir_measures.calc_aggregate([m], q, r)[m] == pytest.approx(0.75)   # the NaN-skipping aggregator
 
 
 def test_primitives_by_hand():
@@ -172,6 +178,6 @@ def test_oracle_ranking_on_the_offline_data():
     ev = dm.evaluate({"oracle": oracle}, "irds:sci/doris-mae/birco-dev")
     for m in ("RP", "NDCG@10%", "NDCGexp@10%", "MRR@10", "MAP"):
         assert ev[m].iloc[0] == pytest.approx(100.0), m
-    table = pt.Experiment([oracle], ds.get_topics(), qrels, ps.measures.parse(["MAP", "MRR@10"], dataset="sci/doris-mae/birco-dev"),
+    table = ps.Experiment([oracle], ds.get_topics(), qrels, ["MAP", "MRR@10"], dataset="sci/doris-mae/birco-dev",
                           names=["oracle"])
-    assert table["doris.MAP"].iloc[0] == pytest.approx(1.0) and table["doris.MRR@10"].iloc[0] == pytest.approx(1.0)
+    assert table["MAP"].iloc[0] == pytest.approx(1.0) and table["MRR@10"].iloc[0] == pytest.approx(1.0)

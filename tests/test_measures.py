@@ -72,9 +72,12 @@ def test_group_weights_give_the_mean_of_group_means():
                          [("a1", "d", 1.0), ("a2", "n", 2.0), ("a2", "d", 1.0), ("a3", "z", 1.0), ("b1", "d", 1.0)])
     # a1: 1, a2: 1/2 (judged non-relevant n first), a3: 0 (only an unjudged document),
     # b1: 1 -> fold means A=0.5, B=1 -> 0.75 (the plain mean would be 0.625)
-    assert ir_measures.calc_aggregate([m], qrels, run)[m] == pytest.approx(0.75)
+    assert M.calc_aggregate([m], qrels, run)[m] == pytest.approx(0.75)
+    # per-query values are the queries' own values, whatever the averaging (no weights)
     per_q = m.per_query(qrels, run)
     assert per_q == pytest.approx({"a1": 1.0, "a2": 0.5, "a3": 0.0, "b1": 1.0})
+    assert {x.query_id: x.value for x in ir_measures.iter_calc([m], qrels, run)} == pytest.approx(per_q)
+    assert m.aggregate(per_q) == pytest.approx(0.75)
 
 
 def test_parse_names_and_aliases():
@@ -114,11 +117,16 @@ def test_reproduces_published_specter_figures_in_pt_experiment(csfcube, facet):
     ds_id = "irds:sci/csfcube" + (f"/{facet}" if facet else "")
     ds = pt.get_dataset(ds_id)
     run = _specter_run([facet] if facet else ["background", "method", "result"])
-    table = pt.Experiment([run], ds.get_topics(), ds.get_qrels(), ps.measures.parse(["NDCG%20", "MAP"], dataset=ds_id),
-                          names=["SPECTER"])
+    table = ps.Experiment([run], ds.get_topics(), ds.get_qrels(), ["NDCG%20", "MAP"], names=["SPECTER"], dataset=ds_id)
     ndcg, ap = PUBLISHED[facet]
+    assert list(table.columns) == ["name", "NDCG%20", "MAP"]
     assert table["NDCG%20"].iloc[0] * 100 == pytest.approx(ndcg, abs=0.01)
-    assert table["csfcube.MAP"].iloc[0] * 100 == pytest.approx(ap, abs=0.01)
+    assert table["MAP"].iloc[0] * 100 == pytest.approx(ap, abs=0.01)
+    # pt.Experiment's per-query values are the true values; its plain mean is the fold mean only
+    # where the folds are of equal size
+    per_q = pt.Experiment([run], ds.get_topics(), ds.get_qrels(), ps.measures.parse(["NDCG%20"], dataset=ds_id),
+                          names=["SPECTER"], perquery=True)
+    assert per_q["value"].between(0, 1).all()
 
 
 @needs_data("csfcube", "sample_ranked_pools")
@@ -135,5 +143,7 @@ def test_fold_aggregation_differs_from_plain_mean_on_unequal_folds(csfcube):
         folds.setdefault(test_fold_of(q), []).append(v)
     assert sorted(len(v) for v in folds.values()) == [8, 9]
     official = sum(sum(v) / len(v) for v in folds.values()) / 2
-    assert ir_measures.calc_aggregate([m], qrels, run)[m] == pytest.approx(official)
+    assert M.calc_aggregate([m], qrels, run)[m] == pytest.approx(official)
     assert abs(official - sum(per_q.values()) / len(per_q)) > 1e-6
+    # ir_measures' own aggregate is the plain mean of the true per-query values
+    assert ir_measures.calc_aggregate([m], qrels, run)[m] == pytest.approx(sum(per_q.values()) / len(per_q))
