@@ -16,16 +16,139 @@ The built-in plugins and third-party packages fill the registry through one entr
         my_reranker = my_package.module:my_factory
 
 or at run time with :func:`register` / the :func:`component` decorator.
+
+Parameters are declared and checked when the pipeline is built (see :class:`Param` and
+:func:`params`)::
+
+    @params(k1=Param(float, min=0, max=100), num_results=Param(int, min=1, max=MAX_RESULTS))
+    def bm25_component(*, context=None, k1: float = 0.9, num_results: int = 1000, fields: Optional[Sequence[str]] = None):
+        ...
+
+Parameters the decorator does not name explicitly are derived from the factory's annotations
+(``int``, ``float``, ``str``, ``bool``, ``Optional[...]``, ``Sequence[str]``, ``Mapping[str, float]``;
+anything else is not type-checked); keyword arguments that are neither declared nor in the
+signature are an error listing the accepted names.  A wrong value is a :class:`ParameterError`
+(a :class:`PipelineError`) naming the component, the parameter, what it got and what it takes.
+Factories without ``@params`` (third-party components that do not declare) keep working: their
+parameters are passed through unchecked.
 """
 from __future__ import annotations
 
+import collections.abc
+import difflib
 import inspect
+import math
+import os
+import reprlib
+import typing
+import unicodedata
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 ENTRY_POINT_GROUP = "pyterrier_sci.components"
+
+
+# ---------------------------------------------------------------------------------------------
+# errors
+# ---------------------------------------------------------------------------------------------
+
+#: how many display columns of an expression an error shows (longer ones are elided around the span)
+SHOW_COLUMNS = 100
+
+
+def _width(ch: str) -> int:
+    """Display columns of one character: 2 for East Asian wide/full-width, 0 for combining marks."""
+    if unicodedata.combining(ch) or unicodedata.category(ch) in ("Mn", "Me", "Cf"):
+        return 0
+    return 2 if unicodedata.east_asian_width(ch) in ("W", "F") else 1
+
+
+def _printable(ch: str) -> str:
+    return ch if ch.isprintable() or ch == " " else "\ufffd"
+
+
+def one_line(text: Any, limit: int = 400) -> str:
+    """``text`` on one line (line breaks become spaces), at most ``limit`` characters."""
+    s = " ".join(str(text).split())
+    return s if len(s) <= limit else s[:limit - 1] + "\u2026"
+
+
+class PipelineError(ValueError):
+    """A pipeline expression or config that cannot be built; the message points at the offending part.
+
+    ``str(e)`` is the message on one line, then - when there is an expression - the expression
+    (elided around the offending part when longer than :data:`SHOW_COLUMNS` columns) and a caret
+    line under the offending part, aligned by display width (wide CJK characters count two columns,
+    combining marks none)."""
+
+    def __init__(self, message: str, expr: Optional[str] = None, span: Optional[Tuple[int, int]] = None,
+                 where: Optional[str] = None):
+        self.message, self.expr, self.span, self.where = message, expr, span, where
+        super().__init__(self.render())
+
+    @property
+    def headline(self) -> str:
+        text = f"{self.where}: {self.message}" if self.where else str(self.message)
+        return one_line(text, 2000)
+
+    def picture(self, columns: int = SHOW_COLUMNS) -> List[str]:
+        """The expression line and the caret line (empty without an expression)."""
+        if self.expr is None:
+            return []
+        expr = "".join(_printable(c) for c in str(self.expr))
+        start, end = self.span if self.span is not None else (0, 0)
+        start = max(0, min(start, len(expr)))
+        end = max(start + 1, min(end, len(expr))) if self.span is not None else start
+        widths = [_width(c) for c in expr]
+        if sum(widths) > columns:  # a window around the span
+            lo, hi = start, min(end, len(expr))
+            budget = columns - 2
+            used = sum(widths[lo:hi])
+            if used > budget:  # the span itself is too long: show its beginning
+                hi = lo
+                used = 0
+                while hi < len(expr) and used + widths[hi] <= budget:
+                    used += widths[hi]
+                    hi += 1
+            while True:  # grow both ways
+                grown = False
+                if lo > 0 and used + widths[lo - 1] <= budget:
+                    lo -= 1
+                    used += widths[lo]
+                    grown = True
+                if hi < len(expr) and used + widths[hi] <= budget:
+                    used += widths[hi]
+                    hi += 1
+                    grown = True
+                if not grown:
+                    break
+            prefix = "\u2026" if lo > 0 else ""
+            suffix = "\u2026" if hi < len(expr) else ""
+            shown = prefix + expr[lo:hi] + suffix
+            caret_at = len(prefix) + sum(widths[lo:start])
+            caret_len = sum(widths[start:min(end, hi)])
+        else:
+            shown = expr
+            caret_at = sum(widths[:start])
+            caret_len = sum(widths[start:end])
+        lines = [f"  {shown}"]
+        if self.span is not None:
+            lines.append("  " + " " * caret_at + "^" * max(1, caret_len))
+        return lines
+
+    def render(self, columns: int = SHOW_COLUMNS) -> str:
+        return "\n".join([self.headline] + self.picture(columns))
+
+
+class ParameterError(PipelineError):
+    """A component parameter with a wrong name, type or value (raised when the pipeline is built)."""
+
+    def __init__(self, message: str, component: Optional[str] = None, param: Optional[str] = None, **kw):
+        self.component, self.param = component, param
+        super().__init__(message, **kw)
+
 
 
 @dataclass
@@ -47,6 +170,375 @@ class Context:
         return Path(self.work_dir) if self.work_dir else work_dir()
 
 
+# ---------------------------------------------------------------------------------------------
+# parameter declarations
+# ---------------------------------------------------------------------------------------------
+
+#: the most results per query a component may be asked for (far more than any corpus here holds)
+MAX_RESULTS = 1_000_000
+#: default bounds of whole-number parameters that declare none (keeps native code from overflowing)
+MAX_INT = 2 ** 31 - 1
+#: the longest string / list / mapping a parameter may hold unless its declaration says otherwise
+MAX_STR = 1_000_000
+MAX_ITEMS = 100_000
+
+ANY = object()        # a kind: any value (not checked)
+PATH = "path"         # a kind: a file-system path (a non-empty string); existence is the factory's check
+DATASET = "dataset"   # a kind: a registered ir_datasets id, ``irds:`` prefix optional
+
+_KIND_NAMES = {bool: "true/false", int: "a whole number", float: "a number", str: "a string",
+               list: "a list", dict: "a mapping", PATH: "a path", DATASET: "a dataset id"}
+
+
+def describe_value(v: Any) -> str:
+    """``'abc' (a string)``: a short repr of ``v`` and its kind, for error messages."""
+    r = reprlib.Repr()
+    r.maxstring, r.maxother, r.maxlist, r.maxdict, r.maxlevel = 40, 40, 4, 4, 2
+    kinds = {bool: "true/false", int: "a whole number", float: "a number", str: "a string", list: "a list",
+             tuple: "a list", dict: "a mapping", type(None): "None", complex: "a complex number",
+             bytes: "bytes", type(...): "Ellipsis", set: "a set", frozenset: "a set"}
+    kind = kinds.get(type(v), type(v).__name__)
+    if isinstance(v, float) and not math.isfinite(v):
+        kind = "not a finite number"
+    return f"{r.repr(v)} ({kind})"
+
+
+class Param:
+    """The declaration of one component parameter.
+
+    Args:
+        *kinds: what it takes: ``int``, ``float`` (ints are numbers too, booleans are not), ``str``,
+            ``bool``, ``list`` (a list or tuple; ``item`` declares the elements), ``dict`` (string
+            keys; ``item`` declares the values), :data:`PATH`, :data:`DATASET` or :data:`ANY`.
+        min, max: bounds of a number (inclusive); numbers must be finite (no NaN or infinity).
+            Whole numbers default to at most :data:`MAX_INT`.
+        choices: the allowed values of a string.
+        item: a :class:`Param` (or a kind) for the elements of a list / values of a mapping.
+        optional: ``None`` is allowed (the default when the factory's default is ``None``).
+        max_len: the longest string / list / mapping (default :data:`MAX_STR` / :data:`MAX_ITEMS`).
+        min_len: the shortest (default 0; 1 for paths and dataset ids).
+        note: said after what it takes, e.g. why a bound is there.
+    """
+
+    def __init__(self, *kinds, min: Optional[float] = None, max: Optional[float] = None,
+                 choices: Optional[Iterable[Any]] = None, item: Any = None, optional: Optional[bool] = None,
+                 max_len: Optional[int] = None, min_len: Optional[int] = None, note: str = ""):
+        if not kinds:
+            kinds = (ANY,)
+        for k in kinds:
+            if k not in (ANY, PATH, DATASET, bool, int, float, str, list, dict):
+                raise TypeError(f"Param: unsupported kind {k!r}")
+        self.kinds = tuple(kinds)
+        self.min, self.max = min, max
+        self.choices = tuple(choices) if choices is not None else None
+        self.item = item if item is None or isinstance(item, Param) else Param(item)
+        self.optional = optional
+        self.max_len, self.min_len, self.note = max_len, min_len, note
+
+    def __repr__(self) -> str:
+        return f"Param({self.takes()})"
+
+    # what it takes, in words
+    def takes(self) -> str:
+        parts = []
+        for k in self.kinds:
+            if k is ANY:
+                return "any value"
+            if k in (int, float):
+                if int in self.kinds and float in self.kinds and k is int:
+                    continue
+                what = _KIND_NAMES[k]
+                lo, hi = self.min, self.max
+                if k is int and hi is None:
+                    hi = MAX_INT
+                if lo is not None and hi is not None:
+                    what += f" from {_num(lo)} to {_num(hi)}"
+                elif lo is not None:
+                    what += f" >= {_num(lo)}"
+                elif hi is not None:
+                    what += f" <= {_num(hi)}"
+                parts.append(what)
+            elif k is str and self.choices is not None:
+                parts.append("one of " + ", ".join(repr(c) for c in self.choices))
+            elif k in (list, dict) and self.item is not None and self.item.kinds != (ANY,):
+                of = self.item.takes()
+                parts.append(f"{_KIND_NAMES[k]} of {of}" if k is list else f"a mapping of names to {of}")
+            else:
+                parts.append(_KIND_NAMES[k])
+        text = " or ".join(parts)
+        if self.optional:
+            text += " or None"
+        if self.note:
+            text += f" ({self.note})"
+        return text
+
+    def check(self, value: Any, where: str) -> Any:
+        """The value, normalised (a tuple becomes a list, a whole float a whole number), or a
+        :class:`ValueError` whose message says what ``where`` takes."""
+        if value is None:
+            if self.optional or ANY in self.kinds:
+                return None
+            raise ValueError(f"{where} got None; it takes {self.takes()}")
+        if ANY in self.kinds:
+            return value
+        errors = []
+        for kind in self.kinds:
+            ok, out, err = self._check_kind(kind, value, where)
+            if ok:
+                return out
+            if err:
+                errors.append(err)
+        detail = f": {errors[0]}" if len(errors) == 1 and errors[0] else ""
+        raise ValueError(f"{where} got {describe_value(value)}{detail}; it takes {self.takes()}")
+
+    def _check_kind(self, kind, value, where):
+        if kind is bool:
+            return (isinstance(value, bool), value, None)
+        if kind in (int, float):
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                return False, None, None
+            if isinstance(value, float) and not math.isfinite(value):
+                return False, None, "not a finite number"
+            if kind is int:
+                if isinstance(value, float):
+                    if not value.is_integer():
+                        return False, None, "not a whole number"
+                    value = int(value)
+                hi = MAX_INT if self.max is None else self.max
+                lo = -MAX_INT if self.min is None else self.min
+            else:
+                hi, lo = self.max, self.min
+                if isinstance(value, int) and abs(value) > 1e300:
+                    return False, None, "too large"
+            if (lo is not None and value < lo) or (hi is not None and value > hi):
+                return False, None, "out of range"
+            return True, value, None
+        if kind in (str, PATH, DATASET):
+            if not isinstance(value, str):
+                return False, None, None
+            limit = self.max_len or MAX_STR
+            if len(value) > limit:
+                return False, None, f"longer than {limit} characters"
+            if len(value) < (self.min_len if self.min_len is not None else (1 if kind is not str else 0)):
+                return False, None, "empty"
+            if "\x00" in value:
+                return False, None, "contains a NUL character"
+            if self.choices is not None and kind is str and value not in self.choices:
+                close = difflib.get_close_matches(value, [str(c) for c in self.choices], n=1)
+                return False, None, f"did you mean {close[0]!r}?" if close else None
+            if kind is DATASET:
+                check_dataset(value, where=where)
+            return True, value, None
+        if kind is list:
+            if not isinstance(value, (list, tuple)):
+                return False, None, None
+            limit = self.max_len or MAX_ITEMS
+            if len(value) > limit or len(value) < (self.min_len or 0):
+                return False, None, f"{len(value)} items"
+            if self.item is None:
+                return True, list(value), None
+            return True, [self.item.check(v, f"{where}[{i}]") for i, v in enumerate(value)], None
+        if kind is dict:
+            if not isinstance(value, dict):
+                return False, None, None
+            if len(value) > (self.max_len or MAX_ITEMS):
+                return False, None, f"{len(value)} entries"
+            bad = [k for k in value if not isinstance(k, str)]
+            if bad:
+                return False, None, f"key {describe_value(bad[0])} is not a name"
+            if self.item is None:
+                return True, dict(value), None
+            return True, {k: self.item.check(v, f"{where}[{k!r}]") for k, v in value.items()}, None
+        return False, None, None
+
+
+def _num(x: float) -> str:
+    return f"{x:,}".replace(",", "_") if isinstance(x, int) and abs(x) >= 100_000 else f"{x:g}"
+
+
+def _param_from_hint(hint: Any, default: Any) -> Param:
+    """A :class:`Param` from a type annotation (types only; ranges are declared explicitly)."""
+    optional = default is None
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is Union:
+        opts = [a for a in args if a is not type(None)]
+        optional = optional or len(opts) < len(args)
+        subs = [_param_from_hint(a, inspect.Parameter.empty) for a in opts]
+        if any(ANY in s.kinds for s in subs):
+            return Param(ANY)
+        kinds, item = [], None
+        for s in subs:
+            kinds += [k for k in s.kinds if k not in kinds]
+            item = item or s.item
+        return Param(*kinds, item=item, optional=optional)
+    if hint in (bool, int, float, str):
+        return Param(hint, optional=optional)
+    if hint in (Path, os.PathLike):
+        return Param(PATH, optional=optional)
+    if origin in (list, tuple, collections.abc.Sequence, collections.abc.Iterable, collections.abc.Collection):
+        item = _param_from_hint(args[0], inspect.Parameter.empty) if args and args[0] is not Ellipsis else None
+        return Param(list, item=item, optional=optional)
+    if hint in (list, tuple):
+        return Param(list, optional=optional)
+    if origin in (dict, collections.abc.Mapping, collections.abc.MutableMapping) or hint is dict:
+        item = _param_from_hint(args[1], inspect.Parameter.empty) if len(args) == 2 else None
+        if item is not None and ANY in item.kinds:
+            item = None
+        return Param(dict, item=item, optional=optional)
+    return Param(ANY)
+
+
+def _signature_params(fn: Callable) -> Dict[str, Param]:
+    """Declarations derived from the keyword parameters of ``fn`` (a function or a class)."""
+    target = fn.__init__ if inspect.isclass(fn) else fn
+    try:
+        sig = inspect.signature(target)
+    except (TypeError, ValueError):
+        return {}
+    try:
+        hints = typing.get_type_hints(target)
+    except Exception:
+        hints = {}
+    out = {}
+    for name, p in sig.parameters.items():
+        if name in ("self", "context") or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD, p.POSITIONAL_ONLY):
+            continue
+        if p.kind is p.POSITIONAL_OR_KEYWORD and p.default is p.empty:
+            continue  # a required positional argument (an input pipeline, an LLM client) is not a parameter
+        out[name] = _param_from_hint(hints.get(name, Any), p.default)
+    return out
+
+
+@dataclass
+class ParamSet:
+    """The parameters a component accepts (attached to its factory by :func:`params`)."""
+    params: Dict[str, Param]
+
+    def check(self, component: str, values: Dict[str, Any]) -> Dict[str, Any]:
+        out = {}
+        for name, value in values.items():
+            decl = self.params.get(name)
+            if decl is None:
+                close = difflib.get_close_matches(str(name), list(self.params), n=3)
+                hint = f"; did you mean {', '.join(close)}?" if close else ""
+                raise ParameterError(f"component '{component}' has no parameter {str(name)!r}{hint} "
+                                     f"(it takes: {', '.join(sorted(self.params)) or 'no parameters'})",
+                                     component=component, param=str(name))
+            try:
+                out[name] = decl.check(value, f"parameter '{name}'")
+            except ParameterError as e:
+                raise ParameterError(f"component '{component}': {e.message}", component=component, param=name) from None
+            except ValueError as e:
+                raise ParameterError(f"component '{component}': {e}", component=component, param=name) from None
+        return out
+
+
+def params(*sources: Callable, **declared: Union[Param, Any]):
+    """Declares a factory's parameters: ``@params(k1=Param(float, min=0), ...)``.
+
+    The factory's own keyword parameters are derived from its annotations; ``sources`` (classes or
+    functions whose keyword parameters the factory passes on through ``**params``) add theirs;
+    explicit declarations (a :class:`Param`, or a kind such as ``int``) override both.  The
+    component then accepts exactly these names."""
+    def deco(fn):
+        specs: Dict[str, Param] = {}
+        for src in sources:
+            specs.update(_signature_params(src))
+        specs.update(_signature_params(fn))
+        for name, p in declared.items():
+            specs[name] = p if isinstance(p, Param) else Param(p)
+        fn.__pyterrier_sci_params__ = ParamSet(specs)
+        return fn
+    return deco
+
+
+def declared_params(factory: Callable) -> Optional[ParamSet]:
+    """The :class:`ParamSet` of a factory, or ``None`` for one that declares nothing."""
+    return getattr(factory, "__pyterrier_sci_params__", None)
+
+
+# ---------------------------------------------------------------------------------------------
+# checks factories call on what only they can know
+# ---------------------------------------------------------------------------------------------
+
+def check_dataset(dataset: str, where: str = "dataset") -> str:
+    """``dataset`` if it is a registered ir_datasets id (``irds:`` prefix optional), else a
+    :class:`PipelineError` - before anything is downloaded."""
+    import ir_datasets
+    ds_id = dataset[5:] if dataset.startswith("irds:") else dataset
+    reg = ir_datasets.registry
+    known = getattr(reg, "_registered", None)
+    if known is not None and ds_id in known:
+        return dataset
+    if known is None:
+        try:
+            reg[ds_id]
+            return dataset
+        except KeyError:
+            pass
+    names = sorted(known) if known is not None else []
+    close = difflib.get_close_matches(ds_id, names, n=3)
+    hint = f"; did you mean {', '.join('irds:' + c for c in close)}?" if close else \
+        " (`pyterrier-sci datasets` lists the sci/ ids)"
+    raise PipelineError(f"{where}: unknown dataset {dataset!r}{hint}")
+
+
+def check_fields(dataset: str, fields: Optional[Sequence[str]], component: str, param: str = "fields") -> None:
+    """Every name of ``fields`` must be a field of the dataset's document type (ir_datasets'
+    ``docs_cls()``); a :class:`ParameterError` lists the valid ones."""
+    if not fields:
+        return
+    import ir_datasets
+    check_dataset(dataset, where=f"component '{component}'")
+    ds = ir_datasets.load(dataset[5:] if dataset.startswith("irds:") else dataset)
+    valid: List[str] = []
+    if ds.has_docs():
+        cls = ds.docs_cls()
+        valid = list(getattr(cls, "_fields", None) or getattr(cls, "__annotations__", {}) or [])
+    valid = [f for f in valid if not f.startswith("_")]
+    for f in fields:
+        if not isinstance(f, str) or f.startswith("_") or (valid and f not in valid):
+            close = difflib.get_close_matches(str(f), valid, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise ParameterError(f"component '{component}': parameter '{param}' names {f!r}, which is not a field "
+                                 f"of {dataset}'s documents{hint} (fields: {', '.join(valid) or 'none known'})",
+                                 component=component, param=param)
+
+
+def check_artifact(path: Union[str, os.PathLike], types: Dict[str, Optional[Sequence[str]]], component: str,
+                   param: str = "index", must_exist: bool = True) -> Optional[Dict[str, Any]]:
+    """``path`` must be a directory holding a ``pt_meta.json`` whose ``type`` is a key of ``types``
+    (and whose ``format`` is in that key's list, when one is given).  Returns the metadata; ``None``
+    when the path does not exist and ``must_exist`` is false (the factory will build it there)."""
+    import json
+
+    def fail(why):
+        want = "; ".join(f"type {t}" + (f" ({', '.join(fs)})" if fs else "") for t, fs in types.items())
+        raise ParameterError(f"component '{component}': parameter '{param}' = {str(path)!r} {why}; it takes "
+                             f"an artifact directory of {want}", component=component, param=param)
+
+    p = Path(path).expanduser()
+    if not p.exists():
+        if must_exist:
+            fail("does not exist")
+        return None
+    if not p.is_dir():
+        fail("is not a directory")
+    meta = p / "pt_meta.json"
+    try:
+        data = json.loads(meta.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        fail("has no pt_meta.json (not a PyTerrier artifact)")
+    except (OSError, ValueError) as e:
+        fail(f"has an unreadable pt_meta.json ({one_line(e, 120)})")
+    if not isinstance(data, dict) or data.get("type") not in types:
+        fail(f"is an artifact of type {data.get('type') if isinstance(data, dict) else None!r}")
+    formats = types[data["type"]]
+    if formats and data.get("format") not in formats:
+        fail(f"is an artifact of format {data.get('format')!r}")
+    return data
+
+
 class UnknownComponentError(KeyError):
     def __str__(self) -> str:  # KeyError quotes its message; keep it readable
         return str(self.args[0])
@@ -63,7 +555,17 @@ class ComponentSpec:
         doc = inspect.getdoc(self.factory) or ""
         return doc.strip().splitlines()[0] if doc else ""
 
+    @property
+    def params(self) -> Optional[ParamSet]:
+        """The declared parameters (``None``: the factory declares none and is not checked)."""
+        return declared_params(self.factory)
+
     def build(self, *inputs, context: Optional[Context] = None, **params):
+        """Checks ``params`` against the factory's declarations (a :class:`ParameterError` names the
+        parameter, what it got and what it takes), then calls the factory."""
+        decl = declared_params(self.factory)
+        if decl is not None:
+            params = decl.check(self.name, params)
         accepts_context = _accepts_kwarg(self.factory, "context")
         if accepts_context:
             return self.factory(*inputs, context=context, **params)
