@@ -355,12 +355,18 @@ def verify_offline() -> None:
     every judged query in ``queries_parsed.json`` and every judged abstract in the BIRCO corpus."""
     keys = ("queries", "birco_corpus", "birco_qrels", "birco_queries")
     paths = [FILES[k].resolve() for k in keys]
-    verified_once("doris-mae/birco-dev", paths, lambda: _check_offline(*paths[:3]))
+    verified_once("doris-mae/birco-dev", paths, lambda: _check_offline(*paths))
 
 
-def _check_offline(queries: Path, corpus: Path, qrels: Path) -> None:
+def _check_offline(queries: Path, corpus: Path, qrels: Path, birco_queries: Path) -> None:
     by_id = _offline_queries(str(queries), queries.stat().st_mtime_ns)
     pools = _birco(str(qrels), qrels.stat().st_mtime_ns)[0]
+    listed = {_qid(str(d["qid"])) for _, d in iter_jsonl(birco_queries, FILES["birco_queries"].remedy(), required=("qid",))}
+    unjudged = sorted(listed - set(pools), key=lambda q: (len(q), q))
+    if unjudged:
+        raise FILES["birco_qrels"].damaged(f"{len(unjudged)} of the {len(listed)} queries of {birco_queries.name} have no "
+                                           f"judgements in it (e.g. q_{unjudged[0]}): the file is incomplete or truncated",
+                                           path=qrels)
     unknown = sorted(set(pools) - set(by_id))
     if unknown:
         raise FILES["queries"].damaged(f"queries judged in {qrels.name} are not in it: {unknown[:5]}", path=queries)
