@@ -17,7 +17,7 @@ their calls and tokens in ``component.usage``.  See ``docs/llm.md``.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Optional
+from pyterrier_sci.llm.trust import pipeline_settings
 
 from ._base import LLMReranker, parse_permutation  # noqa: F401
 from .exemplars import ExemplarSelector, load_training_set  # noqa: F401
@@ -30,21 +30,15 @@ __all__ = ["MIRPointwise", "MIRAgent", "Listwise", "PairwiseTournament", "HLMAge
            "pairwise_tournament_component", "hlm_agents_component"]
 
 
-def _llm(context, params: Dict[str, Any]) -> Dict[str, Any]:
-    """The ``llm:`` section of the config, updated by a component's own ``llm={...}``."""
-    merged: Dict[str, Any] = {}
-    if context is not None and getattr(context, "settings", None):
-        merged.update(context.settings.get("llm", {}) or {})
-    own = params.pop("llm", None) or {}
-    merged.update(own)
-    return merged
-
-
 def _build(cls, inputs, context, params):
-    llm = _llm(context, params)
-    t = cls(llm, **params)
+    """A component built by the pipeline language: its settings come from the config's ``llm:``
+    section and its own ``llm={...}``, confined unless the pipeline is trusted
+    (:func:`pyterrier_sci.llm.trust.pipeline_settings`)."""
+    llm = pipeline_settings(context, params)
+    params.pop("llm", None)
     if len(inputs) > 1:
         raise ValueError(f"{cls.component_name} takes at most one input pipeline")
+    t = cls(llm, **params)
     return inputs[0] >> t if inputs else t
 
 

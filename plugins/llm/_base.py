@@ -3,6 +3,7 @@ unusable output."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -15,6 +16,9 @@ from pyterrier_sci.llm import LLMClient, LLMError, LLMSettings, Usage, settings_
 from pyterrier_sci.llm.text import join_fields, load_template, render, truncate
 
 ON_ERROR = ("raise", "flag")
+DEFAULT_TEXT_FIELD = "text"
+# read instead of a missing default ``text`` column: what the ``text`` component adds by default
+TEXT_FALLBACK = ("abstract",)
 
 
 class Failed:
@@ -44,15 +48,25 @@ class LLMReranker(UsesLLM, pt.Transformer):
         self.usage = Usage(model=self.settings.model)
         self._client: Optional[LLMClient] = None
         self._templates: Dict[str, str] = {}
+        self._fields: Optional[List[str]] = None
+        # read every template now: a missing file, or one outside what an untrusted pipeline may
+        # read, is an error when the pipeline is built, not after the first calls
+        for name, spec in sorted(vars(self).items()):
+            if name.endswith(("template", "_system")) and isinstance(spec, (str, Path)):
+                self._template(spec, name)
+            elif name == "answer_templates" and spec:
+                for mode, one in dict(spec).items():
+                    self._template(one, f"answer_templates[{mode!r}]")
 
     # -- client -----------------------------------------------------------------------------
     def __repr__(self) -> str:
         return f"{type(self).__name__}(model={self.settings.model!r}, base_url={self.settings.base_url!r})"
 
-    def _template(self, spec) -> str:
+    def _template(self, spec, param: str = "template") -> str:
         key = spec if isinstance(spec, str) else repr(spec)
         if key not in self._templates:
-            self._templates[key] = load_template(spec)
+            self._templates[key] = load_template(spec, sandbox=self.settings.sandbox,
+                                                 what=f"{self.component_name} {param}")
         return self._templates[key]
 
     def _call(self, fn):
@@ -68,8 +82,15 @@ class LLMReranker(UsesLLM, pt.Transformer):
         return run
 
     # -- text -------------------------------------------------------------------------------
-    def _text_fields(self) -> List[str]:
-        return [self.text_field] if isinstance(self.text_field, str) else list(self.text_field)
+    def _text_fields(self, columns: Optional[Sequence[str]] = None) -> List[str]:
+        """The columns read as the paper text.  With the default ``text`` and a frame without it,
+        ``abstract`` (what ``pool >> text`` adds) is read instead."""
+        if columns is None and self._fields is not None:
+            return self._fields
+        fields = [self.text_field] if isinstance(self.text_field, str) else list(self.text_field)
+        if columns is not None and fields == [DEFAULT_TEXT_FIELD] and DEFAULT_TEXT_FIELD not in columns:
+            fields = [next((f for f in TEXT_FALLBACK if f in columns), DEFAULT_TEXT_FIELD)]
+        return fields
 
     def _doc(self, row, max_tokens=None) -> Tuple[str, str]:
         """(title, text) of a candidate, truncated to the token budget."""
@@ -85,7 +106,7 @@ class LLMReranker(UsesLLM, pt.Transformer):
 
     # -- frame handling ---------------------------------------------------------------------
     def _validate(self, inp: pd.DataFrame) -> None:
-        pta.validate.result_frame(inp, extra_columns=[self.query_field, *self._text_fields()])
+        pta.validate.result_frame(inp, extra_columns=[self.query_field, *self._text_fields(inp.columns)])
 
     def _empty(self, inp: pd.DataFrame) -> pd.DataFrame:
         cols = list(inp.columns)
@@ -107,7 +128,11 @@ class LLMReranker(UsesLLM, pt.Transformer):
             df = df.sort_values(["qid"], kind="stable")
         df = df.reset_index(drop=True)
         df["_fs"] = df.groupby("qid", sort=False).cumcount()
-        out = self._rerank(df)
+        self._fields = self._text_fields(inp.columns)
+        try:
+            out = self._rerank(df)
+        finally:
+            self._fields = None
         return _finish(out)
 
     def _rerank(self, df: pd.DataFrame) -> pd.DataFrame:

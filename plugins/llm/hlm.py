@@ -12,8 +12,9 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import pandas as pd
 
-from pyterrier_sci.llm import LLMClient, LLMSettings, settings_from
+from pyterrier_sci.llm import LLMClient, LLMError, LLMSettings
 from pyterrier_sci.llm.text import one_line, render, truncate
+from pyterrier_sci.llm.trust import check_path, derived_settings
 
 from ._base import Failed, LLMReranker, is_repaired, parse_permutation
 
@@ -126,6 +127,12 @@ class HLMAgents(LLMReranker):
             raise ValueError("keep_top must be >= 0")
         self._setup()
         self._example: Optional[Tuple[str, str]] = None
+        # as trusted as the component's own settings (a pipeline cannot send the key elsewhere)
+        self._guider_settings = derived_settings(self.settings, guider_llm)
+        if example_path:
+            check_path(example_path, self.settings.sandbox, "hlm_agents example_path")
+        if guider_task:
+            check_path(guider_task, self.settings.sandbox, "hlm_agents guider_task")
 
     def __getstate__(self):
         state = super().__getstate__()
@@ -151,7 +158,7 @@ class HLMAgents(LLMReranker):
     # -- the guider -------------------------------------------------------------------------
     def _resolved_example_path(self) -> Optional[Path]:
         if self.example_path:
-            return Path(self.example_path).expanduser()
+            return check_path(self.example_path, self.settings.sandbox, "hlm_agents example_path")
         d = self.settings.resolved_cache_dir()
         return d / EXAMPLE_FILENAME if d is not None else None
 
@@ -164,8 +171,15 @@ class HLMAgents(LLMReranker):
             return self._example
         path = self._resolved_example_path()
         if path is not None and path.is_file():
-            self._example = read_example(path)
+            try:
+                self._example = read_example(path)
+            except (OSError, UnicodeDecodeError) as e:
+                raise ValueError(f"cannot read the HLM-Cite one-shot example {path}: {e}; "
+                                 "fix the file (UTF-8 text) or delete it to let the guider write a new one") from None
             return self._example
+        if path is not None and (path.exists() or path.is_symlink()):
+            raise ValueError(f"hlm_agents example_path {str(path)!r} exists and is not a regular file; "
+                             "name a file (it is written once by the guider)")
         text = self.run_guider()
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -180,15 +194,24 @@ class HLMAgents(LLMReranker):
     def run_guider(self) -> str:
         """Runs analyzer and decider on the guider task; returns the example file's text."""
         if self.guider_task:
-            task = json.loads(Path(self.guider_task).expanduser().read_text(encoding="utf8"))
+            path = check_path(self.guider_task, self.settings.sandbox, "hlm_agents guider_task")
+            try:
+                task = json.loads(path.read_text(encoding="utf8"))
+                docs = [(str(c["title"]), str(c.get("text", ""))) for c in task["candidates"]]
+                query = str(task["query"])
+                given = [int(i) for i in task.get("ranking") or []]
+                if any(not 1 <= i <= len(docs) for i in given):
+                    raise ValueError(f"ranking {given} names papers outside 1..{len(docs)}")
+            except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+                raise ValueError(f"guider_task {str(path)!r} is not a guider task (JSON with 'query' and "
+                                 f"'candidates' [{{'title', 'text'}}, ...]): {type(e).__name__}: {e}") from None
         else:
             task = json.loads(resources.files("pyterrier_sci.plugins.llm").joinpath(
                 "templates", "hlm_guider_task.json").read_text(encoding="utf8"))
-        settings = self.settings if self.guider_llm is None else (
-            self.guider_llm if isinstance(self.guider_llm, LLMSettings) else settings_from(self.guider_llm))
+            docs = [(c["title"], c.get("text", "")) for c in task["candidates"]]
+            query = task["query"]
+        settings = getattr(self, "_guider_settings", None) or derived_settings(self.settings, self.guider_llm)
         client = self.client if settings == self.settings else LLMClient(settings, usage=self.usage)
-        docs = [(c["title"], c.get("text", "")) for c in task["candidates"]]
-        query = task["query"]
         analyses = self._analyze(client, query, docs, "")
         order, stats, expl = self._decide(client, query, docs, analyses, "")
         ranking = [int(i) for i in task.get("ranking") or [o + 1 for o in order]]
@@ -219,7 +242,13 @@ class HLMAgents(LLMReranker):
         return analyses, order, stats, expl
 
     def _rerank(self, df: pd.DataFrame) -> pd.DataFrame:
-        ex_a, ex_d = self.one_shot_example()
+        guider_failed = None
+        try:
+            ex_a, ex_d = self.one_shot_example()
+        except LLMError as e:   # the guider is under the same error policy as the other calls
+            if self.on_error == "raise":
+                raise
+            guider_failed, ex_a, ex_d = Failed(f"the guider failed: {e}"), "", ""
         ex_a, ex_d = self._example_block(ex_a), self._example_block(ex_d)
         groups = [g for _, g in df.groupby("qid", sort=False)]
         jobs, targets = [], []
@@ -228,7 +257,10 @@ class HLMAgents(LLMReranker):
             if len(rest) >= 2:
                 jobs.append((self._query(g.iloc[0]), [self._doc(r) for _, r in rest.iterrows()], ex_a, ex_d))
                 targets.append(rest.index.to_numpy())
-        results = self.client.map(self._call(self._rerank_query), jobs, desc=self.component_name)
+        if guider_failed is not None:
+            results = [guider_failed] * len(jobs)
+        else:
+            results = self.client.map(self._call(self._rerank_query), jobs, desc=self.component_name)
         df["_pos"] = df["_fs"]
         df["llm_analysis"] = ""
         df["llm_explanation"] = ""
@@ -238,6 +270,7 @@ class HLMAgents(LLMReranker):
             if isinstance(res, Failed):
                 self.usage.add(unusable=1)
                 df.loc[idx, "llm_unusable"] = True
+                df.loc[idx, "llm_explanation"] = res.error
                 continue
             analyses, order, stats, expl = res
             df.loc[idx, "llm_analysis"] = analyses

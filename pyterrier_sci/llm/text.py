@@ -5,34 +5,58 @@ import re
 import string
 from importlib import resources
 from pathlib import Path
-from typing import Any, Optional, Sequence, Union
+from typing import Any, Optional, Sequence, Tuple, Union
 
 TEMPLATE_PACKAGE = "pyterrier_sci.plugins.llm"
 CHARS_PER_TOKEN = 4
 
 
-def load_template(spec: Union[str, Path], package: str = TEMPLATE_PACKAGE) -> str:
+def load_template(spec: Union[str, Path], package: str = TEMPLATE_PACKAGE,
+                  sandbox: Optional[Tuple[str, ...]] = None, what: str = "prompt template") -> str:
     """The text of a prompt template.
 
     ``spec`` is (tried in this order) the name of a template shipped in ``package``'s
-    ``templates/`` folder (``"pointwise"`` or ``"pointwise.txt"``), a path to a file, or the
-    template text itself (anything containing a newline or a ``$`` placeholder).
-    Templates use :class:`string.Template` syntax: ``$name`` / ``${name}``; ``$$`` is a dollar.
+    ``templates/`` folder (``"pointwise"`` or ``"pointwise.txt"``; a plain file name, no folders),
+    a path to a file, or the template text itself (anything containing a newline or a ``$``
+    placeholder).  Templates use :class:`string.Template` syntax: ``$name`` / ``${name}``; ``$$``
+    is a dollar.
+
+    ``sandbox``: the settings' sandbox of a component configured by an untrusted pipeline
+    (:mod:`pyterrier_sci.llm.trust`): a file outside its directories is refused with
+    :class:`~pyterrier_sci.llm.UntrustedConfigError`, whether it exists or not.
     """
+    from .trust import check_path
     if isinstance(spec, Path):
-        return spec.read_text(encoding="utf8")
+        return check_path(spec, sandbox, what).read_text(encoding="utf8")
+    if not isinstance(spec, str):
+        raise ValueError(f"{what} must be a template name, a file path or the template text, not {spec!r}")
     if "\n" not in spec and len(spec) < 200:
         name = spec if spec.endswith(".txt") else spec + ".txt"
-        res = resources.files(package).joinpath("templates", name)
-        if res.is_file():
-            return res.read_text(encoding="utf8")
+        if re.fullmatch(r"[\w][\w.-]*", name) and ".." not in name:
+            res = resources.files(package).joinpath("templates", name)
+            if res.is_file():
+                return res.read_text(encoding="utf8")
         p = Path(spec).expanduser()
-        if p.is_file():
+        if sandbox is not None and not _inside(p, sandbox):
+            # outside the sandbox: refused without looking whether it exists
+            if "$" not in spec and (any(c in spec for c in "/\\") or spec.startswith(("~", "."))):
+                check_path(spec, sandbox, what)
+        elif p.is_file():
             return p.read_text(encoding="utf8")
     if "\n" in spec or "$" in spec:
         return spec
-    raise FileNotFoundError(f"prompt template {spec!r} is neither a template of {package} "
+    raise FileNotFoundError(f"{what} {spec!r} is neither a template of {package} "
                             f"(templates/*.txt), nor a file, nor template text")
+
+
+def _inside(p: Path, sandbox) -> bool:
+    from .errors import UntrustedConfigError
+    from .trust import check_path
+    try:
+        check_path(p, sandbox, "")
+        return True
+    except UntrustedConfigError:
+        return False
 
 
 def render(template: str, **values: Any) -> str:
