@@ -63,12 +63,15 @@ def data_dir() -> Path:
 
 def work_dir() -> Path:
     """Where components keep what they build (indexes, encoded corpora): ``$PYTERRIER_SCI_HOME``,
-    else ``<ir_datasets home>/sci-work``."""
+    else ``<ir_datasets home>/sci-work``.  A setting that names a regular file (or a path under one)
+    is a :class:`~pyterrier_sci.artifacts.PathError` naming it."""
+    from pyterrier_sci.artifacts import check_directory
     value = os.environ.get("PYTERRIER_SCI_HOME")
     if value:
-        return Path(value).expanduser()
+        return check_directory(value, "$PYTERRIER_SCI_HOME")
     import ir_datasets
-    return Path(ir_datasets.util.home_path()) / "sci-work"
+    return check_directory(Path(ir_datasets.util.home_path()) / "sci-work",
+                           "the work directory (set $PYTERRIER_SCI_HOME to use another)")
 
 
 @dataclass(frozen=True)
@@ -174,12 +177,9 @@ _VERDICTS = "verified-data.json"
 _MAX_VERDICTS = 2000
 
 
-def _verdict_key(name: str, paths: Sequence[Path]) -> str:
-    sig = []
-    for p in paths:
-        st = Path(p).stat()
-        sig.append((str(Path(p).resolve()), st.st_size, st.st_mtime_ns))
-    return hashlib.sha256(json.dumps([name, sig, checksums_enabled()]).encode()).hexdigest()
+def _verdict_key(name: str, sig: Sequence[Tuple[str, int, int]]) -> str:
+    resolved = [(str(Path(p).resolve()), size, mtime) for p, size, mtime in sig]
+    return hashlib.sha256(json.dumps([name, resolved, checksums_enabled()]).encode()).hexdigest()
 
 
 def _read_verdicts() -> Dict[str, str]:
@@ -195,9 +195,14 @@ def verified_once(name: str, paths: Sequence[Path], check: Callable[[], None]) -
     """Runs ``check()`` (which raises :class:`DamagedDataError`) unless it passed before on the same
     files - same path, size and modification time - in this process or, through the cache file
     ``<work dir>/verified-data.json`` (written atomically), in an earlier one."""
-    key = _verdict_key(name, paths)
-    if key in _PASSED:
+    sig = []
+    for p in paths:
+        st = os.stat(p)
+        sig.append((str(p), st.st_size, st.st_mtime_ns))
+    memo = (name, tuple(sig), checksums_enabled())
+    if memo in _PASSED:
         return
+    key = _verdict_key(name, sig)
     if key not in _read_verdicts():
         check()
         verdicts = _read_verdicts()
@@ -208,7 +213,7 @@ def verified_once(name: str, paths: Sequence[Path], check: Callable[[], None]) -
             atomic_write_text(work_dir() / _VERDICTS, json.dumps(verdicts))
         except OSError:  # a read-only work directory: the check runs again next time
             pass
-    _PASSED.add(key)
+    _PASSED.add(memo)
 
 
 def forget_verdicts() -> None:
