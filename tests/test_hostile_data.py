@@ -399,3 +399,16 @@ def test_scifullbench_corpus_and_query_files_damaged(data):
     q.write_bytes(b"\xff\xfe{}")
     bench.clear()
     damaged(lambda: bench.queries("acl", "references"), q, "not UTF-8", line=1)
+
+
+def test_hlm_release_table_truncated_or_misshapen(tmp_path):
+    import numpy as np
+    root = tmp_path / "hlm"
+    root.mkdir()
+    table = root / "train_table.npy"
+    np.save(table, np.arange(22).reshape(2, 11))
+    b = table.read_bytes()
+    table.write_bytes(b[:len(b) - 40])
+    damaged(lambda: core_citations.read_hlm_release(root, "train"), table, "not a readable .npy table", "H-LM")
+    np.save(table, np.arange(10).reshape(2, 5))
+    damaged(lambda: core_citations.read_hlm_release(root, "train"), table, "expected rows of 11 ids", "(2, 5)")
