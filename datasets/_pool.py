@@ -7,6 +7,8 @@ import pandas as pd
 import pyterrier as pt
 import pyterrier_alpha as pta
 
+from pyterrier_sci.registry import DATASET, Param, check_fields, params
+
 
 class PoolRetriever(pt.Transformer):
     """Returns each query's candidate pool from a dataset's ``scoreddocs`` (pool benchmarks such as
@@ -52,6 +54,7 @@ class PoolRetriever(pt.Transformer):
         return hash(("PoolRetriever", self.dataset))
 
 
+@params(dataset=Param(DATASET, optional=True))
 def pool_component(*, context=None, dataset: Optional[str] = None) -> PoolRetriever:
     """``pool``: the experiment dataset's candidate pool (or ``pool(dataset="irds:...")``)."""
     dataset = dataset or (context.dataset if context is not None else None)
@@ -60,6 +63,7 @@ def pool_component(*, context=None, dataset: Optional[str] = None) -> PoolRetrie
     return PoolRetriever(dataset)
 
 
+@params(dataset=Param(DATASET, optional=True), fields=Param(str, list, item=str, min_len=1))
 def text_component(*, context=None, dataset: Optional[str] = None, fields=("title", "abstract"),
                    verbose: bool = False) -> pt.Transformer:
     """``text``: adds document fields (default ``title`` and ``abstract``) from the dataset's docstore,
@@ -68,5 +72,6 @@ def text_component(*, context=None, dataset: Optional[str] = None, fields=("titl
     if not dataset:
         raise ValueError("text needs a dataset: set one in the pipeline config or write text(dataset='irds:...')")
     fields = [fields] if isinstance(fields, str) else list(fields)
+    check_fields(dataset, fields, "text")
     ds = pt.get_dataset(dataset if dataset.startswith("irds:") else "irds:" + dataset)
     return pt.text.get_text(ds, fields, verbose=verbose)

@@ -8,6 +8,9 @@
     pyterrier-sci run EXPR --dataset ID [--config FILE] --output RUN.trec
     pyterrier-sci evaluate RUN.trec --dataset ID --measures LIST [--json] [--perquery]
     pyterrier-sci experiment FILE.yaml [--name NAME] [--save-dir DIR] [--json]
+
+Every failure is one line on stderr and exit status 2 (a pipeline expression also shows where it
+went wrong); ``--debug`` shows the traceback.
 """
 from __future__ import annotations
 
@@ -106,7 +109,9 @@ def cmd_experiment(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="pyterrier-sci", description="PyTerrier pipelines for scientific-literature retrieval")
+    p = argparse.ArgumentParser(prog="pyterrier-sci", description="PyTerrier pipelines for scientific-literature retrieval",
+                                epilog="Errors are one line (exit status 2); --debug (anywhere) shows the traceback.")
+    p.add_argument("--debug", action="store_true", help="show the full error and its traceback")
     sub = p.add_subparsers(dest="command", required=True)
 
     s = sub.add_parser("datasets", help="registered dataset ids and whether their data is present")
@@ -154,19 +159,92 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _split_debug(argv: List[str]):
+    """``--debug`` anywhere before a ``--`` (or ``$PYTERRIER_SCI_DEBUG=1``) shows tracebacks."""
+    import os
+    debug = os.environ.get("PYTERRIER_SCI_DEBUG", "") not in ("", "0")
+    out = []
+    for i, a in enumerate(argv):
+        if a == "--":
+            out += argv[i:]
+            break
+        if a == "--debug":
+            debug = True
+        else:
+            out.append(a)
+    return debug, out
+
+
+def describe_error(e: BaseException) -> str:
+    """One line saying what went wrong, for any failure of user input or of the environment."""
+    import errno
+    from pyterrier_sci.registry import PipelineError, one_line
+    if isinstance(e, PipelineError):
+        return e.headline
+    if _ours(e):  # MissingDataError, LLMError, ...: their messages are written for users
+        return one_line(e) or type(e).__name__
+    if isinstance(e, KeyError):
+        return one_line(e.args[0] if e.args else "missing key")
+    if isinstance(e, UnicodeDecodeError):
+        return one_line(f"cannot read text as {e.encoding} (byte {e.start}: {e.object[e.start:e.start + 4]!r}); "
+                        "the file is damaged or not in that encoding")
+    if isinstance(e, OSError):
+        what = {errno.ENOSPC: "no space left on device", errno.EDQUOT: "disk quota exceeded"}.get(e.errno)
+        what = what or e.strerror or one_line(e)
+        names = " -> ".join(str(f) for f in (e.filename, e.filename2) if f is not None)
+        return one_line(f"{what}: {names}" if names else what)
+    if isinstance(e, MemoryError):
+        return "out of memory" + (f": {one_line(e)}" if str(e) else "")
+    if isinstance(e, RecursionError):
+        return "the input nests too deeply (Python's recursion limit was reached)"
+    if isinstance(e, ImportError):
+        return one_line(f"{e} (an optional part may not be installed: see the README's extras)")
+    text = one_line(e) or type(e).__name__
+    return text if isinstance(e, ValueError) else f"{type(e).__name__}: {text}"
+
+
+def _ours(e: BaseException) -> bool:
+    return type(e).__module__.split(".")[0] == "pyterrier_sci"
+
+
 def main(argv: Optional[List[str]] = None) -> int:
+    """Runs a command; every failure of user input or of the environment is one line on stderr
+    (plus the expression and a caret under its offending part, for pipeline expressions) and exit
+    status 2.  ``--debug`` shows the traceback as well."""
+    debug, argv = _split_debug(list(sys.argv[1:] if argv is None else argv))
     args = build_parser().parse_args(argv)
-    from pyterrier_sci.data import MissingDataError
-    from pyterrier_sci.pipeline import PipelineError
+    args.debug = debug
+    prog = f"pyterrier-sci {args.command}"
     try:
+        dataset = getattr(args, "dataset", None)
+        if isinstance(dataset, str) and args.command in ("run", "evaluate"):
+            from pyterrier_sci.registry import check_dataset
+            check_dataset(dataset, where="--dataset")  # before anything is downloaded
         return args.fn(args) or 0
-    except (PipelineError, MissingDataError, FileNotFoundError, ValueError, KeyError) as e:
-        msg = e.args[0] if isinstance(e, KeyError) and e.args else e
-        print(f"pyterrier-sci {args.command}: error: {msg}", file=sys.stderr)
-        return 2
     except KeyboardInterrupt:
-        print(f"pyterrier-sci {args.command}: interrupted (finished runs and indexes are kept)", file=sys.stderr)
+        print(f"{prog}: interrupted (finished runs and indexes are kept)", file=sys.stderr)
         return 130
+    except Exception as e:  # noqa: BLE001 - one line per failure; --debug shows the traceback
+        from pyterrier_sci.registry import PipelineError
+        if debug:
+            import traceback
+            traceback.print_exc()
+        lines = [f"{prog}: error: {describe_error(e)}"]
+        if isinstance(e, PipelineError):
+            lines += e.picture()
+        if not debug and not isinstance(e, PipelineError):
+            lines[0] += "  [--debug shows the traceback]" if _unexpected(e) else ""
+        try:
+            print("\n".join(lines), file=sys.stderr)
+        except OSError:
+            pass
+        return 2
+
+
+def _unexpected(e: BaseException) -> bool:
+    """Failures that are not plainly the user's input or the environment (worth a traceback)."""
+    return isinstance(e, (AssertionError, AttributeError, TypeError, RuntimeError, IndexError, NameError)) \
+        and not isinstance(e, RecursionError) and not _ours(e)
 
 
 if __name__ == "__main__":

@@ -262,6 +262,10 @@ class Param:
                 parts.append("one of " + ", ".join(repr(c) for c in self.choices))
             elif k in (list, dict) and self.item is not None and self.item.kinds != (ANY,):
                 of = self.item.takes()
+                for one, many in _PLURALS:
+                    if of.startswith(one):
+                        of = many + of[len(one):]
+                        break
                 parts.append(f"{_KIND_NAMES[k]} of {of}" if k is list else f"a mapping of names to {of}")
             else:
                 parts.append(_KIND_NAMES[k])
@@ -288,7 +292,10 @@ class Param:
                 return out
             if err:
                 errors.append(err)
-        detail = f": {errors[0]}" if len(errors) == 1 and errors[0] else ""
+        detail = errors[0] if len(errors) == 1 and errors[0] else ""
+        if detail.startswith("did you mean"):
+            raise ValueError(f"{where} got {describe_value(value)}; it takes {self.takes()} - {detail}")
+        detail = f": {detail}" if detail and detail not in describe_value(value) else ""
         raise ValueError(f"{where} got {describe_value(value)}{detail}; it takes {self.takes()}")
 
     def _check_kind(self, kind, value, where):
@@ -352,6 +359,11 @@ class Param:
         return False, None, None
 
 
+_PLURALS = [("a whole number", "whole numbers"), ("a number", "numbers"), ("a string", "strings"), ("a list", "lists"),
+            ("a mapping", "mappings"), ("a path", "paths"), ("a dataset id", "dataset ids"),
+            ("true/false", "true/false values"), ("one of", "values among")]
+
+
 def _num(x: float) -> str:
     return f"{x:,}".replace(",", "_") if isinstance(x, int) and abs(x) >= 100_000 else f"{x:g}"
 
@@ -395,10 +407,14 @@ def _signature_params(fn: Callable) -> Dict[str, Param]:
         sig = inspect.signature(target)
     except (TypeError, ValueError):
         return {}
-    try:
-        hints = typing.get_type_hints(target)
-    except Exception:
-        hints = {}
+    hints = {}
+    for owner in ((target, fn) if inspect.isclass(fn) else (target,)):  # a dataclass's own annotations too
+        try:
+            hints = typing.get_type_hints(owner)
+        except Exception:
+            continue
+        if hints:
+            break
     out = {}
     for name, p in sig.parameters.items():
         if name in ("self", "context") or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD, p.POSITIONAL_ONLY):
@@ -486,7 +502,7 @@ def check_dataset(dataset: str, where: str = "dataset") -> str:
 def check_fields(dataset: str, fields: Optional[Sequence[str]], component: str, param: str = "fields") -> None:
     """Every name of ``fields`` must be a field of the dataset's document type (ir_datasets'
     ``docs_cls()``); a :class:`ParameterError` lists the valid ones."""
-    if not fields:
+    if not fields or not dataset:
         return
     import ir_datasets
     check_dataset(dataset, where=f"component '{component}'")

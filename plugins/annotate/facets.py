@@ -26,6 +26,7 @@ from pyterrier_sci.llm.client import extract_json
 from pyterrier_sci.llm.text import render, truncate
 
 from . import annotate_template
+from pyterrier_sci.registry import Param, params
 
 FACETS = ("background", "method")
 OWNED = ("background", "method", "background_reason", "method_reason", "label_unusable")
@@ -180,6 +181,8 @@ def label_pairs(labelled: pd.DataFrame) -> pd.DataFrame:
     return pairs
 
 
+@params(FacetLabeller, llm=Param(dict, optional=True), on_error=Param(str, choices=("raise", "flag")),
+        max_abstract_tokens=Param(int, min=1, max=1_000_000), max_tokens=Param(int, min=1, max=1_000_000))
 def facet_label_component(*inputs, context=None, llm: Optional[dict] = None, **params) -> pt.Transformer:
     """``facet_label``: LLM facet labels (SciFACE) of the input's (seed, candidate) rows; the
     ``llm`` section of the config is the client's settings (a component's ``llm=`` overrides)."""

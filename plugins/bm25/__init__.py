@@ -28,6 +28,11 @@ import pandas as pd
 import pyterrier as pt
 import pyterrier_alpha as pta
 
+# the one locked, atomic builder of the toolkit's artifacts; other plugins import it from here too
+from pyterrier_sci.artifacts import build_atomically  # noqa: F401
+from pyterrier_sci.registry import (DATASET, MAX_RESULTS, PATH, Param, check_artifact, check_fields,  # noqa: E402
+                                    params)
+
 BACKENDS = ("pisa", "lucene")
 
 
@@ -289,3 +294,11 @@ def bm25_component(*, context=None, backend: str = "pisa", index: Optional[str] 
     else:
         index_obj = _load_index(index, backend)
     return BM25(index_obj, k1=k1, b=b, num_results=num_results, rerank_depth=rerank_depth, threads=threads, verbose=verbose)
+@params(backend=Param(str, choices=BACKENDS), index=Param(PATH, optional=True), dataset=Param(DATASET, optional=True),
+        fields=Param(list, item=str, min_len=1, optional=True), k1=Param(float, min=0, max=100),
+        b=Param(float, min=0, max=1), num_results=Param(int, min=1, max=MAX_RESULTS),
+        rerank_depth=Param(int, min=1, max=MAX_RESULTS, optional=True), threads=Param(int, min=1, max=1024))
+    if isinstance(index, (str, os.PathLike)):
+        check_artifact(index, {"sparse_index": [backend] if backend == "lucene" else ["pisa", "lucene"]}, "bm25")
+    elif index is None and fields:
+        check_fields(dataset or (context.dataset if context is not None else None) or "", fields, "bm25")

@@ -44,6 +44,11 @@ import numpy as np
 import pandas as pd
 import pyterrier as pt
 import pyterrier_alpha as pta
+from pyterrier_sci.registry import (DATASET, MAX_RESULTS, PATH, Param, check_artifact, check_fields,  # noqa: E402
+                                    params)
+
+from pyterrier_sci.artifacts import build_atomically
+
 
 from ._compat import (ColBERTError, ColBERTTimeoutError, ColBERTWorkerError, ensure_extensions, import_colbert,
                       quiet, worker_env, _tail)
@@ -519,6 +524,13 @@ class ColBERTRetriever(pt.Transformer):
     def fuse_rank_cutoff(self, k: int) -> Optional["ColBERTRetriever"]:
         # re-scoring must score every input document, so a cutoff cannot be pushed into num_results
         return None
+@params(dataset=Param(DATASET, optional=True), checkpoint=Param(str, min_len=1), index=Param(PATH, optional=True),
+        num_results=Param(int, min=1, max=MAX_RESULTS), fields=Param(list, item=str, min_len=1, optional=True),
+        doc_maxlen=Param(int, min=1, max=100_000), nbits=Param(int, choices=None, min=1, max=8),
+        kmeans_niters=Param(int, min=1, max=1000), query_maxlen=Param(int, min=1, max=100_000),
+        ncells=Param(int, min=1, max=1_000_000, optional=True), centroid_score_threshold=Param(float, min=-1, max=1, optional=True),
+        ndocs=Param(int, min=1, max=10_000_000, optional=True), threads=Param(int, min=1, max=1024, optional=True),
+        timeout=Param(float, min=0.001, max=1e7, optional=True))
 
     def __repr__(self) -> str:
         return f"ColBERTRetriever({str(self.index.path)!r}, num_results={self.num_results})"
@@ -533,6 +545,9 @@ class ColBERTRetriever(pt.Transformer):
     def __hash__(self) -> int:
         return hash(("ColBERTRetriever",) + self._key())
 
+    if index is not None:  # built there on first use when missing
+        check_artifact(index, {"multi_vector_index": ["plaid"]}, "colbert", must_exist=False)
+    check_fields(corpus, fields, "colbert")
 
 def colbert_component(*, context=None, dataset: Optional[str] = None, checkpoint: str = DEFAULT_CHECKPOINT,
                       index: Optional[str] = None, num_results: int = 1000, fields: Optional[Sequence[str]] = None,

@@ -20,6 +20,8 @@ import pandas as pd
 import pyterrier as pt
 import pyterrier_alpha as pta
 
+from pyterrier_sci.registry import DATASET, MAX_RESULTS, PATH, Param, check_artifact, check_fields, params  # noqa: E402
+
 DEFAULT_MODEL = "default"
 _DEFAULT_ALIASES = {"default", "minilm", "all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2"}
 
@@ -296,6 +298,9 @@ def _ranked(inp: pd.DataFrame, scores) -> pd.DataFrame:
     return out
 
 
+@params(model=Param(str, min_len=1), index=Param(bool, PATH, optional=True), dataset=Param(DATASET, optional=True),
+        fields=Param(list, item=str, min_len=1, optional=True), num_results=Param(int, min=1, max=MAX_RESULTS),
+        batch_size=Param(int, min=1, max=65536), device=Param(str, min_len=1, optional=True))
 def dense_component(*, context=None, model: str = DEFAULT_MODEL, index: Union[None, bool, str] = None,
                     dataset: Optional[str] = None, fields: Optional[Sequence[str]] = None, num_results: int = 1000,
                     batch_size: int = 32, verbose: bool = True, device: Optional[str] = None) -> DenseRetriever:
@@ -305,6 +310,10 @@ def dense_component(*, context=None, model: str = DEFAULT_MODEL, index: Union[No
     ``false``: no index, the input's ``text`` column is encoded (re-scoring small candidate sets
     costs less than encoding a whole corpus)."""
     corpus = dataset or (context.dataset if context is not None else None)
+    if isinstance(index, str):  # built there on first use when missing
+        check_artifact(index, {"dense_index": ["flex"]}, "dense", must_exist=False)
+    elif fields and index is not False:
+        check_fields(corpus, fields, "dense")
     if index is False:
         return DenseRetriever(model, index=None, corpus=None, fields=fields, num_results=num_results,
                               batch_size=batch_size, verbose=verbose, device=device)

@@ -34,6 +34,7 @@ import pyterrier as pt
 import pyterrier_alpha as pta
 
 from pyterrier_sci.plugins.dense import DEFAULT_MODEL, load_sentence_transformer, resolve_model
+from pyterrier_sci.registry import DATASET, Param, params
 
 QUERY_MODES = ("whole", "sentences", "aspects", "aspects_concat")
 DOC_MODES = ("whole", "sentences")
@@ -268,6 +269,9 @@ class MaxSimScorer(pt.Transformer):
         return state
 
 
+@params(model=Param(str, min_len=1), query_mode=Param(str, min_len=1), doc_mode=Param(str, min_len=1),
+        dataset=Param(DATASET, optional=True), batch_size=Param(int, min=1, max=65536),
+        max_seq_length=Param(int, min=1, max=100_000, optional=True))
 def maxsim_component(*, context=None, model: str = DEFAULT_MODEL, query_mode: str = "sentences",
                      doc_mode: str = "sentences", dataset: Optional[str] = None, text_field: str = "text",
                      doc_field: Optional[str] = None, batch_size: int = 32, device: Optional[str] = None,

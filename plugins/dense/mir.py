@@ -88,6 +88,7 @@ from pyterrier_sci.plugins.dense import DEFAULT_MODEL, DenseRetriever, load_sent
 from pyterrier_sci.plugins.dense.doris import ContrastiveModel, _replace_dir, _seed_everything
 from pyterrier_sci.plugins.dense.hlm import freeze_lower_layers
 from pyterrier_sci.plugins.dense.mag import MethodologyAdjacencyGraph
+from pyterrier_sci.registry import DATASET, MAX_RESULTS, PATH, Param, check_fields, params
 
 __all__ = ["KeywordExtractor", "DomainIndex", "MAGSampler", "JointTripletLoss", "EpochBatchSampler", "MIRTrainingConfig",
            "MIRModel", "train_mir", "mir_dense_component", "TRIPLET_SETS", "evaluate_part", "table2_figures"]
@@ -644,6 +645,15 @@ def trained_model_path(train_dataset: str, config: MIRTrainingConfig, work: Opti
     return base / "models" / "mir" / f"{ds}-{config.key()}"
 
 
+@params(MIRTrainingConfig, model=Param(PATH, optional=True), dataset=Param(DATASET, optional=True),
+        train_dataset=Param(DATASET, optional=True), num_results=Param(int, min=1, max=MAX_RESULTS),
+        batch_size=Param(int, min=1, max=65536), fields=Param(list, item=str, min_len=1, optional=True),
+        device=Param(str, min_len=1, optional=True), triplets=Param(str, min_len=1), alpha=Param(float, min=0, max=1),
+        margin=Param(float, min=0, max=100), epochs=Param(int, min=1, max=1000), learning_rate=Param(float, min=1e-12, max=1),
+        warmup_ratio=Param(float, min=0, max=1), max_seq_length=Param(int, min=1, max=100_000),
+        hard_top=Param(int, min=0, max=MAX_RESULTS), n_keywords=Param(int, min=1, max=100_000),
+        seed=Param(int, min=0, max=2 ** 32 - 1), max_steps=Param(int, min=1, max=10 ** 9, optional=True),
+        frozen_layers=Param(int, min=0, max=1000))
 def mir_dense_component(*inputs, context=None, model: Optional[str] = None, dataset: Optional[str] = None,
                         train: bool = False, train_dataset: Optional[str] = None, num_results: int = 1000,
                         batch_size: int = 32, fields: Optional[Sequence[str]] = None, verbose: bool = False,

@@ -33,6 +33,8 @@ import pandas as pd
 import pyterrier as pt
 import pyterrier_alpha as pta
 
+from pyterrier_sci.registry import DATASET, PATH, Param, params
+
 from .triplets import (FACETS, PAIR_COLUMNS, check_pairs, collapse_method, csfcube_pairs, facet_scores,  # noqa: F401
                        make_triplets, sample_per_seed, split_seeds)
 
@@ -523,6 +525,10 @@ class SeedText(pt.Transformer):
         return hash(("SeedText", self.dataset))
 
 
+@params(facet=Param(str, choices=FACETS, optional=True), model=Param(PATH, optional=True),
+        background_model=Param(PATH, optional=True), method_model=Param(PATH, optional=True),
+        weights=Param(str, dict, item=Param(float, min=-1e6, max=1e6), optional=True), dataset=Param(DATASET, optional=True),
+        batch_size=Param(int, min=1, max=65536))
 def facet_rerank_component(*inputs, context=None, facet: Optional[str] = None, model: Optional[str] = None,
                            background_model: Optional[str] = None, method_model: Optional[str] = None,
                            weights: Union[None, str, Mapping[str, float]] = None, normalise: str = "zscore",

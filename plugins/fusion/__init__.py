@@ -7,6 +7,8 @@ import pandas as pd
 import pyterrier as pt
 import pyterrier_alpha as pta
 
+from pyterrier_sci.registry import MAX_RESULTS, Param, params
+
 
 def rrf_scores(results: Sequence[pd.DataFrame], k: float = 60, weights: Optional[Sequence[float]] = None,
                rank_base: int = 1) -> pd.DataFrame:
@@ -88,6 +90,8 @@ class RRFusion(pt.Transformer):
         return f"RRFusion({', '.join(map(repr, self.transformers))}, k={self.k})"
 
 
+@params(k=Param(float, min=0, max=1e6), weights=Param(list, item=Param(float, min=-1e6, max=1e6), optional=True),
+        num_results=Param(int, min=1, max=MAX_RESULTS, optional=True), rank_base=Param(int, min=0, max=1))
 def rrf_component(*inputs: pt.Transformer, context=None, k: float = 60, weights: Optional[Sequence[float]] = None,
                   num_results: Optional[int] = 1000, rank_base: int = 1) -> RRFusion:
     """``rrf(a, b, ...)``: reciprocal rank fusion of the input pipelines (k=60, 1-based ranks)."""

@@ -41,6 +41,8 @@ from typing import Any, Dict, Optional, Sequence
 
 import pyterrier as pt
 
+from pyterrier_sci.registry import DATASET, MAX_RESULTS, Param, params
+
 from .aggregate import AGGREGATIONS, FUSIONS, AspectScoreFusion, ChunkToPaper, ExcludeQueryPaper  # noqa: F401
 from .optimisers import (ASPECT_COLUMNS, ASPECTS, FALLBACK_COLUMN, AspectAgents, PaperFields, QueryField,  # noqa: F401
                          SectionAspectQueries, SingleAgent, classify_sections, normalise_sections, parse_single_agent)
@@ -98,56 +100,74 @@ def _llm(context, params: Dict[str, Any]) -> Dict[str, Any]:
     return merged
 
 
+_ASPECTS = Param(list, item=Param(str, choices=ASPECTS), min_len=1)
+_AGENT = {"llm": Param(dict, optional=True), "aspects": _ASPECTS, "on_error": Param(str, choices=("raise", "flag")),
+          "max_paper_tokens": Param(int, min=1, max=1_000_000, optional=True), "max_tokens": Param(int, min=1, max=1_000_000),
+          "fallback_words": Param(int, min=1, max=1_000_000)}
+
+
 def _chain(inputs, t: pt.Transformer, name: str) -> pt.Transformer:
     if len(inputs) > 1:
         raise ValueError(f"{name} takes at most one input pipeline")
     return inputs[0] >> t if inputs else t
 
 
+@params(dataset=Param(DATASET, optional=True), fields=Param(list, item=str, min_len=1))
 def paper_fields_component(*inputs, context=None, dataset: Optional[str] = None,
                            fields: Sequence[str] = ("text", "title", "abstract", "full_text", "sections")):
     """``paper_fields``: adds the query paper's title, abstract, full text and sections (by qid)."""
     return _chain(inputs, PaperFields(_dataset(context, dataset), fields), "paper_fields")
 
 
+@params(field=Param(str, min_len=1), fallback=Param(str, list, item=str), drop=Param(str, list, item=str, optional=True))
 def query_field_component(*inputs, field: str = "text", fallback: Sequence[str] = (), drop: Optional[Sequence[str]] = None):
     """``query_field(field=...)``: makes a column (``text``, ``full_text``, ``method_query``, ...) the query."""
     t = QueryField(field, fallback) if drop is None else QueryField(field, fallback, drop)
     return _chain(inputs, t, "query_field")
 
 
+@params(SectionAspectQueries, aspects=_ASPECTS, max_words=Param(int, min=1, max=1_000_000, optional=True))
 def prism_sections_component(*inputs, context=None, **params):
     """``prism_sections``: LLM-free aspect queries (research question, method, experiment) from the paper's sections."""
     return _chain(inputs, SectionAspectQueries(**params), "prism_sections")
 
 
+@params(AspectAgents, **_AGENT)
 def prism_agents_component(*inputs, context=None, **params):
     """``prism_agents``: PRISM's aspect query optimisers f_R, f_M, f_E, one LLM agent each."""
     llm = _llm(context, params)
     return _chain(inputs, AspectAgents(llm, **params), "prism_agents")
 
 
+@params(SingleAgent, **_AGENT)
 def prism_single_agent_component(*inputs, context=None, **params):
     """``prism_single_agent``: one LLM agent writes the three aspect queries as JSON (PRISM Table 2)."""
     llm = _llm(context, params)
     return _chain(inputs, SingleAgent(llm, **params), "prism_single_agent")
 
 
+@params(agg=Param(str, choices=AGGREGATIONS), k=Param(int, min=1, max=10_000),
+        num_results=Param(int, min=1, max=MAX_RESULTS, optional=True))
 def chunks_to_papers_component(*inputs, agg: str = "max", k: int = 2, num_results: Optional[int] = None):
     """``chunks_to_papers(agg=max)``: a chunk ranking (docnos <paper>%p<i>) as a paper ranking."""
     return _chain(inputs, ChunkToPaper(agg, k, num_results), "chunks_to_papers")
 
 
+@params(column=Param(str, min_len=1, optional=True))
 def exclude_query_paper_component(*inputs, column: Optional[str] = None):
     """``exclude_query_paper``: drops the query paper (and its chunks) from its own ranking."""
     return _chain(inputs, ExcludeQueryPaper(column), "exclude_query_paper")
 
 
+@params(method=Param(str, choices=FUSIONS), num_results=Param(int, min=1, max=MAX_RESULTS, optional=True))
 def aspect_fusion_component(*inputs, method: str = "maxsim", num_results: Optional[int] = 1000):
     """``aspect_fusion(a, b, ..., method=maxsim|sum)``: PRISM Table 6's score-level merging of aspect chunk rankings."""
     return AspectScoreFusion(*inputs, method=method, num_results=num_results)
 
 
+@params(aspects=_ASPECTS, agg=Param(str, choices=AGGREGATIONS), k=Param(float, min=0, max=1e6),
+        num_results=Param(int, min=1, max=MAX_RESULTS, optional=True), abstract_field=Param(str, min_len=1),
+        exclude_column=Param(str, min_len=1, optional=True))
 def prism_component(*inputs, context=None, aspects: Sequence[str] = ASPECTS, agg: str = "max", k: float = 60,
                     num_results: Optional[int] = 1000, abstract_field: str = "text", exclude_column: Optional[str] = None):
     """``prism(optimiser, abstract_retriever, chunk_retriever)``: PRISM - aspect queries, chunk retrieval, RRF (k=60)."""
