@@ -47,28 +47,60 @@ def topics_and_qrels(dataset: str, variant: Optional[str] = None):
     return topics, ds.get_qrels()
 
 
-def write_run(res: pd.DataFrame, path: Union[str, Path], run_name: str = "pyterrier-sci") -> Path:
-    """Writes a TREC run atomically (a temporary file renamed into place)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".tmp{os.getpid()}-{path.name}")  # same suffix: .gz compresses
-    try:
+def write_run(res: pd.DataFrame, path: Union[str, Path], run_name: str = "pyterrier-sci", what: str = "--output",
+              checksum: bool = False) -> Path:
+    """Writes a TREC run atomically (a temporary file beside it, renamed into place; ``.gz`` compresses).
+
+    ``path`` must be a regular file or a new one: a directory, a device, a FIFO, a socket or a path
+    under a regular file is one :class:`~pyterrier_sci.artifacts.PathError` naming ``what``.
+    Temporary files that killed writers left in the directory are removed.  With ``checksum``, its
+    SHA-256 is kept beside it (``<name>.sha256``) so that :func:`run_pipeline_on` can tell a damaged
+    saved run."""
+    from pyterrier_sci import artifacts
+    path = artifacts.check_file_target(path, what)
+    with artifacts.atomic_file(path, what) as tmp:
         pt.io.write_results(res, str(tmp), format="trec", run_name=run_name)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    if checksum:
+        artifacts.record_checksum(path)
     return path
+
+
+def _read_saved_run(path: Path) -> Optional[pd.DataFrame]:
+    """A finished run saved by :func:`write_run`, or None (with a warning) when it is damaged:
+    it does not match its checksum or cannot be read."""
+    from pyterrier_sci import artifacts
+    if not path.exists():
+        return None
+    if artifacts.discard_if_damaged(path, "saved run", missing_record_is_damage=False):
+        return None
+    try:
+        res = pt.io.read_results(str(path))
+    except Exception as e:  # EOFError (truncated gzip), zlib.error, UnicodeDecodeError, parser errors
+        import warnings
+        warnings.warn(f"saved run {path} cannot be read ({type(e).__name__}: {e}); it is removed and computed "
+                      "again", artifacts.DamagedFileWarning, stacklevel=3)
+        artifacts.discard(path)
+        return None
+    if artifacts.verify_checksum(path) is None:  # saved before checksums were kept
+        artifacts.record_checksum(path)
+    return res
 
 
 def run_pipeline_on(transformer: pt.Transformer, topics: pd.DataFrame, save_to: Optional[Path] = None,
                     run_name: str = "pyterrier-sci") -> pd.DataFrame:
-    """Runs a pipeline on topics, reusing (and otherwise writing) a finished run file at ``save_to``."""
-    if save_to is not None and Path(save_to).exists():
-        return pt.io.read_results(str(save_to))
+    """Runs a pipeline on topics, reusing (and otherwise writing) a finished run file at ``save_to``
+    (an experiment's ``save_dir``).  A saved run that does not match its checksum or cannot be read
+    is computed again, with a :class:`~pyterrier_sci.artifacts.DamagedFileWarning`; a ``save_to``
+    that cannot be written is an error before anything runs."""
+    if save_to is not None:
+        from pyterrier_sci import artifacts
+        save_to = artifacts.check_file_target(save_to, "save_dir")
+        res = _read_saved_run(save_to)
+        if res is not None:
+            return res
     res = transformer(topics)
     if save_to is not None:
-        write_run(res, save_to, run_name)
+        write_run(res, save_to, run_name, what="save_dir", checksum=True)
     return res
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
+import re
 import sys
 from pathlib import Path
 from typing import Iterable, Iterator, Optional, Sequence, Union
@@ -82,29 +82,6 @@ def index_path(work_dir: Path, dataset: str, kind: str, fields: Optional[Sequenc
     return Path(work_dir) / "indexes" / corpus_id(dataset).replace("/", "__") / f"{kind}{suffix}"
 
 
-def build_atomically(path: Path, build) -> Path:
-    """Runs ``build(tmp_path)`` and moves the result to ``path``: an interrupted build leaves only a
-    ``*.partial-*`` directory, which the next build removes."""
-    path = Path(path)
-    if path.exists():
-        return path
-    path.parent.mkdir(parents=True, exist_ok=True)
-    for stale in path.parent.glob(path.name + ".partial-*"):
-        shutil.rmtree(stale, ignore_errors=True)
-    tmp = path.with_name(f"{path.name}.partial-{os.getpid()}")
-    try:
-        build(tmp)
-        try:
-            os.rename(tmp, path)
-        except OSError:
-            if not path.exists():  # lost a race with another builder: theirs is as good
-                raise
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-    return path
-
-
 @contextlib.contextmanager
 def quiet_native(enabled: bool = True):
     """Silences what native code (PISA's C++ progress and log lines) writes to the process's
@@ -161,6 +138,53 @@ def corpus_index(dataset: str, backend: str = "pisa", fields: Optional[Sequence[
     return _load_index(path, backend)
 
 
+_PISA_DERIVED = re.compile(r"bm25\.k1-(.+?)\.b-(.+?)\.q\d+\.bmw\.\d+(?:\.[A-Za-z0-9_]+)?$")
+
+
+def pisa_derived_files(index_dir: Union[str, Path], k1: float, b: float) -> list:
+    """The files PISA derives inside an index on the first BM25 retrieval with ``k1``, ``b``: the
+    block-max data ``bm25.k1-<k1>.b-<b>.q0.bmw.<block>`` and the index compressed with it
+    (``….bmw.<block>.<encoding>``)."""
+    from pyterrier_sci import artifacts
+    out = []
+    for p in Path(index_dir).glob("bm25.k1-*"):
+        m = not p.name.endswith(artifacts.CHECKSUM_SUFFIX) and _PISA_DERIVED.match(p.name)
+        try:
+            if m and float(m[1]) == float(k1) and float(m[2]) == float(b):
+                out.append(p)
+        except ValueError:
+            continue
+    return sorted(out)
+
+
+def pisa_bm25(index, k1: float, b: float, verbose: bool = False, **kwargs) -> pt.Transformer:
+    """``index.bm25(k1=k1, b=b, ...)`` for a :class:`pyterrier_pisa.PisaIndex`, with the files PISA
+    derives for ``k1``/``b`` checked first.
+
+    PISA writes them in place on first use and maps them unchecked afterwards: a truncated one
+    crashes the process (SIGSEGV).  They are derived here under the index's lock (concurrent first
+    uses derive once), their checksums are recorded beside them, and a file that does not match its
+    checksum (or was derived without one being recorded, e.g. by a killed process) is removed with a
+    :class:`~pyterrier_sci.artifacts.DamagedFileWarning` so that PISA derives it again."""
+    from pyterrier_sci import artifacts
+    d = Path(index.path)
+    files = pisa_derived_files(d, k1, b)
+    if len(files) >= 2 and all(artifacts.verify_checksum(f) for f in files):
+        with quiet_native(not verbose):
+            return index.bm25(k1=k1, b=b, verbose=verbose, **kwargs)
+    with artifacts.lock(d / f"bm25.k1-{k1}.b-{b}", what=f"PISA's BM25 data (k1={k1}, b={b}) in {d}"):
+        derived = pisa_derived_files(d, k1, b)
+        if any([artifacts.discard_if_damaged(f, "PISA's derived file") for f in derived]):
+            for f in derived:  # derived together: the compressed index is built with the block-max data
+                artifacts.discard(f)
+        with quiet_native(not verbose):
+            retriever = index.bm25(k1=k1, b=b, verbose=verbose, **kwargs)
+        for f in pisa_derived_files(d, k1, b):
+            if artifacts.verify_checksum(f) is None:
+                artifacts.record_checksum(f)
+    return retriever
+
+
 def _load_index(index, backend: Optional[str]):
     if not isinstance(index, (str, os.PathLike)):
         return index
@@ -209,9 +233,12 @@ class BM25(pt.Transformer):
 
     def _retriever(self, k: int) -> pt.Transformer:
         if k not in self._retrievers:
-            with quiet_native(not self.verbose and self.backend == "pisa"):
+            if self.backend == "pisa":
+                self._retrievers[k] = pisa_bm25(self.index, k1=self.k1, b=self.b, num_results=k,
+                                                threads=self.threads, verbose=self.verbose)
+            else:
                 self._retrievers[k] = self.index.bm25(k1=self.k1, b=self.b, num_results=k, threads=self.threads,
-                                                  verbose=self.verbose)
+                                                      verbose=self.verbose)
         return self._retrievers[k]
 
     def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
@@ -279,10 +306,18 @@ def _clean_query(q) -> str:
     return " ".join("".join(ch if ch.isprintable() else " " for ch in q).split())
 
 
+@params(backend=Param(str, choices=BACKENDS), index=Param(PATH, optional=True), dataset=Param(DATASET, optional=True),
+        fields=Param(list, item=str, min_len=1, optional=True), k1=Param(float, min=0, max=100),
+        b=Param(float, min=0, max=1), num_results=Param(int, min=1, max=MAX_RESULTS),
+        rerank_depth=Param(int, min=1, max=MAX_RESULTS, optional=True), threads=Param(int, min=1, max=1024))
 def bm25_component(*, context=None, backend: str = "pisa", index: Optional[str] = None, dataset: Optional[str] = None,
                    fields: Optional[Sequence[str]] = None, k1: float = 0.9, b: float = 0.4, num_results: int = 1000,
                    rerank_depth: Optional[int] = None, threads: int = 1, verbose: bool = False) -> BM25:
     """``bm25``: BM25 over ``index`` or the dataset's corpus (index built on first use); backend ``pisa`` or ``lucene``."""
+    if isinstance(index, (str, os.PathLike)):
+        check_artifact(index, {"sparse_index": [backend] if backend == "lucene" else ["pisa", "lucene"]}, "bm25")
+    elif index is None and fields:
+        check_fields(dataset or (context.dataset if context is not None else None) or "", fields, "bm25")
     if backend not in BACKENDS:
         raise ValueError(f"unknown BM25 backend {backend!r}: use one of {', '.join(BACKENDS)}")
     if index is None:
@@ -294,11 +329,3 @@ def bm25_component(*, context=None, backend: str = "pisa", index: Optional[str] 
     else:
         index_obj = _load_index(index, backend)
     return BM25(index_obj, k1=k1, b=b, num_results=num_results, rerank_depth=rerank_depth, threads=threads, verbose=verbose)
-@params(backend=Param(str, choices=BACKENDS), index=Param(PATH, optional=True), dataset=Param(DATASET, optional=True),
-        fields=Param(list, item=str, min_len=1, optional=True), k1=Param(float, min=0, max=100),
-        b=Param(float, min=0, max=1), num_results=Param(int, min=1, max=MAX_RESULTS),
-        rerank_depth=Param(int, min=1, max=MAX_RESULTS, optional=True), threads=Param(int, min=1, max=1024))
-    if isinstance(index, (str, os.PathLike)):
-        check_artifact(index, {"sparse_index": [backend] if backend == "lucene" else ["pisa", "lucene"]}, "bm25")
-    elif index is None and fields:
-        check_fields(dataset or (context.dataset if context is not None else None) or "", fields, "bm25")

@@ -34,8 +34,6 @@ import json
 import logging
 import os
 import re
-import shutil
-import tempfile
 import threading
 from pathlib import Path
 from types import SimpleNamespace
@@ -45,6 +43,8 @@ import numpy as np
 import pandas as pd
 import pyterrier as pt
 import pyterrier_alpha as pta
+
+from pyterrier_sci.artifacts import build_atomically
 
 __all__ = ["LuceneIndex", "LuceneIndexer", "LuceneBM25", "start_jvm", "MAX_CLAUSE_COUNT"]
 
@@ -284,8 +284,10 @@ class LuceneIndexer(pt.Indexer):
     """Writes a :class:`LuceneIndex` from an iterator of dicts: ``docno`` plus the text field(s),
     joined with spaces into Anserini's ``contents`` field (Pyserini's default analysis).
 
-    The index is built in a temporary directory beside the target and renamed into place at the
-    end, so an interrupted build leaves nothing at the target path.
+    The index is built in a partial directory beside the target and renamed into place at the end,
+    so an interrupted build leaves nothing at the target path; two processes building the same index
+    take a lock, and the second keeps the first one's index
+    (:func:`pyterrier_sci.artifacts.build_atomically`).
     """
 
     def __init__(self, index: Union[LuceneIndex, str, Path], text_field: Union[None, str, Sequence[str]] = None,
@@ -305,14 +307,19 @@ class LuceneIndexer(pt.Indexer):
             if not self.overwrite:
                 raise FileExistsError(f"{target} already exists; pass overwrite=True to replace it")
         java = start_jvm()
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.building-", dir=target.parent))
-        writer = None
-        try:
+
+        def build(tmp: Path) -> None:
+            tmp.mkdir()
             writer = java.SimpleIndexer(str(tmp), False, int(self.threads))
-            fields, n = self._add_all(java, writer, iter(it))
-            w, writer = writer, None
-            w.close()
+            try:
+                fields, n = self._add_all(java, writer, iter(it))
+            except BaseException:
+                try:
+                    writer.close()
+                except Exception:
+                    pass
+                raise
+            writer.close()
             meta = {
                 "type": LuceneIndex.ARTIFACT_TYPE,
                 "format": LuceneIndex.ARTIFACT_FORMAT,
@@ -327,24 +334,10 @@ class LuceneIndexer(pt.Indexer):
             }
             with open(tmp / "pt_meta.json", "wt") as f:
                 json.dump(meta, f)
-            if target.exists():
-                if target.is_dir() and not any(target.iterdir()):
-                    target.rmdir()
-                else:  # overwrite: move the old one aside first, so the swap is two renames
-                    old = Path(tempfile.mkdtemp(prefix=f".{target.name}.old-", dir=target.parent))
-                    os.replace(target, old / "index")
-                    os.replace(tmp, target)
-                    shutil.rmtree(old, ignore_errors=True)
-                    return LuceneIndex(target, text_field=self.text_field, threads=self.threads)
-            os.replace(tmp, target)
-        except BaseException:
-            if writer is not None:
-                try:
-                    writer.close()
-                except Exception:
-                    pass
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
+
+        # locked (a concurrent build of the same index is waited for and kept), built beside the
+        # target and renamed into place; an interrupted build leaves nothing at the target
+        build_atomically(target, build, overwrite=self.overwrite, what=f"the Lucene index {target}")
         return LuceneIndex(target, text_field=self.text_field, threads=self.threads)
 
     def _add_all(self, java, writer, it):

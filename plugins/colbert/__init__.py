@@ -33,7 +33,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import weakref
@@ -44,11 +43,11 @@ import numpy as np
 import pandas as pd
 import pyterrier as pt
 import pyterrier_alpha as pta
+
 from pyterrier_sci.registry import (DATASET, MAX_RESULTS, PATH, Param, check_artifact, check_fields,  # noqa: E402
                                     params)
 
 from pyterrier_sci.artifacts import build_atomically
-
 
 from ._compat import (ColBERTError, ColBERTTimeoutError, ColBERTWorkerError, ensure_extensions, import_colbert,
                       quiet, worker_env, _tail)
@@ -193,8 +192,10 @@ class ColBERTIndexer(pt.Indexer):
         overwrite: replace an existing index (otherwise an existing index is an error).
         verbose: progress bar.
 
-    The index is built in a temporary directory beside the target and renamed into place at the end,
-    so an interrupted or failed build leaves nothing at the target path.
+    The index is built in a partial directory beside the target and renamed into place at the end,
+    so an interrupted or failed build leaves nothing at the target path; builders of the same index
+    in several processes take a lock, the second waits and keeps the first one's index
+    (:func:`pyterrier_sci.artifacts.build_atomically`).
     """
 
     def __init__(self, index: Union[ColBERTIndex, str, Path], text_field: Union[str, Sequence[str]] = "text",
@@ -228,10 +229,10 @@ class ColBERTIndexer(pt.Indexer):
         checkpoint = self.index_ref.checkpoint
         checkpoint_dir = resolve_checkpoint(checkpoint)
         ensure_extensions()
-        target.parent.mkdir(parents=True, exist_ok=True)
-        _remove_stale_builds(target)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.building-{os.getpid()}-", dir=target.parent))
-        try:
+
+        def build(tmp: Path) -> None:
+            _remove_stale_builds(target)  # left by versions that built into .<name>.building-<pid>-*
+            tmp.mkdir()
             n = self._write_inputs(it, tmp)
             if n == 0:
                 raise ValueError("no documents to index")
@@ -256,10 +257,9 @@ class ColBERTIndexer(pt.Indexer):
                 "colbert_ai": _colbert_version(),
             }
             (tmp / "pt_meta.json").write_text(json.dumps(meta, indent=2))
-            _move_into_place(tmp, target, self.overwrite)
-        finally:
-            if tmp.exists():
-                shutil.rmtree(tmp, ignore_errors=True)
+
+        # locked: a second process building the same index waits and keeps the first one's index
+        build_atomically(target, build, overwrite=self.overwrite, what=f"the ColBERT index {target}")
         return ColBERTIndex(target, checkpoint=self.index_ref._checkpoint, verbose=self.index_ref.verbose)
 
     def _write_inputs(self, it: Iterable[Dict[str, Any]], tmp: Path) -> int:
@@ -303,21 +303,6 @@ def _remove_stale_builds(target: Path) -> None:
 def _colbert_version() -> str:
     from importlib.metadata import version
     return version("colbert-ai")
-
-
-def _move_into_place(tmp: Path, target: Path, overwrite: bool) -> None:
-    if target.exists():
-        if target.is_dir() and not any(target.iterdir()):
-            target.rmdir()
-        elif overwrite:  # move the old one aside first, so the swap is two renames
-            old = Path(tempfile.mkdtemp(prefix=f".{target.name}.old-", dir=target.parent))
-            os.replace(target, old / "index")
-            os.replace(tmp, target)
-            shutil.rmtree(old, ignore_errors=True)
-            return
-        else:  # another process finished the same index first: keep theirs
-            return
-    os.replace(tmp, target)
 
 
 def _run_worker(args: Dict[str, Any], tmp: Path, n: int, sample: int, desc: str, timeout: Optional[float],
@@ -524,13 +509,6 @@ class ColBERTRetriever(pt.Transformer):
     def fuse_rank_cutoff(self, k: int) -> Optional["ColBERTRetriever"]:
         # re-scoring must score every input document, so a cutoff cannot be pushed into num_results
         return None
-@params(dataset=Param(DATASET, optional=True), checkpoint=Param(str, min_len=1), index=Param(PATH, optional=True),
-        num_results=Param(int, min=1, max=MAX_RESULTS), fields=Param(list, item=str, min_len=1, optional=True),
-        doc_maxlen=Param(int, min=1, max=100_000), nbits=Param(int, choices=None, min=1, max=8),
-        kmeans_niters=Param(int, min=1, max=1000), query_maxlen=Param(int, min=1, max=100_000),
-        ncells=Param(int, min=1, max=1_000_000, optional=True), centroid_score_threshold=Param(float, min=-1, max=1, optional=True),
-        ndocs=Param(int, min=1, max=10_000_000, optional=True), threads=Param(int, min=1, max=1024, optional=True),
-        timeout=Param(float, min=0.001, max=1e7, optional=True))
 
     def __repr__(self) -> str:
         return f"ColBERTRetriever({str(self.index.path)!r}, num_results={self.num_results})"
@@ -545,10 +523,14 @@ class ColBERTRetriever(pt.Transformer):
     def __hash__(self) -> int:
         return hash(("ColBERTRetriever",) + self._key())
 
-    if index is not None:  # built there on first use when missing
-        check_artifact(index, {"multi_vector_index": ["plaid"]}, "colbert", must_exist=False)
-    check_fields(corpus, fields, "colbert")
 
+@params(dataset=Param(DATASET, optional=True), checkpoint=Param(str, min_len=1), index=Param(PATH, optional=True),
+        num_results=Param(int, min=1, max=MAX_RESULTS), fields=Param(list, item=str, min_len=1, optional=True),
+        doc_maxlen=Param(int, min=1, max=100_000), nbits=Param(int, choices=None, min=1, max=8),
+        kmeans_niters=Param(int, min=1, max=1000), query_maxlen=Param(int, min=1, max=100_000),
+        ncells=Param(int, min=1, max=1_000_000, optional=True), centroid_score_threshold=Param(float, min=-1, max=1, optional=True),
+        ndocs=Param(int, min=1, max=10_000_000, optional=True), threads=Param(int, min=1, max=1024, optional=True),
+        timeout=Param(float, min=0.001, max=1e7, optional=True))
 def colbert_component(*, context=None, dataset: Optional[str] = None, checkpoint: str = DEFAULT_CHECKPOINT,
                       index: Optional[str] = None, num_results: int = 1000, fields: Optional[Sequence[str]] = None,
                       doc_maxlen: int = 300, nbits: int = 2, kmeans_niters: int = 4, query_maxlen: int = 32,
@@ -563,6 +545,9 @@ def colbert_component(*, context=None, dataset: Optional[str] = None, checkpoint
     documents' ``default_text()``) lives under the work directory and is built on first use; the other
     parameters are those of :meth:`ColBERTIndex.indexer` and :class:`ColBERTRetriever`."""
     corpus = dataset or (context.dataset if context is not None else None)
+    if index is not None:  # built there on first use when missing
+        check_artifact(index, {"multi_vector_index": ["plaid"]}, "colbert", must_exist=False)
+    check_fields(corpus, fields, "colbert")
     if index is None:
         if not corpus:
             raise ValueError("colbert needs a corpus: dataset=... (an ir_datasets id), the pipeline's dataset, "

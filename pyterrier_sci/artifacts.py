@@ -1,0 +1,437 @@
+"""Writing what the toolkit builds and keeps so that nothing is half-written, lost or overwritten.
+
+Every index, model, derived file and saved run of the toolkit goes through this module:
+
+* :func:`build_atomically` builds a directory artifact (an index, a model) under an inter-process
+  :func:`lock` into a *partial* directory named after the builder's process and host, and renames it
+  into place.  A second process that wants the same artifact waits for the first and uses its result;
+  partial directories are removed only when their builder is dead.
+* :func:`atomic_file` writes a file through a temporary file beside it (``.tmp<pid>.<host>-<name>``),
+  renamed into place; temporary files of dead processes are removed by the next write into the
+  directory (:func:`remove_stale_temporaries`).  It never renames over a directory, a device, a
+  FIFO or a socket: :func:`check_file_target` refuses them with one :class:`PathError`.
+* :func:`record_checksum` / :func:`verify_checksum` keep a ``<name>.sha256`` file beside a saved or
+  derived file (``sha256sum -c`` reads it), so that a damaged file is noticed and rebuilt (with a
+  :class:`DamagedFileWarning`) instead of crashing what reads it.
+
+``pt.io.finalized_open`` / ``finalized_directory`` name their temporaries randomly (``mkstemp``), so
+a temporary left by a killed process cannot be told from a live one; the names here carry the
+process id and host for that reason.
+
+Locks are ``fcntl.flock`` locks on ``.<name>.lock`` beside the artifact: the operating system
+releases the lock of a killed process, so a crash never leaves a lock that blocks later builds.
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import logging
+import os
+import re
+import shutil
+import socket
+import stat
+import threading
+import time
+import warnings
+from pathlib import Path
+from typing import Callable, Iterator, Optional, Union
+
+from pyterrier_sci.pipeline import PipelineError
+
+__all__ = ["PathError", "DamagedFileWarning", "lock", "build_atomically", "atomic_file", "check_file_target",
+           "check_directory", "remove_stale_partials", "remove_stale_temporaries", "record_checksum",
+           "verify_checksum", "discard_if_damaged", "process_alive"]
+
+log = logging.getLogger(__name__)
+
+CHECKSUM_SUFFIX = ".sha256"
+#: a partial directory or temporary file of another host is removed once it is this old (seconds);
+#: its builder's liveness cannot be checked from here
+OTHER_HOST_STALE_AFTER = 24 * 3600
+
+PathLike = Union[str, os.PathLike]
+
+
+class PathError(PipelineError):
+    """A path the toolkit was asked to write (``--output``, ``save_dir``, ``$PYTERRIER_SCI_HOME``, an
+    index) that it cannot or must not write: a directory, a device, a FIFO, a socket, or a path under a
+    regular file."""
+
+
+class DamagedFileWarning(UserWarning):
+    """A saved or derived file did not match its checksum (or could not be read) and is rebuilt."""
+
+
+# --------------------------------------------------------------------------------------- identity
+
+def host_tag() -> str:
+    """This machine's name as used in partial and temporary names (letters, digits, ``_``)."""
+    return re.sub(r"[^A-Za-z0-9]", "_", socket.gethostname()) or "localhost"
+
+
+def process_alive(pid: int) -> bool:
+    """Whether process ``pid`` of this machine is running (a zombie counts as dead)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            state = f.read().rsplit(b")", 1)[1].split()[0]
+        return state not in (b"Z", b"X")
+    except (OSError, IndexError):
+        return True
+
+
+def _owner_dead(pid: int, host: Optional[str], path: Path) -> bool:
+    """Whether what process ``pid`` on ``host`` (None: this one) left at ``path`` is stale."""
+    if host is None or host == host_tag():
+        return pid != os.getpid() and not process_alive(pid)
+    try:
+        return time.time() - path.lstat().st_mtime > OTHER_HOST_STALE_AFTER
+    except FileNotFoundError:
+        return False
+
+
+# ------------------------------------------------------------------------------------- path checks
+
+_KINDS = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def _kind(mode: int) -> str:
+    for test, name in _KINDS:
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def _first_existing(path: Path) -> Path:
+    p = path
+    while not os.path.lexists(p) and p != p.parent:
+        p = p.parent
+    return p
+
+
+def _check_creatable(p: Path, directory: Path, what: str) -> None:
+    """Raises a :class:`PathError` when ``directory`` (``p`` or its parent) cannot be created or used
+    because it, or one of its ancestors, is not a directory."""
+    anc = _first_existing(directory)
+    try:
+        is_dir = anc.is_dir()
+    except OSError as e:
+        raise PathError(f"{p} cannot be used: {e.strerror}", where=what) from None
+    if not is_dir:
+        if anc == p:
+            raise PathError(f"{p} is a file, not a directory: point {what} at a directory "
+                            "(it is created when missing)", where=what)
+        raise PathError(f"{p} cannot be created: {anc} is a file, not a directory", where=what)
+
+
+def check_directory(path: PathLike, what: str) -> Path:
+    """``path`` (expanded) when it is a directory or can be created as one; otherwise a
+    :class:`PathError` naming the setting ``what``.  Creates nothing."""
+    p = Path(path).expanduser()
+    _check_creatable(p, p, what)
+    return p
+
+
+def check_file_target(path: PathLike, what: str = "output") -> Path:
+    """The path a file should be written to, refusing what must not be replaced: a directory, a
+    device, a FIFO or a socket (also behind a symbolic link), or a path under a regular file.
+
+    A symbolic link to a regular file is followed (the file it names is replaced, the link kept).
+    Raises :class:`PathError` naming ``what`` (e.g. ``--output``, ``save_dir``)."""
+    p = Path(path).expanduser()
+    if str(path) == "" or p.name in ("", ".", ".."):
+        raise PathError(f"{str(path)!r} is not a file name", where=what)
+    if p.is_symlink():
+        p = Path(os.path.realpath(p))
+    try:
+        st = os.stat(p)
+    except FileNotFoundError:
+        st = None
+    except NotADirectoryError:
+        st = None  # a parent is a file: reported below
+    except OSError as e:
+        raise PathError(f"cannot write {p}: {e.strerror}", where=what) from None
+    if st is not None:
+        if stat.S_ISDIR(st.st_mode):
+            raise PathError(f"{p} is a directory; give the path of a file to write", where=what)
+        if not stat.S_ISREG(st.st_mode):
+            raise PathError(f"{p} is {_kind(st.st_mode)}; runs are written to a temporary file and renamed "
+                            "into place, which would replace it: give the path of a regular file", where=what)
+        return p
+    _check_creatable(p, p.parent, what)
+    return p
+
+
+# ---------------------------------------------------------------------------------------- locking
+
+_held = threading.local()  # the lock files this thread holds (taking one twice would deadlock on flock)
+
+
+def _lock_path(path: Path) -> Path:
+    return path.with_name(f".{path.name}.lock")
+
+
+@contextlib.contextmanager
+def lock(path: PathLike, what: Optional[str] = None) -> Iterator[None]:
+    """An exclusive inter-process lock of the artifact ``path`` (``fcntl.flock`` on ``.<name>.lock``
+    beside it, created when missing and removed on release).  Waits while another process holds it,
+    saying once which process that is; a killed holder's lock is released by the operating system."""
+    path = Path(path)
+    lock_file = _lock_path(path)
+    key = str(lock_file.absolute())
+    held = _held.__dict__.setdefault("paths", set())
+    if key in held:
+        raise RuntimeError(f"{path} is already locked by this process (a build of it started another build of it)")
+    lock_file.parent.mkdir(parents=True, exist_ok=True)
+    said = False
+    while True:
+        fd = os.open(lock_file, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                if not said:
+                    holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "another process"
+                    log.warning("waiting for %s, which is building %s", holder, what or path)
+                    said = True
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            # the previous holder removes the lock file when it is done: a lock on a removed file
+            # locks nothing, so start again on the current one
+            try:
+                current = os.path.samestat(os.fstat(fd), os.stat(lock_file))
+            except FileNotFoundError:
+                current = False
+        except BaseException:
+            os.close(fd)
+            raise
+        if current:
+            break
+        os.close(fd)
+    held.add(key)
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"process {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
+        yield
+    finally:
+        held.discard(key)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(lock_file)
+        os.close(fd)
+
+
+# ----------------------------------------------------------------------------- directory artifacts
+
+def _partial_re(path: Path, kind: str) -> "re.Pattern":
+    return re.compile(re.escape(path.name) + r"\." + kind + r"-(\d+)(?:\.([A-Za-z0-9_]+))?$")
+
+
+def _tagged(path: Path, kind: str) -> Path:
+    return path.with_name(f"{path.name}.{kind}-{os.getpid()}.{host_tag()}")
+
+
+def _remove(p: Path) -> None:
+    if p.is_dir() and not p.is_symlink():
+        shutil.rmtree(p, ignore_errors=True)
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            p.unlink()
+
+
+def remove_stale_partials(path: PathLike) -> list:
+    """Removes the partial directories of ``path`` whose builder is dead (``<name>.partial-<pid>[.<host>]``),
+    and puts back an artifact that a killed overwrite had moved aside (``<name>.replaced-…``) when
+    nothing took its place.  Returns what was removed.  Call it holding :func:`lock` of ``path``."""
+    path = Path(path)
+    removed = []
+    if not path.parent.is_dir():
+        return removed
+    partial, replaced = _partial_re(path, "partial"), _partial_re(path, "replaced")
+    for entry in sorted(path.parent.iterdir()):
+        m = partial.match(entry.name) or replaced.match(entry.name)
+        if not m or not _owner_dead(int(m.group(1)), m.group(2), entry):
+            continue
+        if m.re is replaced and not os.path.lexists(path):
+            os.rename(entry, path)
+            log.warning("restored %s, which an interrupted rebuild had moved aside", path)
+            continue
+        _remove(entry)
+        removed.append(entry)
+    return removed
+
+
+def _built(path: Path) -> bool:
+    return path.exists() and (not path.is_dir() or any(path.iterdir()))
+
+
+def build_atomically(path: PathLike, build: Callable[[Path], object], overwrite: bool = False,
+                     what: Optional[str] = None) -> Path:
+    """Builds the artifact ``path`` once, atomically, and returns ``path``.
+
+    ``build(tmp)`` writes the artifact at ``tmp`` (a path that does not exist yet, beside ``path``:
+    ``<name>.partial-<pid>.<host>``); when it returns, ``tmp`` is renamed to ``path``.  Builders of the
+    same ``path`` in several processes take its :func:`lock`: the second waits and then returns the
+    first one's result instead of building again (unless ``overwrite``).  An interrupted build leaves
+    only its partial directory, which a later build removes once its process is dead; live builds of
+    other processes are never touched.  An existing artifact is returned at once (an existing empty
+    directory counts as absent); with ``overwrite`` it is replaced."""
+    path = Path(path)
+    if not overwrite and _built(path):
+        return path
+    check_directory(path.parent, what or str(path))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with lock(path, what):
+        if not overwrite and _built(path):  # another process finished it while this one waited
+            return path
+        remove_stale_partials(path)
+        tmp = _tagged(path, "partial")
+        _remove(tmp)  # left by this same process (a build that failed without cleaning up)
+        try:
+            build(tmp)
+            if not os.path.lexists(tmp):
+                raise RuntimeError(f"building {path} produced nothing at {tmp}")
+            if os.path.lexists(path):
+                if path.is_dir() and not path.is_symlink() and not any(path.iterdir()):
+                    path.rmdir()
+                else:  # overwrite: move the old one aside first, so the swap is two renames
+                    old = _tagged(path, "replaced")
+                    os.rename(path, old)
+                    os.rename(tmp, path)
+                    _remove(old)
+                    return path
+            os.rename(tmp, path)
+        finally:
+            if os.path.lexists(tmp):
+                _remove(tmp)
+    return path
+
+
+# ------------------------------------------------------------------------------------------ files
+
+_TMP_RE = re.compile(r"\.tmp(\d+)(?:\.([A-Za-z0-9_]+))?-.+$")
+
+
+def remove_stale_temporaries(directory: PathLike) -> list:
+    """Removes the temporary files (``.tmp<pid>[.<host>]-<name>``) that processes of this toolkit
+    killed while writing left in ``directory``; those of live processes stay.  Returns what was
+    removed."""
+    removed = []
+    with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+        for entry in os.scandir(directory):
+            m = _TMP_RE.match(entry.name)
+            if m and entry.is_file(follow_symlinks=False) and _owner_dead(int(m.group(1)), m.group(2), Path(entry.path)):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(entry.path)
+                removed.append(Path(entry.path))
+    return removed
+
+
+@contextlib.contextmanager
+def atomic_file(path: PathLike, what: str = "output") -> Iterator[Path]:
+    """Yields a temporary path beside ``path`` to write to, renamed to ``path`` when the block ends
+    without an error (and removed when it raises).  The temporary keeps ``path``'s suffixes
+    (``.gz`` still compresses).  ``path`` is checked first with :func:`check_file_target`; stale
+    temporaries of killed processes in the directory are removed."""
+    path = check_file_target(path, what)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_temporaries(path.parent)
+    tmp = path.with_name(f".tmp{os.getpid()}.{host_tag()}-{path.name}")
+    try:
+        yield tmp
+        check_file_target(path, what)  # nothing non-regular appeared meanwhile
+        os.replace(tmp, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+
+
+def _checksum_path(path: Path) -> Path:
+    return path.with_name(path.name + CHECKSUM_SUFFIX)
+
+
+def sha256_file(path: PathLike) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+_verified: dict = {}  # path -> the stat it had when its checksum matched (hash each file once per process)
+
+
+def _stat_key(path: Path):
+    st = os.stat(path)
+    return st.st_size, st.st_mtime_ns, st.st_ino, st.st_dev
+
+
+def record_checksum(path: PathLike) -> Path:
+    """Writes ``<path>.sha256`` (``sha256sum`` format) beside ``path`` and returns its path."""
+    path = Path(path)
+    key = _stat_key(path)
+    digest = sha256_file(path)
+    side = _checksum_path(path)
+    tmp = side.with_name(f".tmp{os.getpid()}.{host_tag()}-{side.name}")
+    try:
+        tmp.write_text(f"{digest}  {path.name}\n", encoding="utf-8")
+        os.replace(tmp, side)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+    _verified[str(path.absolute())] = key
+    return side
+
+
+def verify_checksum(path: PathLike) -> Optional[bool]:
+    """Whether ``path`` matches its ``<path>.sha256``: True, False (damaged or unreadable), or None
+    when there is no record of it."""
+    path = Path(path)
+    side = _checksum_path(path)
+    try:
+        expected = side.read_text(encoding="utf-8").split()[0]
+    except (FileNotFoundError, IndexError, UnicodeDecodeError):
+        return None if not side.exists() else False
+    try:
+        key = _stat_key(path)
+        if _verified.get(str(path.absolute())) == key:
+            return True
+        ok = sha256_file(path) == expected
+    except OSError:
+        return False
+    if ok:
+        _verified[str(path.absolute())] = key
+    return ok
+
+
+def discard_if_damaged(path: PathLike, what: str, missing_record_is_damage: bool = True) -> bool:
+    """Deletes ``path`` and its checksum with a :class:`DamagedFileWarning` when it does not match its
+    checksum (or has none and ``missing_record_is_damage``); returns whether it was discarded."""
+    path = Path(path)
+    if not os.path.lexists(path):
+        return False
+    ok = verify_checksum(path)
+    if ok or (ok is None and not missing_record_is_damage):
+        return False
+    reason = "does not match its checksum" if ok is False else "has no checksum record (its writing may have been interrupted)"
+    warnings.warn(f"{what} {path} {reason}; it is removed and rebuilt", DamagedFileWarning, stacklevel=3)
+    discard(path)
+    return True
+
+
+def discard(path: PathLike) -> None:
+    """Removes a file and its checksum record."""
+    path = Path(path)
+    for p in (path, _checksum_path(path)):
+        with contextlib.suppress(FileNotFoundError):
+            p.unlink()
+    _verified.pop(str(path.absolute()), None)
+
