@@ -146,7 +146,8 @@ def test_training_writes_artifact_and_learns(trained):
     assert tr["val_spearman"] == max(tr["val_spearman_per_epoch"])
     assert [b for _, b in record] == [0, 1, 2, 3]  # a fresh per-seed draw every epoch
     assert not list(root.glob("*.partial-*"))
-    loaded = pt.Artifact.load(str(root / "method")) if False else F.FacetCrossEncoder(root / "method")
+    loaded = pt.Artifact.load(str(root / "method"))
+    assert isinstance(loaded, F.FacetCrossEncoder)
     assert loaded == m and hash(loaded) == hash(m)
     # the toy task is learnable: the method model orders the graded candidates
     seeds = list(zip(pairs.seed_title, pairs.seed_abstract))

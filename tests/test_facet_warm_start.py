@@ -44,7 +44,11 @@ def test_distilled_cross_encoder_follows_its_teacher(docs, tmp_path):
     seeds = list(zip(pairs.seed_title, pairs.seed_abstract))
     cands = list(zip(pairs.cand_title, pairs.cand_abstract))
     before = score_pairs(_load_cross_encoder(resolve_model("default"), 96), seeds, cands)   # raw logits
-    pred = score_pairs(_load_cross_encoder(str(path), 96), seeds, cands)
+    import pyterrier as pt
+    from pyterrier_sci.plugins.facet.warm_start import WarmStartCrossEncoder
+    artifact = pt.Artifact.load(str(path))                       # round-trips as a registered artifact
+    assert isinstance(artifact, WarmStartCrossEncoder)
+    pred = score_pairs(artifact.cross_encoder(), seeds, cands)
     mse = lambda p: float(np.mean((p - target) ** 2))  # noqa: E731
     rho = spearmanr(pred, target).statistic
     # closer to the teacher's targets than the fresh head, and in the teacher's order

@@ -2,6 +2,7 @@
 import json
 
 import numpy as np
+import pyterrier as pt
 import pytest
 import torch
 
@@ -107,9 +108,41 @@ def test_frozen_layers_do_not_move_and_the_curriculum_improves_ranking(tiny_mode
     untrained, trained = mean_ndcg(before), mean_ndcg(after)
     assert untrained < 0.95  # the lexical trap works on the untrained model
     assert trained > untrained + 0.05
-    # the dense component loads the artifact
+    # the dense component loads the artifact, and so does pt.Artifact.load - in the old format too
     from pyterrier_sci.plugins.dense import DenseRetriever
+    from pyterrier_sci.plugins.dense.doris import ContrastiveModel
     assert DenseRetriever(str(out), verbose=False).encode(["quark"]).shape == (1, 32)
+    loaded = pt.Artifact.load(str(out))
+    assert isinstance(loaded, ContrastiveModel) and loaded.training["stages"] == [1, 2]
+    meta["format"] = "sentence-transformers"            # what HLM-Cite models were saved with before
+    (out / "pt_meta.json").write_text(json.dumps(meta))
+    assert isinstance(pt.Artifact.load(str(out)), ContrastiveModel)
+
+
+def test_stage2_on_lists_shorter_than_list_size_keeps_the_model_finite(tiny_model, tmp_path):
+    """Queries with fewer candidates than list_size are padded with -1: one such step used to turn half
+    of the parameters into NaN without an error."""
+    from sentence_transformers import SentenceTransformer
+    queries, cands, texts = _toy()
+    short = {q: c[:5] for q, c in cands.items()}          # 5 candidates per query, lists of 12
+    s2 = stage2_examples(queries, short, texts, list_size=12)
+    assert all(l.count(-1.0) == 7 for l in s2["label"])
+    out = train_curriculum(tiny_model, queries, short, texts, str(tmp_path / "short"), frozen_layers=0, stages=(2,),
+                           stage2_epochs=1, batch_size=8, list_size=12, lr=1e-3, max_steps=2, max_seq_length=24)
+    after = SentenceTransformer(str(out), device="cpu")
+    assert all(torch.isfinite(p).all() for p in after.parameters())
+    assert np.isfinite(after.encode(["quark gluon"])).all()
+
+
+def test_training_stops_on_a_non_finite_loss(tiny_model, tmp_path):
+    from pyterrier_sci.training import NonFiniteTrainingError
+    queries, cands, texts = _toy()
+    with pytest.raises(NonFiniteTrainingError, match="became"):
+        # a learning rate of 1e30 overflows the parameters at the first step
+        train_curriculum(tiny_model, queries, cands, texts, str(tmp_path / "nan"), frozen_layers=0, stages=(1,),
+                         stage1_epochs=1, batch_size=8, lr=1e30, max_steps=3, max_seq_length=24)
+    assert not (tmp_path / "nan").exists()              # nothing saved
+    assert not list(tmp_path.glob(".nan.partial-*"))
 
 
 def test_freezing_too_many_layers_is_an_error(tiny_model):

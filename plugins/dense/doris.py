@@ -350,8 +350,13 @@ class ContrastiveModel(pt.Artifact):
 
     @property
     def training(self) -> dict:
+        """How the model was trained: ``doris_contrastive.json``, else the training fields of
+        ``pt_meta.json`` (HLM-Cite's curriculum writes them there)."""
         p = Path(self.path) / TRAINING_FILE
-        return json.loads(p.read_text()) if p.exists() else {}
+        if p.exists():
+            return json.loads(p.read_text())
+        meta = json.loads((Path(self.path) / "pt_meta.json").read_text())
+        return {k: v for k, v in meta.items() if k not in ("type", "format", "package_hint")}
 
     def sentence_transformer(self, device: Optional[str] = None):
         return load_sentence_transformer(str(self.path), device or "cpu")

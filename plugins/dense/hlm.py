@@ -11,7 +11,9 @@ layers frozen, fine-tuned by a two-stage curriculum.
 
 The lower ``frozen_layers`` transformer layers and the embeddings do not train (the paper freezes
 7 of GTE-base's 12).  The result is saved atomically as a sentence-transformers directory with a
-``pt_meta.json`` (type ``dense_model``): ``dense(model="<path>")`` and :class:`DenseRetriever` load it.
+``pt_meta.json`` (type ``dense_model``, format ``sentence_transformers``): ``pt.Artifact.load`` opens it as
+a :class:`~pyterrier_sci.plugins.dense.doris.ContrastiveModel`; ``dense(model="<path>")`` and
+:class:`DenseRetriever` load it (models saved before with format ``sentence-transformers`` load too).
 """
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 import torch
 from torch import Tensor, nn
 
-from .doris import _replace_dir
+from .doris import ARTIFACT_FORMAT, ARTIFACT_TYPE, _replace_dir
 from .neural_ndcg import neural_ndcg_loss
 
 __all__ = ["freeze_lower_layers", "NeuralNDCGLoss", "stage1_examples", "stage2_examples", "train_curriculum"]
@@ -200,7 +202,7 @@ def train_curriculum(base_model: str, queries: Sequence[str], candidates: Dict[s
         shutil.rmtree(tmp, ignore_errors=True)
         model.max_seq_length = encode_length
         model.save(str(tmp))
-        meta = {"type": "dense_model", "format": "sentence-transformers", "package_hint": "pyterrier-sci",
+        meta = {"type": ARTIFACT_TYPE, "format": ARTIFACT_FORMAT, "package_hint": "pyterrier-sci",
                 "method": "hlm-cite curriculum", "base_model": str(base_model), "frozen_layers": frozen_layers,
                 "stages": list(stages), "seed": seed, "train_max_seq_length": max_seq_length,
                 "max_seq_length": encode_length, "train_seconds": round(time.time() - started, 1)}

@@ -24,8 +24,24 @@ from typing import Iterable, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import pandas as pd
+import pyterrier as pt
 
 from . import pair_input
+
+class WarmStartCrossEncoder(pt.Artifact):
+    """A distilled cross-encoder (:func:`distil_cross_encoder`'s output): a sentence-transformers
+    ``CrossEncoder`` directory with a ``pt_meta.json``; ``base_model=<its path>`` starts facet training."""
+    ARTIFACT_TYPE = "cross_encoder_warm_start"
+    ARTIFACT_FORMAT = "sentence-transformers"
+
+    @property
+    def metadata(self) -> dict:
+        return json.loads((Path(self.path) / "pt_meta.json").read_text())
+
+    def cross_encoder(self, max_length: Optional[int] = None):
+        from . import _load_cross_encoder
+        return _load_cross_encoder(str(self.path), max_length or self.metadata.get("max_length"))
+
 
 PAIR_COLUMNS = ("seed_id", "seed_title", "seed_abstract", "cand_id", "cand_title", "cand_abstract", "teacher_score")
 
@@ -139,7 +155,8 @@ def distil_cross_encoder(pairs: pd.DataFrame, path: Union[str, Path], base_model
         import shutil
         shutil.rmtree(tmp / "run", ignore_errors=True)
         model.save(str(tmp))
-        meta = {"type": "cross_encoder_warm_start", "format": "sentence-transformers", "package_hint": "pyterrier-sci",
+        meta = {"type": WarmStartCrossEncoder.ARTIFACT_TYPE, "format": WarmStartCrossEncoder.ARTIFACT_FORMAT,
+                "package_hint": "pyterrier-sci",
                 "method": "bi-encoder distillation (" + ("MSE on scaled cosine" if loss == "mse" else
                                                           "margin MSE within each seed's group") + ")",
                 "loss": loss, **stats, "base_model": str(base_model),
