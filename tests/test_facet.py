@@ -274,3 +274,21 @@ def test_reranker_orders_by_descending_facet_score(trained):
     assert out.iloc[0].score == pytest.approx(direct.max(), abs=1e-5)      # ties: compare the score
     assert out.iloc[-1].score == pytest.approx(direct.min(), abs=1e-5)
     assert out.sort_values("score", ascending=False).docno.tolist() == out.sort_values("rank").docno.tolist()
+
+
+class TestFacetRerankComponent(conftest.TransformerTestCase):
+    """``facet_rerank`` as the component composes it on a dataset: seed text >> candidate text >> model."""
+    @staticmethod
+    def get_transformer():
+        import tempfile
+        from pathlib import Path
+
+        import pyterrier_sci  # noqa: F401  (registers the datasets)
+        from pyterrier_sci.registry import Context
+        if not (conftest.DATA / "csfcube").exists():
+            pytest.skip("CSFCube data not found")
+        d = Path(tempfile.mkdtemp(prefix="facet-art-"))
+        make_tiny_bert(d / "model")
+        (d / "pt_meta.json").write_text(json.dumps({"type": "facet_cross_encoder", "format": "sentence-transformers",
+                                                    "facet": "method", "max_length": 32}))
+        return F.facet_rerank_component(model=str(d), context=Context(dataset="irds:sci/csfcube"))

@@ -499,7 +499,8 @@ class SeedText(pt.Transformer):
         return self.seed_id(qid) if self.seed_id is not None else str(qid).rsplit("_", 1)[0]
 
     def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
-        pta.validate.columns(inp, includes=["qid"])
+        # a re-ranking step: it reads the results' qid and passes their docno on to the text loader
+        pt.validate.result_frame(inp)
         if len(inp) == 0:
             return pd.DataFrame(columns=list(inp.columns) + [c for c in ("query_title", "query_abstract") if c not in inp.columns])
         import ir_datasets
