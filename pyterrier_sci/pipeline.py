@@ -153,7 +153,7 @@ def parse(expr: str) -> Node:
         n, d = stack.pop()
         if d > MAX_DEPTH:
             fail(deep, n)
-        stack.extend((c, d + 1) for c in ast.iter_child_nodes(n) if isinstance(c, ast.expr))
+        stack.extend((c, d + 1 if isinstance(c, ast.expr) else d) for c in ast.iter_child_nodes(n))
 
     def literal(n: ast.AST) -> Any:
         if isinstance(n, ast.Constant):
@@ -226,7 +226,7 @@ def depth(node: Node, named: Optional[Dict[str, int]] = None) -> int:
     while stack:
         n, d = stack.pop()
         if isinstance(n, Ref) and n.name in named and not n.called:
-            d += named[n.name]
+            d += named[n.name] - 1  # the named pipeline's tree stands where its name is
         best = max(best, d)
         if isinstance(n, BinOp):
             stack += [(n.left, d + 1), (n.right, d + 1)]
@@ -468,6 +468,8 @@ class _Builder:
         return [r for r in refs(node) if r.name in self.config.pipelines and not r.called]
 
     def build_expr(self, expr: str, where: Optional[str] = None) -> pt.Transformer:
+        if not isinstance(expr, str):
+            raise PipelineError(f"a pipeline expression must be a string, not {describe_value(expr)}", where=where)
         node, flat = self._parse(expr, where)
         for r in self._named(node):
             if ("pipeline", r.name) not in self.memo:

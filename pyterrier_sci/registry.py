@@ -435,7 +435,7 @@ class ParamSet:
         for name, value in values.items():
             decl = self.params.get(name)
             if decl is None:
-                close = difflib.get_close_matches(str(name), list(self.params), n=3)
+                close = difflib.get_close_matches(str(name), list(self.params), n=3, cutoff=0.5)
                 hint = f"; did you mean {', '.join(close)}?" if close else ""
                 raise ParameterError(f"component '{component}' has no parameter {str(name)!r}{hint} "
                                      f"(it takes: {', '.join(sorted(self.params)) or 'no parameters'})",
