@@ -1,0 +1,141 @@
+"""The command line under failures of user input and of the environment (issue 18, item 8): each
+is one line on stderr (plus the expression picture for pipeline errors) and exit status 2;
+``--debug`` adds the traceback."""
+import errno
+import time
+
+import pandas as pd
+import pyterrier as pt
+import pytest
+
+import pyterrier_sci as ps
+from pyterrier_sci.cli import main
+from pyterrier_sci.llm import LLMError
+
+D = "irds:sci/csfcube/method"
+
+
+class Failing(pt.Transformer):
+    """Raises ``error`` when run (after the pipeline was built), as a broken environment would."""
+
+    def __init__(self, error):
+        self.error = error
+
+    def transform(self, inp):
+        raise self.error
+
+
+ERRORS = {
+    "assertion": AssertionError("index shape mismatch"),
+    "attribute": AttributeError("'NoneType' object has no attribute 'search'"),
+    "runtime": RuntimeError("worker died"),
+    "overflow": OverflowError("cannot convert float infinity to integer"),
+    "memory": MemoryError(),
+    "recursion": RecursionError("maximum recursion depth exceeded"),
+    "enospc": OSError(errno.ENOSPC, "No space left on device", "/work/index.partial"),
+    "isadir": IsADirectoryError(errno.EISDIR, "Is a directory", "/tmp"),
+    "permission": PermissionError(errno.EACCES, "Permission denied", "/root/x"),
+    "unicode": UnicodeDecodeError("utf-8", b"\xff\xfe", 0, 1, "invalid start byte"),
+    "llm": LLMError("server at http://127.0.0.1:1/v1 refused the connection after 3 tries"),
+    "import": ImportError("No module named 'pyserini'"),
+    "type": TypeError("unsupported operand"),
+    "key": KeyError("docno"),
+}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def failing_component():
+    ps.register("failing", lambda kind="runtime": Failing(ERRORS[kind]), replace=True)
+
+
+def run_cli(capsys, *argv):
+    t = time.perf_counter()
+    rc = main(list(argv))
+    out = capsys.readouterr()
+    return rc, out.err, time.perf_counter() - t
+
+
+@pytest.mark.parametrize("kind, says", [
+    ("assertion", "AssertionError: index shape mismatch"), ("attribute", "AttributeError: 'NoneType'"),
+    ("runtime", "RuntimeError: worker died"), ("overflow", "OverflowError: cannot convert"),
+    ("memory", "out of memory"), ("recursion", "nests too deeply"),
+    ("enospc", "no space left on device: /work/index.partial"), ("isadir", "Is a directory: /tmp"),
+    ("permission", "Permission denied: /root/x"), ("unicode", "cannot read text as utf-8 (byte 0"),
+    ("llm", "refused the connection after 3 tries"), ("import", "No module named 'pyserini' (an optional part"),
+    ("type", "TypeError: unsupported operand"), ("key", "error: docno"),
+])
+def test_every_failure_is_one_line_and_exit_2(csfcube, tmp_path, capsys, kind, says):
+    out = tmp_path / "run.trec"
+    rc, err, _ = run_cli(capsys, "run", f"failing(kind='{kind}')", "--dataset", D, "--output", str(out))
+    assert rc == 2
+    assert err.count("\n") == 1 and err.startswith("pyterrier-sci run: error: ") and says in err, err
+    assert "Traceback" not in err and not out.exists()
+    rc, err, _ = run_cli(capsys, "--debug", "run", f"failing(kind='{kind}')", "--dataset", D, "--output", str(out))
+    assert rc == 2 and "Traceback (most recent call last)" in err and says in err.splitlines()[-1]
+
+
+def test_debug_flag_anywhere_and_from_the_environment(csfcube, tmp_path, capsys, monkeypatch):
+    out = str(tmp_path / "r.trec")
+    rc, err, _ = run_cli(capsys, "run", "failing", "--dataset", D, "--output", out, "--debug")
+    assert rc == 2 and "Traceback" in err
+    monkeypatch.setenv("PYTERRIER_SCI_DEBUG", "1")
+    rc, err, _ = run_cli(capsys, "run", "failing", "--dataset", D, "--output", out)
+    assert rc == 2 and "Traceback" in err
+
+
+@pytest.mark.parametrize("dataset, says", [
+    ("irds:sci/nope", "unknown dataset 'irds:sci/nope'"),
+    ("irds:sci/csfcub", "did you mean irds:sci/csfcube"),
+    ("irds:msmarco-passage/nope", "unknown dataset"),
+    ("vaswani-typo", "unknown dataset 'vaswani-typo'"),
+])
+def test_unknown_dataset_is_refused_before_any_download(capsys, tmp_path, dataset, says):
+    rc, err, took = run_cli(capsys, "run", "pool >> bm25", "--dataset", dataset, "--output", str(tmp_path / "x"))
+    assert rc == 2 and says in err and err.count("\n") == 1 and took < 2
+    rc, err, took = run_cli(capsys, "evaluate", str(tmp_path / "x"), "--dataset", dataset, "--measures", "MAP")
+    assert rc == 2 and says in err and took < 2
+
+
+def test_pipeline_errors_are_a_headline_and_the_picture(csfcube, capsys, tmp_path):
+    expr = "pool >> " + "bm25 % 5 >> " * 40 + "bm25(k1=1e999) >> dense"
+    rc, err, _ = run_cli(capsys, "run", expr, "--dataset", D, "--output", str(tmp_path / "x"))
+    lines = err.splitlines()
+    assert rc == 2 and len(lines) == 3
+    assert lines[0] == ("pyterrier-sci run: error: component 'bm25': parameter 'k1' got inf (not a finite number); "
+                        "it takes a number from 0 to 100")
+    assert len(lines[1]) <= 105 and lines[1][lines[2].index("^"):lines[2].rindex("^") + 1] == "1e999"
+
+
+@pytest.mark.parametrize("config, says", [
+    ("/dev/zero", "/dev/zero: is not a regular file"),
+    ("DIR", "is a directory"),
+    ("LAUGHS", "values once its aliases are expanded"),
+    ("BINARY", "is not UTF-8 text"),
+])
+def test_hostile_config_files(capsys, tmp_path, csfcube, config, says):
+    if config == "DIR":
+        config = str(tmp_path)
+    elif config == "LAUGHS":
+        f = tmp_path / "laughs.yaml"
+        f.write_text("a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+            f"{chr(98 + i)}: &{chr(98 + i)} [" + ", ".join([f"*{chr(97 + i)}"] * 10) + "]\n" for i in range(8))
+            + "llm: {model: *i}\n")
+        config = str(f)
+    elif config == "BINARY":
+        f = tmp_path / "bin.yaml"
+        f.write_bytes(b"pipelines:\n  P: \xff\xfe\x00\n")
+        config = str(f)
+    rc, err, took = run_cli(capsys, "run", "pool", "--dataset", D, "--config", config, "--output", str(tmp_path / "x"))
+    assert rc == 2 and says in err and err.count("\n") == 1 and took < 1
+    rc, err, took = run_cli(capsys, "experiment", config)
+    assert rc == 2 and says in err and err.count("\n") == 1 and took < 1
+
+
+def test_evaluate_unreadable_run_files(csfcube, capsys, tmp_path):
+    for name, content in [("binary.trec", b"\xff\xfe\x00\x01garbage\n"), ("short.trec", b"q1 Q0\n")]:
+        f = tmp_path / name
+        f.write_bytes(content)
+        rc, err, _ = run_cli(capsys, "evaluate", str(f), "--dataset", D, "--measures", "MAP")
+        assert rc == 2 and err.count("\n") == 1 and "Traceback" not in err, err
+    rc, err, _ = run_cli(capsys, "evaluate", str(tmp_path), "--dataset", D, "--measures", "MAP")
+    assert rc == 2 and err.count("\n") == 1 and "Traceback" not in err, err
