@@ -117,7 +117,7 @@ def evaluate(size, args, models, tr_q, train_s):
     for label, path in models.items():
         systems.append(pool >> dense_on_corpus(path, args, f"{Path(path).parent.name}-{label}"))
         names.append(f"MiniLM + {label}")
-    table = pt.Experiment(systems, topics, qrels, measures, names=names, baseline=2)
+    table = ps.Experiment(systems, topics, qrels, measures, names=names, baseline=2)
     print(f"\nsci/hepth-core-citations, |C| = {size} (5 core + 5 superficial + non-citations); "
           f"trained on {len(tr_q)} train-split queries (|C| = 100), tested on {len(topics)} test-split queries (disjoint); "
           f"MiniLM-L6 with {args.frozen} of 6 layers frozen, {args.max_seq_length} tokens while training, "
@@ -141,7 +141,7 @@ def workflow_table(size, args, models, topics, qrels, measures, pool, base, curr
     agents = HLMAgents(keep_top=2, text_field="abstract", on_error="flag")
     text = ps.pipeline("text", dataset=f"irds:sci/hepth-core-citations/test/c{size}")
     t = time.time()
-    table = pt.Experiment([base, curriculum, (curriculum % 8 >> text >> agents) % 5],
+    table = ps.Experiment([base, curriculum, (curriculum % 8 >> text >> agents) % 5],
                           topics, qrels, measures, baseline=1,
                           names=["MiniLM (base)", "MiniLM + curriculum (1+2)", "HLM-Cite workflow (r=8, keep_top=2)"])
     u = agents.usage

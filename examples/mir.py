@@ -109,7 +109,7 @@ def main(argv=None):
     tables = {}
     for setting, ds in (("Extended", TEST_E), ("Restricted", TEST_R)):
         d = pt.get_dataset(ds)
-        res = pt.Experiment([f(ds) for f in systems.values()], d.get_topics(), d.get_qrels(),
+        res = ps.Experiment([f(ds) for f in systems.values()], d.get_topics(), d.get_qrels(),
                             ps.measures.parse(measures, dataset=ds), names=list(systems))
         tables[setting] = res.set_index("name")[[str(m) for m in ps.measures.parse(measures, dataset=ds)]] * 100
         tables[setting].columns = measures
@@ -169,7 +169,7 @@ def _llm_part(args, ft_path, test_ds, train_ds, graph, measures):
     # (re-ranking keeps the first-stage order among the papers judged relevant, §5.2.1, so an LLM
     # that judges every paper relevant leaves the ranking as it was)
     frames = [system.transform(topics) for system in systems]
-    res = pt.Experiment(frames, topics, qrels, ps.measures.parse(measures, dataset=test_ds), names=names)
+    res = ps.Experiment(frames, topics, qrels, ps.measures.parse(measures, dataset=test_ds), names=names)
     res = res.set_index("name") * 100
     res.columns = measures
     # share of the readable judgements that said "relevant" (NaN when none was readable)

@@ -114,7 +114,7 @@ def experiment(systems, names, dataset, topics, measures, save_dir, baseline=0):
     qrels = ds.get_qrels()
     Path(save_dir).mkdir(parents=True, exist_ok=True)
     t = time.time()
-    table = pt.Experiment([systems[n] for n in names], topics, qrels, ps.measures.parse(measures, dataset=dataset),
+    table = ps.Experiment([systems[n] for n in names], topics, qrels, ps.measures.parse(measures, dataset=dataset),
                           names=names, baseline=baseline, batch_size=25, save_dir=str(save_dir), save_mode="reuse",
                           round=4)
     return table, time.time() - t

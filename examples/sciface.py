@@ -53,7 +53,7 @@ def random_baseline(pool: pd.DataFrame, topics, qrels, measures, shuffles: int =
     for s in range(shuffles):
         run = pool[["qid", "docno"]].copy()
         run["score"] = np.random.default_rng(s).random(len(run))
-        tables.append(pt.Experiment([run], topics, qrels, measures, names=["random"]))
+        tables.append(ps.Experiment([run], topics, qrels, measures, names=["random"]))
     return pd.concat(tables)[[c for c in tables[0].columns if c != "name"]].mean()
 
 
@@ -76,7 +76,7 @@ def bi_encoder_at_lengths(facet: str, lengths, topics, qrels, measures) -> pd.Da
         run = pool[["qid", "docno"]].copy()
         run["score"] = (emb[pool["docno"].map(row).to_numpy()] * emb[seeds.map(row).to_numpy()]).sum(axis=1)
         runs.append(run)
-    return pt.Experiment(runs, topics, qrels, measures, names=[f"MiniLM bi-encoder, {n} tokens per paper" for n in lengths])
+    return ps.Experiment(runs, topics, qrels, measures, names=[f"MiniLM bi-encoder, {n} tokens per paper" for n in lengths])
 
 
 def train_fold(facet: str, test_fold: str, args) -> F.FacetCrossEncoder:
@@ -182,7 +182,7 @@ def main(argv=None):
             runs.append((ps.pipeline("pool", dataset=ds_id) >> rr)(fold_topics))
         ce_run = pd.concat(runs, ignore_index=True)
         elapsed = time.time() - t0
-        table = pt.Experiment(
+        table = ps.Experiment(
             [specter_run(facet), bm25, minilm, ce_run], topics, qrels,
             ps.measures.parse(["NDCG%20", "MAP"], dataset=ds_id),
             names=["SPECTER (official sample)", "BM25", "MiniLM bi-encoder", f"SciFACE-CE {facet} (CSFCube folds{', warm start' if args.warm_start else ''})"],
