@@ -1,0 +1,202 @@
+"""Concurrent builders of the same artifact (issue 18, item 12): they take a lock, the second waits
+and uses the first one's result, and only the partial directories of dead builders are removed."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from pyterrier_sci import artifacts
+from pyterrier_sci.artifacts import build_atomically, remove_stale_partials
+
+HOST = artifacts.host_tag()
+
+
+def _popen(code: str, *args) -> subprocess.Popen:
+    env = dict(os.environ, PYTHONSAFEPATH="1")
+    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(code), *map(str, args)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+
+def _wait_for(path: Path, proc: subprocess.Popen, seconds: float = 120) -> None:
+    deadline = time.monotonic() + seconds
+    while not path.exists():
+        if proc.poll() is not None:
+            raise AssertionError(f"the subprocess ended early ({proc.returncode}): {proc.stderr.read()[-3000:]}")
+        assert time.monotonic() < deadline, f"{path} did not appear"
+        time.sleep(0.05)
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+# builds a PISA index of 3,000 documents and retrieves from it; the first builder ("slow") pauses
+# half-way until the second one has started; the second records whether its documents were read
+BUILD_AND_RETRIEVE = """
+    import json, sys, time
+    from pathlib import Path
+    import pandas as pd
+    from pyterrier_sci.plugins.bm25 import BM25, build_index
+    path, role, marks = sys.argv[1], sys.argv[2], Path(sys.argv[3])
+    def docs():
+        if role == "second":
+            (marks / "second-read-documents").touch()
+        for i in range(3000):
+            if role == "first" and i == 1500:
+                (marks / "first-half-way").touch()
+                while not (marks / "second-started").exists():
+                    time.sleep(0.02)
+                time.sleep(1.5)  # the second is now waiting for the lock (or, before, deleting our work)
+            yield {"docno": f"d{i}", "text": f"term{i % 31} shared words number{i % 7} doc{i}"}
+    if role == "second":
+        (marks / "second-started").touch()
+    index = build_index(docs(), path)
+    res = BM25(index, num_results=10)(pd.DataFrame({"qid": ["1", "2"], "query": ["term5 number3", "doc2999 words"]}))
+    print(json.dumps(res[["qid", "docno", "score"]].astype(str).values.tolist()))
+"""
+
+
+def test_two_processes_building_the_same_pisa_index(tmp_path):
+    path, marks = tmp_path / "indexes" / "pisa", tmp_path / "marks"
+    marks.mkdir()
+    first = _popen(BUILD_AND_RETRIEVE, path, "first", marks)
+    _wait_for(marks / "first-half-way", first)
+    second = _popen(BUILD_AND_RETRIEVE, path, "second", marks)
+    out1, err1 = first.communicate(timeout=300)
+    out2, err2 = second.communicate(timeout=300)
+    assert first.returncode == 0, f"first builder: exit {first.returncode}\n{err1[-3000:]}"
+    assert second.returncode == 0, f"second builder: exit {second.returncode}\n{err2[-3000:]}"
+    assert f"waiting for process {first.pid}" in err2 and str(path) in err2
+    assert not (marks / "second-read-documents").exists()  # it used the first one's index
+    res1, res2 = json.loads(out1.splitlines()[-1]), json.loads(out2.splitlines()[-1])
+    assert res1 == res2 and len(res1) == 20 and res1[10][1] == "d2999"
+    assert sorted(p.name for p in path.parent.iterdir()) == ["pisa"]  # no partial, no lock file left
+
+
+def test_a_live_builders_partial_directory_is_kept_and_dead_ones_are_removed(tmp_path):
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        path = tmp_path / "dense-index"
+        names = {
+            "live": f"dense-index.partial-{live.pid}.{HOST}",
+            "dead": f"dense-index.partial-{_dead_pid()}.{HOST}",
+            "dead-old-style": f"dense-index.partial-{_dead_pid()}",  # named by earlier versions
+            "other-host-fresh": f"dense-index.partial-{live.pid}.elsewhere",
+            "other-host-old": f"dense-index.partial-{live.pid}.elsewhere2",
+            "other-artifact": f"dense-index-title.partial-{_dead_pid()}.{HOST}",
+        }
+        for name in names.values():
+            (tmp_path / name).mkdir()
+            (tmp_path / name / "part").write_text("encoded vectors\n")
+        two_days_ago = time.time() - 2 * 24 * 3600
+        os.utime(tmp_path / names["other-host-old"], (two_days_ago, two_days_ago))
+
+        def build(tmp):
+            tmp.mkdir()
+            (tmp / "pt_meta.json").write_text("{}")
+        assert build_atomically(path, build) == path and (path / "pt_meta.json").exists()
+        left = {p.name for p in tmp_path.iterdir()}
+        assert left == {"dense-index", names["live"], names["other-host-fresh"], names["other-artifact"]}
+        assert (tmp_path / names["live"] / "part").read_text() == "encoded vectors\n"
+    finally:
+        live.kill()
+        live.wait()
+    # once its builder is gone, the next build removes it
+    assert remove_stale_partials(path) == [tmp_path / names["live"]]
+
+
+HOLD_LOCK = """
+    import sys, time
+    from pathlib import Path
+    from pyterrier_sci.artifacts import build_atomically
+    def build(tmp):
+        tmp.mkdir()
+        (tmp / "half").write_text("x")
+        Path(sys.argv[2]).touch()
+        time.sleep(float(sys.argv[3]))
+        (tmp / "done").write_text(sys.argv[4])
+    build_atomically(sys.argv[1], build)
+"""
+
+
+def test_a_killed_builders_lock_is_released_and_its_partial_removed(tmp_path):
+    path, ready = tmp_path / "model", tmp_path / "ready"
+    holder = _popen(HOLD_LOCK, path, ready, 300, "killed")
+    _wait_for(ready, holder)
+    holder.send_signal(signal.SIGKILL)
+    holder.communicate(timeout=30)
+    assert (tmp_path / f"model.partial-{holder.pid}.{HOST}").exists()
+    start = time.monotonic()
+    build_atomically(path, lambda tmp: (tmp.mkdir(), (tmp / "done").write_text("mine")))
+    assert time.monotonic() - start < 10 and (path / "done").read_text() == "mine"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model", "ready"]
+
+
+def test_a_second_builder_waits_and_uses_the_first_ones_result(tmp_path):
+    path, ready = tmp_path / "model", tmp_path / "ready"
+    holder = _popen(HOLD_LOCK, path, ready, 2, "theirs")
+    _wait_for(ready, holder)
+    calls = []
+    start = time.monotonic()
+    result = build_atomically(path, lambda tmp: calls.append(tmp))
+    assert holder.wait(timeout=60) == 0
+    assert result == path and calls == [] and (path / "done").read_text() == "theirs"
+    assert time.monotonic() - start > 0.5  # it waited for the lock
+    assert f"waiting for process {holder.pid}" in _log_text()
+    holder.stdout.close()
+    holder.stderr.close()
+
+
+_LOG: list = []
+
+
+def _log_text() -> str:
+    return "\n".join(_LOG)
+
+
+@pytest.fixture(autouse=True)
+def _capture_lock_log():
+    import logging
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            _LOG.append(record.getMessage())
+    handler = Keep()
+    logging.getLogger("pyterrier_sci.artifacts").addHandler(handler)
+    _LOG.clear()
+    yield
+    logging.getLogger("pyterrier_sci.artifacts").removeHandler(handler)
+
+
+def test_threads_of_one_process_build_once(tmp_path):
+    path = tmp_path / "idx"
+    calls = []
+
+    def build(tmp):
+        calls.append(threading.get_ident())
+        tmp.mkdir()
+        time.sleep(0.5)
+        (tmp / "pt_meta.json").write_text("{}")
+    threads = [threading.Thread(target=build_atomically, args=(path, build)) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(calls) == 1 and (path / "pt_meta.json").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["idx"]
+
+
+def test_a_build_that_starts_a_build_of_itself_is_an_error_not_a_deadlock(tmp_path):
+    path = tmp_path / "idx"
+    with pytest.raises(RuntimeError, match="already locked by this process"):
+        build_atomically(path, lambda tmp: build_atomically(path, lambda t: t.mkdir()))
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
