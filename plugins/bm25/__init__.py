@@ -306,7 +306,7 @@ def _clean_query(q) -> str:
     return " ".join("".join(ch if ch.isprintable() else " " for ch in q).split())
 
 
-@params(backend=Param(str, choices=BACKENDS), index=Param(PATH, optional=True), dataset=Param(DATASET, optional=True),
+@params(backend=Param(str, min_len=1), index=Param(PATH, optional=True), dataset=Param(DATASET, optional=True),
         fields=Param(list, item=str, min_len=1, optional=True), k1=Param(float, min=0, max=100),
         b=Param(float, min=0, max=1), num_results=Param(int, min=1, max=MAX_RESULTS),
         rerank_depth=Param(int, min=1, max=MAX_RESULTS, optional=True), threads=Param(int, min=1, max=1024))
