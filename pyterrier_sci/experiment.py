@@ -29,6 +29,7 @@ import pyterrier as pt
 from pyterrier_sci import measures as _measures
 from pyterrier_sci.evaluation import Experiment
 from pyterrier_sci.pipeline import PipelineConfig, PipelineError, build_all, load_config
+from pyterrier_sci.registry import check_dataset
 
 __all__ = ["run_experiment", "run_pipeline_on", "write_run", "topics_and_qrels"]
 
@@ -124,6 +125,12 @@ def run_experiment(config: Union[str, Path, dict, PipelineConfig], name: Optiona
     datasets = exp.get("datasets") or ([exp["dataset"]] if exp.get("dataset") else ([cfg.dataset] if cfg.dataset else []))
     if not datasets:
         raise PipelineError("no dataset: give 'dataset' or 'datasets'", where=where)
+    if isinstance(datasets, str):
+        datasets = [datasets]
+    for ds in datasets:   # an unknown id is one error before anything runs or downloads
+        if not isinstance(ds, str):
+            raise PipelineError(f"a dataset must be an ir_datasets id, not {ds!r}", where=where)
+        check_dataset(ds, where=where)
     pipelines: List[str] = list(exp.get("pipelines") or cfg.pipelines)
     if not pipelines:
         raise PipelineError("no pipelines to compare", where=where)

@@ -137,3 +137,11 @@ def test_aggregate_of_other_measures_is_the_plain_mean():
     import ir_measures
     assert M.aggregate(ir_measures.nDCG @ 10, {"a": 0.5, "b": 1.0}) == 0.75
     assert math.isnan(M.aggregate(ir_measures.nDCG @ 10, {}))
+
+
+def test_experiment_refuses_an_unknown_dataset_before_running(tmp_path):
+    from pyterrier_sci.experiment import run_experiment
+    cfg = {"pipelines": {"BM25": "pool >> bm25"},
+           "experiments": {"e": {"datasets": ["irds:sci/csfcube/methd"], "measures": ["NDCG%20"]}}}
+    with pytest.raises(ps.PipelineError, match="unknown dataset 'irds:sci/csfcube/methd'; did you mean"):
+        run_experiment(cfg)
