@@ -2,8 +2,11 @@
 
 Serves ``POST /v1/chat/completions`` and ``POST /v1/completions`` with scripted answers: a queue
 of :class:`Reply` objects is used first, then ``responder(kind, body) -> Reply | str``.  Replies
-can be HTTP errors (429, 500), delayed, malformed (a body that is not JSON), empty, and can carry
-log-probabilities.  Every request is recorded (``server.requests``).  Standard library only.
+can be HTTP errors (429, 500), delayed, malformed (a body that is not JSON, or any JSON ``body``
+of a wrong shape), empty, and can carry log-probabilities.  Hostile servers for the hardening
+tests: bodies trickled a byte at a time (``trickle``, also the headers), huge or gzip-bombed
+bodies (``pad``, ``gzip``), answers that echo the request headers (``echo_headers``).  Every
+request is recorded (``server.requests``; its headers in ``server.headers``).  Standard library only.
 
     with ScriptedServer(responder=lambda kind, body: "Yes") as srv:
         client = LLMClient({"base_url": srv.base_url, "cache_dir": ""})
@@ -27,6 +30,12 @@ class Reply:
     top_logprobs: Optional[List[Dict[str, float]]] = None   # per position: token -> logprob
     raw: Optional[str] = None                                # a raw body (e.g. malformed JSON)
     headers: Dict[str, str] = field(default_factory=dict)
+    body: Any = None            # a whole JSON body of any shape (e.g. {"choices": [None]})
+    echo_headers: bool = False  # the answer's content is the request's headers
+    trickle: float = 0.0        # seconds between single bytes of the body
+    trickle_headers: bool = False  # trickle the status line and headers too
+    pad: int = 0                # bytes of padding added to the JSON body (a huge answer)
+    gzip: bool = False          # send the body gzip-compressed (content-encoding: gzip)
 
 
 def yes_no(yes: bool, p: float = 0.9, space: bool = True) -> Reply:
@@ -71,29 +80,58 @@ class _Handler(BaseHTTPRequestHandler):
             kind = "completion"
         else:
             return self._send(404, json.dumps({"error": {"message": "not found"}}))
+        with srv._lock:
+            srv.headers.append(dict(self.headers.items()))
         reply = srv._next(kind, body)
+        if reply.echo_headers:
+            reply.content = "\n".join(f"{k}: {v}" for k, v in self.headers.items())
         wait = srv.latency + reply.delay
         if wait:
             time.sleep(wait)
         if reply.raw is not None:
-            return self._send(reply.status, reply.raw, reply.headers)
+            return self._send(reply.status, reply.raw, reply.headers, reply)
         if reply.status != 200:
             err = {"error": {"message": f"scripted error {reply.status}", "type": "scripted", "code": reply.status}}
-            return self._send(reply.status, json.dumps(err), reply.headers)
-        return self._send(200, json.dumps(_body(kind, body, reply)), reply.headers)
+            if reply.echo_headers:
+                err["error"]["message"] = reply.content
+            return self._send(reply.status, json.dumps(err), reply.headers, reply)
+        out = reply.body if reply.body is not None else _body(kind, body, reply)
+        text = json.dumps(out)
+        if reply.pad:
+            text = text[:-1] + ', "padding": "' + "x" * reply.pad + '"}' if text.endswith("}") else text
+        return self._send(200, text, reply.headers, reply)
 
-    def _send(self, status, text, headers=None):
+    def _send(self, status, text, headers=None, reply: Optional[Reply] = None):
         data = text.encode("utf8")
-        self.send_response(status)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(data)))
-        for k, v in (headers or {}).items():
-            self.send_header(k, v)
-        self.end_headers()
+        headers = dict(headers or {})
+        if reply is not None and reply.gzip:
+            import gzip
+            data = gzip.compress(data)
+            headers["content-encoding"] = "gzip"
         try:
-            self.wfile.write(data)
+            if reply is not None and reply.trickle_headers:
+                head = (f"HTTP/1.1 {status} OK\r\ncontent-type: application/json\r\n"
+                        f"content-length: {len(data)}\r\n\r\n").encode()
+                for i in range(len(head)):
+                    self.wfile.write(head[i:i + 1])
+                    self.wfile.flush()
+                    time.sleep(reply.trickle)
+            else:
+                self.send_response(status)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(data)))
+                for k, v in headers.items():
+                    self.send_header(k, v)
+                self.end_headers()
+            if reply is not None and reply.trickle:
+                for i in range(len(data)):
+                    self.wfile.write(data[i:i + 1])
+                    self.wfile.flush()
+                    time.sleep(reply.trickle)
+            else:
+                self.wfile.write(data)
         except (BrokenPipeError, ConnectionResetError):
-            pass
+            self.close_connection = True
 
 
 def _body(kind: str, req: dict, reply: Reply) -> dict:
@@ -133,6 +171,7 @@ class ScriptedServer:
         self.latency = latency
         self.queue: deque = deque()
         self.requests: List[tuple] = []
+        self.headers: List[Dict[str, str]] = []
         self._lock = threading.Lock()
         self._active = 0
         self.max_active = 0
@@ -160,6 +199,7 @@ class ScriptedServer:
     def reset(self) -> None:
         with self._lock:
             self.requests.clear()
+            self.headers.clear()
             self.queue.clear()
 
     @property

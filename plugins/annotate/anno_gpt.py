@@ -145,7 +145,7 @@ class AnnoGPT(UsesLLM):
         self.settings = llm if isinstance(llm, LLMSettings) else settings_from(llm)
         self.mode = mode
         self.template_spec = template or ("anno_gpt" if mode == "reasoning" else "anno_gpt_choice")
-        self.template = load_template(self.template_spec, package=TEMPLATE_PACKAGE)
+        self.template = load_template(self.template_spec, package=TEMPLATE_PACKAGE, sandbox=self.settings.sandbox)
         self.max_tokens = max_tokens
         self.max_abstract_tokens = max_abstract_tokens
         self.on_error = on_error

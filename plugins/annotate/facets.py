@@ -95,8 +95,8 @@ class FacetLabeller(UsesLLM, pt.Transformer):
         self.on_error = on_error
         self.settings = llm if isinstance(llm, LLMSettings) else settings_from(llm)
         self.usage = Usage(model=self.settings.model)
-        self._system = annotate_template(system_template, "facet_label_system.txt")
-        self._user = annotate_template(user_template, "facet_label_user.txt")
+        self._system = annotate_template(system_template, "facet_label_system.txt", self.settings.sandbox)
+        self._user = annotate_template(user_template, "facet_label_user.txt", self.settings.sandbox)
         self._client: Optional[LLMClient] = None
 
     def __repr__(self) -> str:
@@ -186,9 +186,8 @@ def label_pairs(labelled: pd.DataFrame) -> pd.DataFrame:
 def facet_label_component(*inputs, context=None, llm: Optional[dict] = None, **params) -> pt.Transformer:
     """``facet_label``: LLM facet labels (SciFACE) of the input's (seed, candidate) rows; the
     ``llm`` section of the config is the client's settings (a component's ``llm=`` overrides)."""
-    settings = dict((context.settings or {}).get("llm", {}) if context is not None and getattr(context, "settings", None) else {})
-    settings.update(llm or {})
-    t = FacetLabeller(llm=settings, **params)
+    from pyterrier_sci.llm.trust import pipeline_settings
+    t = FacetLabeller(llm=pipeline_settings(context, {"llm": llm}), **params)
     if len(inputs) > 1:
         raise ValueError("facet_label takes at most one input pipeline")
     return inputs[0] >> t if inputs else t

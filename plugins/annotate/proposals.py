@@ -86,7 +86,7 @@ class ProposalExtractor(UsesLLM, pt.Transformer):
         self.on_error = on_error
         self.settings = llm if isinstance(llm, LLMSettings) else settings_from(llm)
         self.usage = Usage(model=self.settings.model)
-        self._template_text = annotate_template(template, "mir_proposal.txt")
+        self._template_text = annotate_template(template, "mir_proposal.txt", self.settings.sandbox)
         self._client = None
 
     def __repr__(self) -> str:

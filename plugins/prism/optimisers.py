@@ -354,7 +354,7 @@ class _LLMOptimiser(UsesLLM, AspectOptimiser):
     def _template(self, spec: str) -> str:
         """The template's text, read once (it is asked for on every call)."""
         if spec not in self._templates:
-            self._templates[spec] = load_template(spec, package=TEMPLATE_PACKAGE)
+            self._templates[spec] = load_template(spec, package=TEMPLATE_PACKAGE, sandbox=self.settings.sandbox)
         return self._templates[spec]
 
     def _paper(self, row) -> Tuple[str, str]:
