@@ -293,6 +293,8 @@ def build_atomically(path: PathLike, build: Callable[[Path], object], overwrite:
         if not overwrite and _built(path):  # another process finished it while this one waited
             return path
         remove_stale_partials(path)
+        if not overwrite and _built(path):  # put back from where a killed overwrite had moved it
+            return path
         tmp = _tagged(path, "partial")
         _remove(tmp)  # left by this same process (a build that failed without cleaning up)
         try:

@@ -200,3 +200,16 @@ def test_a_build_that_starts_a_build_of_itself_is_an_error_not_a_deadlock(tmp_pa
     with pytest.raises(RuntimeError, match="already locked by this process"):
         build_atomically(path, lambda tmp: build_atomically(path, lambda t: t.mkdir()))
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_an_artifact_moved_aside_by_a_killed_overwrite_is_put_back(tmp_path):
+    path = tmp_path / "idx"
+    aside = tmp_path / f"idx.replaced-{_dead_pid()}.{HOST}"  # killed between the two renames
+    aside.mkdir()
+    (aside / "pt_meta.json").write_text('{"old": true}')
+    calls = []
+    assert build_atomically(path, calls.append) == path
+    assert calls == [] and (path / "pt_meta.json").read_text() == '{"old": true}'
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["idx"]
+    build_atomically(path, lambda tmp: (tmp.mkdir(), (tmp / "pt_meta.json").write_text("{}")), overwrite=True)
+    assert (path / "pt_meta.json").read_text() == "{}" and sorted(p.name for p in tmp_path.iterdir()) == ["idx"]
