@@ -181,6 +181,20 @@ def _lock_path(path: Path) -> Path:
     return path.with_name(f".{path.name}.lock")
 
 
+def _try_flock(fd: int, once: bool) -> bool:
+    """Takes the lock without waiting; while the holder has not written its name yet (just after it
+    took the lock) tries again for a moment, so that the message can say who holds it."""
+    for _ in range(1 if once else 20):
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if os.fstat(fd).st_size:
+                return False
+            time.sleep(0.025)
+    return False
+
+
 @contextlib.contextmanager
 def lock(path: PathLike, what: Optional[str] = None) -> Iterator[None]:
     """An exclusive inter-process lock of the artifact ``path`` (``fcntl.flock`` on ``.<name>.lock``
@@ -197,10 +211,8 @@ def lock(path: PathLike, what: Optional[str] = None) -> Iterator[None]:
     while True:
         fd = os.open(lock_file, os.O_RDWR | os.O_CREAT, 0o666)
         try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                if not said:
+            if not _try_flock(fd, said):
+                if not said:  # the holder writes who it is right after taking the lock
                     holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "another process"
                     log.warning("waiting for %s, which is building %s", holder, what or path)
                     said = True

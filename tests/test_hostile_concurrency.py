@@ -213,3 +213,35 @@ def test_an_artifact_moved_aside_by_a_killed_overwrite_is_put_back(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["idx"]
     build_atomically(path, lambda tmp: (tmp.mkdir(), (tmp / "pt_meta.json").write_text("{}")), overwrite=True)
     assert (path / "pt_meta.json").read_text() == "{}" and sorted(p.name for p in tmp_path.iterdir()) == ["idx"]
+
+
+def test_two_dense_builders_of_one_index_encode_the_corpus_once(tmp_path):
+    """Two retrievers (threads here; processes take the same lock) that need the same dense index:
+    the corpus is encoded once and both search the same index."""
+    import pandas as pd
+    from ir_datasets.formats import GenericDoc
+    from pyterrier_sci.datasets._base import FnDocs, register
+    from pyterrier_sci.plugins.dense import DenseRetriever
+    reads = []
+
+    def docs():
+        reads.append(threading.get_ident())
+        for i in range(40):
+            time.sleep(0.01)  # slow enough that the second builder arrives during the first build
+            yield GenericDoc(f"d{i}", f"document {i} about {'graphs' if i % 2 else 'proteins'} and topic {i % 5}")
+    name = "sci-test/concurrent-dense"
+    register(name, FnDocs(name, docs, GenericDoc))
+    path = tmp_path / "dense-index"
+    retrievers = [DenseRetriever(index=str(path), corpus=name, num_results=5, verbose=False) for _ in range(2)]
+    results = [None, None]
+
+    def search(i):
+        results[i] = retrievers[i](pd.DataFrame({"qid": ["1"], "query": ["proteins topic 3"]}))
+    threads = [threading.Thread(target=search, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(reads) == 1 and "waiting for process" in _log_text()
+    pd.testing.assert_frame_equal(results[0], results[1])
+    assert len(results[0]) == 5 and sorted(p.name for p in tmp_path.iterdir()) == ["dense-index"]
