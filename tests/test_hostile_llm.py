@@ -5,7 +5,6 @@ and write files they were not given, and a newcomer's first LLM pipeline.
 Every case runs the real ``openai`` client against the loopback server of ``llm_server.py``.
 The lists below are the hostile inputs tried; each is asserted to be handled (a flagged row, one
 ``LLMError``/``PipelineError`` naming the cause, a withheld or redacted key)."""
-import gzip
 import json
 import math
 import os
@@ -18,7 +17,7 @@ import pandas as pd
 import pytest
 
 from llm_server import Reply, ScriptedServer, yes_no
-from pyterrier_sci.llm import LLMClient, LLMError, LLMSettings, Usage, UntrustedConfigError, settings_from
+from pyterrier_sci.llm import LLMClient, LLMError, Usage, settings_from
 from pyterrier_sci.llm.client import parse_choice
 from pyterrier_sci.llm.text import load_template
 from pyterrier_sci.plugins.llm import HLMAgents, Listwise, MIRAgent, MIRPointwise, PairwiseTournament

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import pandas as pd
@@ -13,7 +13,7 @@ import pyterrier_alpha as pta
 
 from pyterrier_sci.llm.client import UsesLLM
 from pyterrier_sci.llm import LLMClient, LLMError, LLMSettings, Usage, settings_from
-from pyterrier_sci.llm.text import join_fields, load_template, render, truncate
+from pyterrier_sci.llm.text import join_fields, load_template, truncate
 
 ON_ERROR = ("raise", "flag")
 DEFAULT_TEXT_FIELD = "text"

@@ -12,8 +12,8 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import pandas as pd
 
-from pyterrier_sci.llm import LLMClient, LLMError, LLMSettings
-from pyterrier_sci.llm.text import one_line, render, truncate
+from pyterrier_sci.llm import LLMClient, LLMError
+from pyterrier_sci.llm.text import one_line, render
 from pyterrier_sci.llm.trust import check_path, derived_settings
 
 from ._base import Failed, LLMReranker, is_repaired, parse_permutation

@@ -3,10 +3,8 @@ from __future__ import annotations
 
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
-import numpy as np
 import pandas as pd
 
-from pyterrier_sci.llm import Choice
 from pyterrier_sci.llm.text import one_line, render
 
 from ._base import Failed, LLMReranker, is_repaired, parse_permutation
