@@ -68,9 +68,11 @@ def cmd_measures(args) -> int:
 
 def cmd_run(args) -> int:
     from pyterrier_sci.pipeline import pipeline
+    from pyterrier_sci.artifacts import check_file_target
     from pyterrier_sci.experiment import run_pipeline_on, topics_and_qrels, write_run
+    check_file_target(args.output, "--output")   # refuse a device, FIFO or directory before running anything
     topics, _ = topics_and_qrels(args.dataset, args.topics_variant)
-    transformer = pipeline(args.expr, config=args.config, dataset=args.dataset)
+    transformer = pipeline(args.expr, config=args.config, dataset=args.dataset, trusted=args.trust_config)
     res = run_pipeline_on(transformer, topics)
     write_run(res, args.output, run_name=args.run_name)
     print(f"wrote {len(res)} results for {res['qid'].nunique() if len(res) else 0} queries to {args.output}",
@@ -103,7 +105,7 @@ def cmd_evaluate(args) -> int:
 
 def cmd_experiment(args) -> int:
     from pyterrier_sci.experiment import run_experiment
-    table = run_experiment(args.file, name=args.name, save_dir=args.save_dir)
+    table = run_experiment(args.file, name=args.name, save_dir=args.save_dir, trusted=args.trust_config)
     _print_table(table, args.json)
     return 0
 
@@ -131,6 +133,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--output", required=True, help="TREC run file to write (.gz allowed)")
     s.add_argument("--run-name", default="pyterrier-sci")
     s.add_argument("--topics-variant", help="query field to use when the dataset has several")
+    s.add_argument("--trust-config", action="store_true",
+                   help="trust the expression and --config: their LLM base_url gets the API key, their paths may lie anywhere")
     s.set_defaults(fn=cmd_run)
 
     s = sub.add_parser("evaluate", help="evaluate a TREC run on a dataset")
@@ -147,6 +151,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--name", help="which experiment, when the file defines several")
     s.add_argument("--save-dir", help="override the experiment's save_dir")
     s.add_argument("--json", action="store_true")
+    s.add_argument("--trust-config", action="store_true",
+                   help="trust FILE: its LLM base_url gets the API key, its paths may lie anywhere (docs/llm.md)")
     s.set_defaults(fn=cmd_experiment)
 
     from pyterrier_sci.llm.cli import add_llm_commands

@@ -106,7 +106,8 @@ def run_pipeline_on(transformer: pt.Transformer, topics: pd.DataFrame, save_to: 
 
 
 def run_experiment(config: Union[str, Path, dict, PipelineConfig], name: Optional[str] = None,
-                   save_dir: Optional[str] = None, report_llm_usage: Optional[bool] = None) -> pd.DataFrame:
+                   save_dir: Optional[str] = None, report_llm_usage: Optional[bool] = None,
+                   trusted: bool = False) -> pd.DataFrame:
     """Runs one experiment of a config (the only one, or ``name``) and returns its table: one row per
     (dataset, pipeline), one column per measure (plus significance columns with a baseline), and
     the LLM usage of each pipeline (``llm_calls``, ``llm_cache_hits``, tokens, cost) when a pipeline
@@ -144,7 +145,7 @@ def run_experiment(config: Union[str, Path, dict, PipelineConfig], name: Optiona
     tables = []
     for dataset in datasets:
         topics, qrels = topics_and_qrels(dataset, exp.get("topics_variant"))
-        systems = build_all(cfg, pipelines, dataset=dataset)
+        systems = build_all(cfg, pipelines, dataset=dataset, trusted=trusted)
         if report_llm_usage is None:
             from pyterrier_sci.llm import usage_report
             report_llm_usage = len(usage_report([systems[p] for p in pipelines], names=pipelines)) > 0

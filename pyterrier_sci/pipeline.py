@@ -634,16 +634,19 @@ def _describe(inputs, params) -> str:
     return " and ".join(parts) or "no arguments"
 
 
-def make_context(config: PipelineConfig, dataset: Optional[str] = None, context: Optional[Context] = None) -> Context:
+def make_context(config: PipelineConfig, dataset: Optional[str] = None, context: Optional[Context] = None,
+                 trusted: bool = False) -> Context:
     if context is not None:
         if dataset and not context.dataset:
             context.dataset = dataset
+        if trusted:
+            context.trusted = True
         return context
-    return Context(dataset=dataset or config.dataset, settings=dict(config.settings))
+    return Context(dataset=dataset or config.dataset, settings=dict(config.settings), trusted=trusted is True)
 
 
 def pipeline(expr: str, config: Union[None, str, os.PathLike, Dict[str, Any], PipelineConfig] = None,
-             dataset: Optional[str] = None, context: Optional[Context] = None) -> pt.Transformer:
+             dataset: Optional[str] = None, context: Optional[Context] = None, trusted: bool = False) -> pt.Transformer:
     """Builds the ``pt.Transformer`` an expression describes.
 
     Args:
@@ -651,17 +654,19 @@ def pipeline(expr: str, config: Union[None, str, os.PathLike, Dict[str, Any], Pi
         config: a YAML path, a dict or a :class:`PipelineConfig` naming components and pipelines.
         dataset: the dataset for components that need a corpus (overrides the config's ``dataset``).
         context: a full :class:`~pyterrier_sci.registry.Context` (overrides ``dataset``'s default).
+        trusted: trust the expression and the config: an LLM ``base_url`` they set receives the API key,
+            their file paths may lie anywhere (docs/llm.md, "Trust"). Only for configs you wrote.
     """
     cfg = load_config(config)
-    builder = _Builder(cfg, make_context(cfg, dataset, context))
+    builder = _Builder(cfg, make_context(cfg, dataset, context, trusted))
     return builder.build_expr(expr)
 
 
 def build_all(config, names: Optional[List[str]] = None, dataset: Optional[str] = None,
-              context: Optional[Context] = None) -> Dict[str, pt.Transformer]:
+              context: Optional[Context] = None, trusted: bool = False) -> Dict[str, pt.Transformer]:
     """Builds several named pipelines of one config, sharing the components they have in common."""
     cfg = load_config(config)
-    builder = _Builder(cfg, make_context(cfg, dataset, context))
+    builder = _Builder(cfg, make_context(cfg, dataset, context, trusted))
     names = list(cfg.pipelines) if names is None else names
     out = {}
     for n in names:

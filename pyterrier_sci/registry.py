@@ -160,10 +160,14 @@ class Context:
         work_dir: where components keep what they build (indexes); default
             :func:`pyterrier_sci.data.work_dir`.
         settings: free-form sections of the pipeline config (e.g. ``llm:``), by section name.
+        trusted: whether the user trusts the pipeline's config: its LLM ``base_url`` may receive the
+            API key and its file paths may lie outside the allowed places (docs/llm.md, "Trust").
+            Set by the user (``ps.pipeline(..., trusted=True)``, ``--trust-config``), never by a file.
     """
     dataset: Optional[str] = None
     work_dir: Optional[Path] = None
     settings: Dict[str, Any] = field(default_factory=dict)
+    trusted: bool = False
 
     def workdir(self) -> Path:
         from pyterrier_sci.data import work_dir

@@ -323,6 +323,25 @@ def test_pipeline_base_url_gets_no_key(monkeypatch):
         assert _auth_after(srv, MIRPointwise(cfg(srv))) == {f"Bearer {KEY}"}
 
 
+def test_trusted_argument_lets_the_config_have_the_key(monkeypatch):
+    """ps.pipeline(..., trusted=True): the user vouches for the config; the default stays untrusted."""
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    with ScriptedServer(lambda k, b: yes_no(True)) as srv:
+        assert _auth_after(srv, _pipeline("mir_pointwise", config={"llm": cfg(srv)}, trusted=True)) == {f"Bearer {KEY}"}
+        srv.reset()
+        assert _auth_after(srv, _pipeline("mir_pointwise", config={"llm": cfg(srv)})) == {"Bearer no-key"}
+
+
+def test_prism_agents_from_a_pipeline_are_confined(monkeypatch, tmp_path):
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    with ScriptedServer(lambda k, b: "a query") as srv:
+        for expr in (f"prism_agents(llm={cfg(srv)!r})", f"prism_single_agent(llm={cfg(srv)!r})"):
+            t = _pipeline(expr)
+            assert t.settings.sandbox is not None, expr          # confined: no key for its base_url, no outside files
+        trusted = _pipeline(f"prism_agents(llm={cfg(srv)!r})", trusted=True)
+        assert trusted.settings.sandbox is None
+
+
 @pytest.mark.parametrize("how", ["PYTERRIER_SCI_LLM_BASE_URL", "OPENAI_BASE_URL", "PYTERRIER_SCI_LLM_TRUSTED_URLS",
                                  "PYTERRIER_SCI_TRUST_CONFIG", "context.trusted"])
 def test_user_can_allow_the_key(monkeypatch, how):

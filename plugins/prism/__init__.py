@@ -92,12 +92,11 @@ def _dataset(context, dataset):
     return dataset
 
 
-def _llm(context, params: Dict[str, Any]) -> Dict[str, Any]:
-    merged: Dict[str, Any] = {}
-    if context is not None and getattr(context, "settings", None):
-        merged.update(context.settings.get("llm", {}) or {})
-    merged.update(params.pop("llm", None) or {})
-    return merged
+def _llm(context, params: Dict[str, Any]):
+    """The agents' LLM settings: the config's ``llm:`` section updated by ``llm={...}``, confined as
+    every pipeline-built LLM component is (docs/llm.md, "Trust")."""
+    from pyterrier_sci.llm import pipeline_settings
+    return pipeline_settings(context, {"llm": params.pop("llm", None)})
 
 
 _ASPECTS = Param(list, item=Param(str, choices=ASPECTS), min_len=1)
