@@ -30,6 +30,9 @@ def _print_table(df: pd.DataFrame, as_json: bool) -> None:
     if as_json:
         print(df.to_json(orient="records", indent=2))
     else:
+        for col in df.columns:  # the baseline's empty counts print as nothing, not <NA>
+            if str(df[col].dtype) == "Int64":
+                df[col] = df[col].astype(object).where(df[col].notna(), "")
         with pd.option_context("display.max_columns", None, "display.width", 200, "display.max_colwidth", 60):
             print(df.to_string(index=False, na_rep="", float_format=lambda x: f"{x:.4f}"))
 
