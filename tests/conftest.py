@@ -37,6 +37,42 @@ def mir_dev():
     return M.load_split("dev")
 
 
+def specter_run(facets):
+    """SPECTER's official CSFCube sample rankings of ``facets`` as a PyTerrier result frame."""
+    import json
+
+    import pandas as pd
+    rows = []
+    for f in facets:
+        ranked = json.loads((DATA / "csfcube" / "sample_ranked_pools" /
+                             f"test-pid2pool-csfcube-specter-{f}-ranked.json").read_text())
+        for pid, cands in ranked.items():
+            for rank, (doc, _dist) in enumerate(cands):
+                rows.append((f"{pid}_{f}", doc, float(len(cands) - rank), rank))
+    return pd.DataFrame(rows, columns=["qid", "docno", "score", "rank"])
+
+
+def popen_python(code: str, *args):
+    """A Python subprocess running ``code`` (dedented) with ``args``, its output captured as text."""
+    import subprocess
+    import sys
+    import textwrap
+    env = dict(os.environ, PYTHONSAFEPATH="1")
+    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(code), *map(str, args)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+
+def wait_for_file(path: Path, proc, seconds: float = 120) -> None:
+    """Waits until ``path`` exists; fails if ``proc`` ends first or ``seconds`` pass."""
+    import time
+    deadline = time.monotonic() + seconds
+    while not path.exists():
+        if proc.poll() is not None:
+            raise AssertionError(f"the subprocess ended early ({proc.returncode}): {proc.stderr.read()[-3000:]}")
+        assert time.monotonic() < deadline, f"{path} did not appear"
+        time.sleep(0.05)
+
+
 def needs_data(*parts):
     path = DATA.joinpath(*parts)
     return pytest.mark.skipif(not path.exists(), reason=f"benchmark data not found: {path}")

@@ -13,7 +13,7 @@ from pyterrier_sci.cli import main
 from pyterrier_sci.experiment import run_experiment
 
 import conftest
-from test_measures import _specter_run
+from conftest import specter_run
 
 EXE = Path(sys.executable).with_name("pyterrier-sci")
 
@@ -32,7 +32,7 @@ def test_datasets_command_lists_ids_and_presence(csfcube):
 
 def test_evaluate_reproduces_specter_from_a_trec_file(tmp_path, csfcube):
     run = tmp_path / "specter.trec"
-    pt.io.write_results(_specter_run(["background", "method", "result"]), str(run))
+    pt.io.write_results(specter_run(["background", "method", "result"]), str(run))
     out = _cli("evaluate", str(run), "--dataset", "irds:sci/csfcube", "--measures", "NDCG%20,MAP", "--json")
     assert out.returncode == 0, out.stderr
     (row,) = json.loads(out.stdout)

@@ -13,23 +13,13 @@ import pyterrier_sci as ps
 from pyterrier_sci import measures as M
 from pyterrier_sci.cli import main
 
-from conftest import DATA, needs_data
-
-
-def _specter_run(facet):
-    rows = []
-    ranked = json.loads((DATA / "csfcube" / "sample_ranked_pools" /
-                         f"test-pid2pool-csfcube-specter-{facet}-ranked.json").read_text())
-    for pid, cands in ranked.items():
-        for rank, (doc, _dist) in enumerate(cands):
-            rows.append((f"{pid}_{facet}", doc, float(len(cands) - rank), rank))
-    return pd.DataFrame(rows, columns=["qid", "docno", "score", "rank"])
+from conftest import needs_data, specter_run
 
 
 @needs_data("csfcube", "sample_ranked_pools")
 def test_evaluate_perquery_prints_true_values(csfcube, tmp_path, capsys):
     """A query whose first result is relevant has reciprocal rank 1 (the weighted values gave 1.0625)."""
-    run = _specter_run("result")
+    run = specter_run(["result"])
     path = tmp_path / "specter.res"
     pt.io.write_results(run, str(path), format="trec")
     qrels = pt.get_dataset("irds:sci/csfcube/result").get_qrels()

@@ -5,32 +5,17 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
 from pyterrier_sci import artifacts
 from pyterrier_sci.artifacts import build_atomically, remove_stale_partials
 
+from conftest import popen_python, wait_for_file
+
 HOST = artifacts.host_tag()
-
-
-def _popen(code: str, *args) -> subprocess.Popen:
-    env = dict(os.environ, PYTHONSAFEPATH="1")
-    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(code), *map(str, args)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-
-
-def _wait_for(path: Path, proc: subprocess.Popen, seconds: float = 120) -> None:
-    deadline = time.monotonic() + seconds
-    while not path.exists():
-        if proc.poll() is not None:
-            raise AssertionError(f"the subprocess ended early ({proc.returncode}): {proc.stderr.read()[-3000:]}")
-        assert time.monotonic() < deadline, f"{path} did not appear"
-        time.sleep(0.05)
 
 
 def _dead_pid() -> int:
@@ -68,9 +53,9 @@ BUILD_AND_RETRIEVE = """
 def test_two_processes_building_the_same_pisa_index(tmp_path):
     path, marks = tmp_path / "indexes" / "pisa", tmp_path / "marks"
     marks.mkdir()
-    first = _popen(BUILD_AND_RETRIEVE, path, "first", marks)
-    _wait_for(marks / "first-half-way", first)
-    second = _popen(BUILD_AND_RETRIEVE, path, "second", marks)
+    first = popen_python(BUILD_AND_RETRIEVE, path, "first", marks)
+    wait_for_file(marks / "first-half-way", first)
+    second = popen_python(BUILD_AND_RETRIEVE, path, "second", marks)
     out1, err1 = first.communicate(timeout=300)
     out2, err2 = second.communicate(timeout=300)
     assert first.returncode == 0, f"first builder: exit {first.returncode}\n{err1[-3000:]}"
@@ -130,8 +115,8 @@ HOLD_LOCK = """
 
 def test_a_killed_builders_lock_is_released_and_its_partial_removed(tmp_path):
     path, ready = tmp_path / "model", tmp_path / "ready"
-    holder = _popen(HOLD_LOCK, path, ready, 300, "killed")
-    _wait_for(ready, holder)
+    holder = popen_python(HOLD_LOCK, path, ready, 300, "killed")
+    wait_for_file(ready, holder)
     holder.send_signal(signal.SIGKILL)
     holder.communicate(timeout=30)
     assert (tmp_path / f"model.partial-{holder.pid}.{HOST}").exists()
@@ -143,8 +128,8 @@ def test_a_killed_builders_lock_is_released_and_its_partial_removed(tmp_path):
 
 def test_a_second_builder_waits_and_uses_the_first_ones_result(tmp_path):
     path, ready = tmp_path / "model", tmp_path / "ready"
-    holder = _popen(HOLD_LOCK, path, ready, 2, "theirs")
-    _wait_for(ready, holder)
+    holder = popen_python(HOLD_LOCK, path, ready, 2, "theirs")
+    wait_for_file(ready, holder)
     calls = []
     start = time.monotonic()
     result = build_atomically(path, lambda tmp: calls.append(tmp))

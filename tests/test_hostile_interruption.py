@@ -12,7 +12,6 @@ import stat
 import subprocess
 import sys
 import textwrap
-import time
 import warnings
 from pathlib import Path
 
@@ -26,6 +25,8 @@ from pyterrier_sci.artifacts import DamagedFileWarning, PathError
 from pyterrier_sci.cli import main
 from pyterrier_sci.experiment import run_experiment, run_pipeline_on, write_run
 
+from conftest import popen_python, wait_for_file
+
 RESULTS = pd.DataFrame({"qid": ["q1", "q1", "q2"], "docno": ["d1", "d2", "d3"], "score": [2.0, 1.0, 3.0],
                         "rank": [0, 1, 0]})
 TOPICS = pd.DataFrame({"qid": ["q1", "q2"], "query": ["one", "two"]})
@@ -35,21 +36,6 @@ def _python(code: str, *args, timeout: float = 120) -> subprocess.CompletedProce
     env = dict(os.environ, PYTHONSAFEPATH="1", PYTHONWARNINGS="default")
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code), *map(str, args)], capture_output=True,
                           text=True, env=env, timeout=timeout)
-
-
-def _popen(code: str, *args) -> subprocess.Popen:
-    env = dict(os.environ, PYTHONSAFEPATH="1")
-    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(code), *map(str, args)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-
-
-def _wait_for(path: Path, proc: subprocess.Popen, seconds: float = 120) -> None:
-    deadline = time.monotonic() + seconds
-    while not path.exists():
-        if proc.poll() is not None:
-            raise AssertionError(f"the subprocess ended early ({proc.returncode}): {proc.stderr.read()[-3000:]}")
-        assert time.monotonic() < deadline, f"{path} did not appear"
-        time.sleep(0.05)
 
 
 def _kill(proc: subprocess.Popen) -> None:
@@ -81,8 +67,8 @@ SLOW_WRITE = """
 
 def test_kill_during_output_leaves_a_temporary_that_the_next_run_removes(tmp_path):
     out, ready = tmp_path / "runs" / "bm25.trec.gz", tmp_path / "ready"
-    proc = _popen(SLOW_WRITE, out, ready)
-    _wait_for(ready, proc)
+    proc = popen_python(SLOW_WRITE, out, ready)
+    wait_for_file(ready, proc)
     _kill(proc)
     left = list(out.parent.glob(".tmp*"))
     assert len(left) == 1 and left[0].name.startswith(f".tmp{proc.pid}") and not out.exists()
@@ -96,7 +82,7 @@ def test_kill_during_output_leaves_a_temporary_that_the_next_run_removes(tmp_pat
 
 def test_kill_during_an_index_build_is_recovered(tmp_path):
     path, ready = tmp_path / "idx", tmp_path / "ready"
-    proc = _popen("""
+    proc = popen_python("""
         import sys, time
         from pathlib import Path
         from pyterrier_sci.plugins.bm25 import build_index
@@ -108,7 +94,7 @@ def test_kill_during_an_index_build_is_recovered(tmp_path):
                 yield {"docno": f"d{i}", "text": f"term{i % 13} shared words {i}"}
         build_index(docs(), sys.argv[1])
     """, path, ready)
-    _wait_for(ready, proc)
+    wait_for_file(ready, proc)
     _kill(proc)
     partial = [p.name for p in tmp_path.iterdir() if p.name.startswith("idx.partial-")]
     assert partial == [f"idx.partial-{proc.pid}.{artifacts.host_tag()}"] and not path.exists()

@@ -1,4 +1,3 @@
-import json
 import math
 
 import ir_measures
@@ -9,7 +8,7 @@ import pytest
 import pyterrier_sci as ps
 from pyterrier_sci import measures as M
 
-from conftest import DATA, needs_data
+from conftest import needs_data, specter_run
 
 
 # ---------------------------------------------------------------- primitives, by hand
@@ -100,23 +99,12 @@ PUBLISHED = {  # SciFACE/CSFCube: SPECTER on the official sample rankings (NDCG%
 }
 
 
-def _specter_run(facets):
-    rows = []
-    for f in facets:
-        ranked = json.loads((DATA / "csfcube" / "sample_ranked_pools" /
-                             f"test-pid2pool-csfcube-specter-{f}-ranked.json").read_text())
-        for pid, cands in ranked.items():
-            for rank, (doc, _dist) in enumerate(cands):
-                rows.append((f"{pid}_{f}", doc, float(len(cands) - rank), rank))
-    return pd.DataFrame(rows, columns=["qid", "docno", "score", "rank"])
-
-
 @needs_data("csfcube", "sample_ranked_pools")
 @pytest.mark.parametrize("facet", ["background", "method", None])
 def test_reproduces_published_specter_figures_in_pt_experiment(csfcube, facet):
     ds_id = "irds:sci/csfcube" + (f"/{facet}" if facet else "")
     ds = pt.get_dataset(ds_id)
-    run = _specter_run([facet] if facet else ["background", "method", "result"])
+    run = specter_run([facet] if facet else ["background", "method", "result"])
     table = ps.Experiment([run], ds.get_topics(), ds.get_qrels(), ["NDCG%20", "MAP"], names=["SPECTER"], dataset=ds_id)
     ndcg, ap = PUBLISHED[facet]
     assert list(table.columns) == ["name", "NDCG%20", "MAP"]
@@ -134,7 +122,7 @@ def test_fold_aggregation_differs_from_plain_mean_on_unequal_folds(csfcube):
     """method has folds of 9 and 8 queries: the official figure is the mean of the fold means."""
     ds = pt.get_dataset("irds:sci/csfcube/method")
     qrels = ds.get_qrels().rename(columns={"qid": "query_id", "docno": "doc_id", "label": "relevance"})
-    run = _specter_run(["method"]).rename(columns={"qid": "query_id", "docno": "doc_id"})
+    run = specter_run(["method"]).rename(columns={"qid": "query_id", "docno": "doc_id"})
     m = M.get("NDCG%20")
     per_q = m.per_query(qrels, run)
     from pyterrier_sci.datasets.csfcube import test_fold_of
