@@ -85,13 +85,11 @@ def cmd_run(args) -> int:
 
 def cmd_evaluate(args) -> int:
     import pyterrier as pt
-    from pyterrier_sci import measures
     from pyterrier_sci.evaluation import Experiment
     from pyterrier_sci.experiment import topics_and_qrels
     run = pt.io.read_results(args.run)
     topics, qrels = topics_and_qrels(args.dataset)
     names = [m.strip() for m in args.measures.split(",") if m.strip()]
-    measures.parse(names, dataset=args.dataset)   # an unknown name is one error before evaluating
     table = Experiment([run], topics, qrels, names, names=[args.name or args.run], perquery=args.perquery,
                        dataset=args.dataset)
     if args.perquery:

@@ -98,14 +98,14 @@ def summarise(per_query: pd.DataFrame, measures: Dict[str, Measure], names: Sequ
     query does not count): one row per system in ``names`` order, one column per measure in
     ``measures`` order (``{shown name: measure}``), then ``pt.Experiment``'s significance columns."""
     test_fn = _test_fn(test)
-    values: Dict[str, Dict[str, pd.Series]] = {
-        n: {m: per_query[(per_query["name"] == n) & (per_query["measure"] == m)].set_index("qid")["value"]
-            for m in measures} for n in names}
+    # (system, measure) -> its per-query values indexed by qid, in one pass over the frame
+    values: Dict[tuple, pd.Series] = {key: s.droplevel([0, 1]) for key, s in
+                                      per_query.set_index(["name", "measure", "qid"])["value"].groupby(level=[0, 1])}
     rows = []
     for n in names:
         row: Dict[str, Any] = {"name": n}
         for m, obj in measures.items():
-            row[m] = _measures.aggregate(obj, values[n][m].to_dict())
+            row[m] = _measures.aggregate(obj, values[n, m].to_dict())
         rows.append(row)
     table = pd.DataFrame(rows, columns=["name"] + list(measures))
     if baseline is not None:
@@ -116,7 +116,7 @@ def summarise(per_query: pd.DataFrame, measures: Dict[str, Measure], names: Sequ
                 if n == base:
                     plus.append(None), minus.append(None), pvals.append(None)
                     continue
-                pair = pd.concat([values[n][m].rename("sys"), values[base][m].rename("base")], axis=1, join="inner")
+                pair = pd.concat([values[n, m].rename("sys"), values[base, m].rename("base")], axis=1, join="inner")
                 pair = pair.dropna()          # only queries that count for both systems
                 plus.append(int((pair["sys"] > pair["base"]).sum()))
                 minus.append(int((pair["sys"] < pair["base"]).sum()))
