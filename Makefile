@@ -9,7 +9,7 @@ export PYTERRIER_SCI_DATA ?= $(abspath ../shared/data)
 export PYTHONSAFEPATH := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install run test bench clean
+.PHONY: install run test lint bench clean
 
 $(BIN)/.installed: setup.cfg pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +26,10 @@ run: install
 
 test: install
 	$(BIN)/pytest -q tests
+
+# the linter (configured in pyproject.toml); .ci/run runs it before the tests
+lint: install
+	$(BIN)/ruff check .
 
 bench: install
 	$(BIN)/python benchmarks/bench_retrieval.py

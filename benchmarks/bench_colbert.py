@@ -45,8 +45,9 @@ def dir_size(path: Path) -> int:
 def register_subset(n_papers: int, seed: int = 0) -> tuple:
     """``sci-bench/acl-chunks-<n>``: the 256-word chunks of ``n_papers`` random ACL papers."""
     import ir_datasets
+
     import pyterrier_sci  # noqa: F401  (registers sci/acl-fulltext/...)
-    from pyterrier_sci.datasets._base import FnDocs, register
+    from pyterrier_sci.irds import FnDocs, register
     from pyterrier_sci.text import ChunkDoc
     chunks = ir_datasets.load("sci/acl-fulltext/chunks-256")
     papers = sorted({d.doc_id for d in ir_datasets.load("sci/acl-fulltext").docs_iter()})
@@ -68,10 +69,11 @@ def main(argv=None):
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     import ir_datasets
     import pandas as pd
-    from pyterrier_sci.registry import Context
+
     from pyterrier_sci.plugins.colbert import colbert_component, resolve_checkpoint
     from pyterrier_sci.plugins.colbert._compat import ensure_extensions
     from pyterrier_sci.plugins.dense import dense_component
+    from pyterrier_sci.registry import Context
 
     try:
         name, n_papers, docs = register_subset(args.papers)
@@ -122,9 +124,11 @@ def main(argv=None):
     table = [
         (f"build time, {n_papers} papers (s)", rows["flat"]["build_s"], rows["colbert"]["build_s"], "{:.0f}"),
         ("build time per 1,000 papers, estimated (s)", est["flat_build_s"], est["colbert_build_s"], "{:.0f}"),
-        (f"index size, {n_papers} papers (MiB)", rows["flat"]["bytes"] / 2**20, rows["colbert"]["bytes"] / 2**20, "{:.1f}"),
+        (f"index size, {n_papers} papers (MiB)", rows["flat"]["bytes"] / 2**20, rows["colbert"]["bytes"] / 2**20,
+         "{:.1f}"),
         ("index size per 1,000 papers, estimated (MiB)", est["flat_mib"], est["colbert_mib"], "{:.1f}"),
-        (f"query latency, {n_papers} papers (ms/query, k={args.k})", rows["flat"]["query_ms"], rows["colbert"]["query_ms"], "{:.0f}"),
+        (f"query latency, {n_papers} papers (ms/query, k={args.k})", rows["flat"]["query_ms"],
+         rows["colbert"]["query_ms"], "{:.0f}"),
     ]
     for label, f, c, fmt in table:
         print(f"| {label} | {fmt.format(f)} | {fmt.format(c)} | {c / f:.2f} |")
@@ -132,8 +136,10 @@ def main(argv=None):
     print(f"\nColBERT: {meta['num_embeddings']:,} token vectors ({meta['num_embeddings'] / len(docs):.0f} per chunk), "
           f"{meta['num_partitions']:,} centroids; worker {t['worker_s']:.0f} s = k-means {t['kmeans_s']:.0f} s + "
           f"encoding (sample and collection) and writing {t['encode_and_write_s']:.0f} s; per 1,000 papers: "
-          f"~{est['embeddings']:,.0f} token vectors, {est['partitions']:,} centroids, k-means ~{est['kmeans_s']:.0f} s. "
-          f"First call (loads model and index): flat {rows['flat']['load_s']:.1f} s, ColBERT {rows['colbert']['load_s']:.1f} s.")
+          f"~{est['embeddings']:,.0f} token vectors, {est['partitions']:,} centroids, "
+          f"k-means ~{est['kmeans_s']:.0f} s. "
+          f"First call (loads model and index): flat {rows['flat']['load_s']:.1f} s, "
+          f"ColBERT {rows['colbert']['load_s']:.1f} s.")
     if args.json:
         Path(args.json).write_text(json.dumps({"papers": n_papers, "chunks": len(docs), "queries": len(topics),
                                                "k": args.k, "scale": scale, "colbert_meta": meta,

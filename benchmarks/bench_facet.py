@@ -21,10 +21,11 @@ import torch
 
 
 def make_artifact(root: Path, max_length: int) -> "object":
-    from pyterrier_sci.plugins import facet as F
+    from pyterrier_sci.plugins import sciface as F  # noqa: N812
     from pyterrier_sci.plugins.dense import resolve_model
+    from pyterrier_sci.plugins.sciface.cross_encoder import _load_cross_encoder
     d = root / f"minilm-{max_length}"
-    model = F._load_cross_encoder(resolve_model("default"), max_length)
+    model = _load_cross_encoder(resolve_model("default"), max_length)
     model.save(str(d / "model"))
     (d / "pt_meta.json").write_text(json.dumps({"type": F.ARTIFACT_TYPE, "format": F.ARTIFACT_FORMAT,
                                                 "facet": "method", "max_length": max_length}))
@@ -41,13 +42,15 @@ def frame(n: int) -> pd.DataFrame:
     if len(docs) > n:
         sel = [docs[i] for i in rng.choice(len(docs), n + 1, replace=False)]
         seed, cands = sel[0], sel[1:]
-        return pd.DataFrame({"qid": "q", "query": seed.title, "query_title": seed.title, "query_abstract": seed.abstract,
+        return pd.DataFrame({"qid": "q", "query": seed.title, "query_title": seed.title,
+                             "query_abstract": seed.abstract,
                              "docno": [c.doc_id for c in cands], "title": [c.title for c in cands],
                              "abstract": [c.abstract for c in cands]})
     words = "graph neural network model method data learning task results propose show".split()
     text = lambda: " ".join(rng.choice(words, 200))  # noqa: E731
     return pd.DataFrame({"qid": "q", "query": "seed", "query_title": "seed paper", "query_abstract": text(),
-                         "docno": [f"d{i}" for i in range(n)], "title": "a title", "abstract": [text() for _ in range(n)]})
+                         "docno": [f"d{i}" for i in range(n)], "title": "a title",
+                         "abstract": [text() for _ in range(n)]})
 
 
 def main(argv=None):
@@ -61,7 +64,7 @@ def main(argv=None):
     torch.set_num_threads(args.threads)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        for L in args.max_lengths:
+        for L in args.max_lengths:  # noqa: N806
             rr = make_artifact(Path(tmp), L).scorer(batch_size=args.batch_size)
             rr(frame(8))  # warm-up
             for n in args.sizes:

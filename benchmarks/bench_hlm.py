@@ -28,7 +28,6 @@ import argparse
 import os
 import resource
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -36,12 +35,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import best, markdown  # noqa: E402
+from pyterrier_sci.bench import best, markdown
 
 
 def retrieval(args, work):
     import pyterrier as pt
+
     import pyterrier_sci as ps  # noqa: F401
     from pyterrier_sci.plugins.dense import DenseRetriever, dense_component
     from pyterrier_sci.registry import Context
@@ -98,11 +97,17 @@ def retrieval(args, work):
 
 def training(args, work):
     import torch
+    from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
+
     from pyterrier_sci.datasets import core_citations as cc
     from pyterrier_sci.plugins.dense import load_sentence_transformer
-    from pyterrier_sci.plugins.dense.hlm import (NeuralNDCGLoss, freeze_lower_layers, stage1_examples,
-                                                 stage2_examples, train_curriculum)
-    from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
+    from pyterrier_sci.plugins.hlm_cite.curriculum import (
+        NeuralNDCGLoss,
+        freeze_lower_layers,
+        stage1_examples,
+        stage2_examples,
+        train_curriculum,
+    )
     train = cc.HEPTH.split("train", 100)
     papers = cc.HEPTH.papers()
     texts = {pid: p.default_text() for pid, p in papers.items()}

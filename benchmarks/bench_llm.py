@@ -1,5 +1,5 @@
 """Benchmark of the LLM re-rankers on a CSFCube sample against a loopback OpenAI-compatible server
-with a fixed latency (tests/llm_server.py, scripted answers).
+with a fixed latency (``pyterrier_sci.llm.loopback``, scripted answers).
 
 Reports per re-ranker: LLM calls and prompt/completion tokens per query, wall time with sequential
 calls (concurrency 1) and with concurrent calls (``--concurrency``), the speed-up, and the calls a
@@ -15,19 +15,14 @@ from __future__ import annotations
 
 import argparse
 import re
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import pandas as pd
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from llm_server import Reply, ScriptedServer, choice_reply, prompt_of, yes_no  # noqa: E402
-from _common import markdown  # noqa: E402
+from pyterrier_sci.bench import markdown
+from pyterrier_sci.llm.loopback import Reply, ScriptedServer, choice_reply, prompt_of, yes_no
 
 
 def responder(kind, body):
@@ -45,13 +40,15 @@ def responder(kind, body):
         part = p.rsplit("Candidates:", 1)[-1]
         ids = list(dict.fromkeys(re.findall(r"^Paper (\d+): Title:", part, re.M)))
         ids = list(reversed(ids))
-        return Reply(" " + ", paper ".join(ids) + "\nExplanations:\n" + "\n".join(f"Paper {i}: reason {i}" for i in ids))
+        reasons = "\n".join(f"Paper {i}: reason {i}" for i in ids)
+        return Reply(" " + ", paper ".join(ids) + "\nExplanations:\n" + reasons)
     return Reply("The core problem is X; the paper addresses sub-problem Y with method Z.")
 
 
 def sample(n_queries: int, depth: int) -> pd.DataFrame:
     import ir_datasets
     import pyterrier as pt
+
     import pyterrier_sci.datasets  # noqa: F401  (registers sci/ ids)
     ds = pt.get_dataset("irds:sci/csfcube/method")
     topics = ds.get_topics().head(n_queries)
@@ -70,7 +67,9 @@ def sample(n_queries: int, depth: int) -> pd.DataFrame:
 
 
 def rerankers():
-    from pyterrier_sci.plugins.llm import HLMAgents, Listwise, MIRAgent, MIRPointwise, PairwiseTournament
+    from pyterrier_sci.plugins.hlm_cite import HLMAgents
+    from pyterrier_sci.plugins.llm import Listwise, PairwiseTournament
+    from pyterrier_sci.plugins.mir import MIRAgent, MIRPointwise
     common = dict(text_field="abstract")
     return {
         "mir_pointwise": lambda llm, d: MIRPointwise(llm, **common),

@@ -35,8 +35,8 @@ def main(argv=None):
     if args.threads:
         torch.set_num_threads(args.threads)
     import pyterrier_sci  # noqa: F401
-    from pyterrier_sci.plugins.dense.mag import MethodologyAdjacencyGraph
-    from pyterrier_sci.plugins.dense.mir import train_mir
+    from pyterrier_sci.plugins.mir.mag import MethodologyAdjacencyGraph
+    from pyterrier_sci.plugins.mir.training import train_mir
     graph = MethodologyAdjacencyGraph.from_dataset("sci/mir-multicite/dev/chrono-train")
     started = time.time()
     with tempfile.TemporaryDirectory() as tmp:
@@ -47,7 +47,8 @@ def main(argv=None):
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     row = {"steps": meta["steps"], "batch_size": args.batch_size, "max_seq_length": args.max_seq_length,
            "triplet_types": len(meta["triplet_types"]), "triplets": meta["triplets_trained"],
-           "train_seconds": meta["train_seconds"], "triplets_per_second": round(meta["triplets_trained"] / meta["train_seconds"], 3),
+           "train_seconds": meta["train_seconds"],
+           "triplets_per_second": round(meta["triplets_trained"] / meta["train_seconds"], 3),
            "total_seconds": round(total, 1), "peak_rss_mb": round(rss_mb, 1), "torch_threads": torch.get_num_threads(),
            "cpus": os.cpu_count(), "load_average_1min": round(os.getloadavg()[0], 2)}
     if args.json:

@@ -1,49 +1,18 @@
 """Full-paper retrieval on 1,672 real ACL Anthology papers (PRISM's task, 003_48f411899270a37b.txt §4).
 
-The data is ``acl-fulltext/`` of the data directory: ``papers.jsonl`` (title, abstract and
-titled sections from ScisummNet / CL-SciSumm), ``queries_A.jsonl`` (the 949 papers with at least
-five in-set references, with their in-set references and their in-set references-or-citers) -
-see the data README for provenance.  Queries are full papers, as in SciFullBench, and the
-candidates are the other papers of the set.
-
-Registered ids (``pt.get_dataset("irds:<id>")``):
-
-=====================================  ============================================================
-``sci/acl-fulltext``                   the 1,672 papers (:class:`FullPaper`)
-``sci/acl-fulltext/references``        949 query papers; relevant = the papers it cites (PRISM's
-                                       "References" split)
-``sci/acl-fulltext/references-or-citers``  the same 949 queries; relevant = papers it cites or that
-                                       cite it (PRISM's "References" and "Citations" together)
-``sci/acl-fulltext/chunks-<unit>``     the papers' full texts in windows of ``unit`` tokens, unit in
-                                       128, 256, 512, 3000, 6000 (:mod:`pyterrier_sci.text`)
-=====================================  ============================================================
-
-Fields.  Documents and queries carry the same fields: ``text`` (title and abstract: the *A*
-representation of PRISM's A2A / A2C), ``title``, ``abstract``, ``full_text`` (abstract and body:
-the *F* representation of F2F / F2C, and what the chunk corpora cut) and ``sections`` (the
-body's ``(heading, text)`` pairs, read by the section-based aspect optimiser).  The body leaves
-out acknowledgement and reference sections, as SciFullBench does; headings that are only a
-number are dropped from the text.  The text is the PDF conversion's, with HTML entities decoded
-and soft-hyphenated line breaks joined.  ``get_topics("text")`` gives the A2A query frame,
-``get_topics("full_text")`` the F2F one; PRISM's pipelines start from the query ids and add the
-query paper's fields with the ``paper_fields`` component.
-
-The query paper itself is also a document of the corpus (it is a candidate of other queries) and
-never relevant to itself; a retrieval pipeline must remove it from its own ranking - PRISM's
-pipelines do with ``exclude_query_paper`` (:mod:`pyterrier_sci.plugins.prism`).
-
-Measures: ir_measures' ``R@k`` is PRISM's Recall@K (relevant papers in the top k over all
-relevant papers) and ``RR@50`` its MRR@50; the aliases ``Recall@50/100/200/300`` and ``MRR@50``
-name them in experiments on these ids.
+Registers ``sci/acl-fulltext`` (the papers, :class:`FullPaper`), ``/references`` and
+``/references-or-citers`` (949 full-paper queries) and the chunk corpora ``/chunks-<unit>``, read from
+``acl-fulltext/`` of the data directory.  See ``docs/prism.md``.
 """
 import html
 import re
+import sys
 from typing import Dict, Iterator, List, NamedTuple, Tuple
 
 import ir_datasets
 
 from pyterrier_sci.data import DataFile, checksums_enabled, iter_jsonl, verified_once
-from ._base import FnDocs, FnQrels, FnQueries, register
+from pyterrier_sci.irds import FnDocs, FnQrels, FnQueries, register
 
 NAME = "sci/acl-fulltext"
 FILES = {
@@ -52,7 +21,8 @@ FILES = {
                               "the project's shared/data/acl-fulltext",
                        sha256="b7e336ceead1a2e6b39bf20c06dadce719b14f7ba0548e6060c0dab68ca02f25"),
     "queries": DataFile("acl-fulltext/queries_A.jsonl",
-                        source="derived from the ACL Anthology Network in-set links; the project's shared/data/acl-fulltext",
+                        source="derived from the ACL Anthology Network in-set links; "
+                               "the project's shared/data/acl-fulltext",
                         sha256="aff298705d4d4c98c14d42ec3958a63046a63edec7910cfdf35c05d1340aa5ca"),
 }
 #: the release's counts (checked with the checksums)
@@ -116,7 +86,8 @@ def paper_from_json(d: dict) -> FullPaper:
     sections = tuple(Section(clean(s.get("heading") or ""), clean(s.get("text") or ""))
                      for s in d.get("sections") or () if not SKIP_SECTIONS.match(s.get("heading") or ""))
     sections = tuple(s for s in sections if s.text)
-    return FullPaper(str(d["id"]), f"{title} {abstract}".strip(), title, abstract, body_text(abstract, sections), sections)
+    return FullPaper(str(d["id"]), f"{title} {abstract}".strip(), title, abstract, body_text(abstract, sections),
+                     sections)
 
 
 class _Source:
@@ -165,8 +136,8 @@ class _Source:
         """Every query paper and every relevant paper is in the corpus."""
         papers = self.papers()
         for row in rows:
-            absent = [str(d) for d in [row["query_id"]] + row[QREL_VARIANTS["references-or-citers"]] + row[QREL_VARIANTS["references"]]
-                      if str(d) not in papers]
+            listed = [row["query_id"]] + row[QREL_VARIANTS["references-or-citers"]] + row[QREL_VARIANTS["references"]]
+            absent = [str(d) for d in listed if str(d) not in papers]
             if absent:
                 raise FILES["papers"].damaged(f"{len(absent)} paper(s) of query {row['query_id']} in "
                                               f"{FILES['queries'].local().name} are not in it (e.g. {absent[0]}): the "
@@ -205,19 +176,15 @@ def _register():
     register(f"{NAME}/references", docs, queries, FnQrels(lambda: SOURCE.qrels("references"), defs),
              documentation={"desc": "949 ACL full papers as queries; relevant = their in-set references"})
     register(f"{NAME}/references-or-citers", docs, queries,
-             FnQrels(lambda: SOURCE.qrels("references-or-citers"), {1: "cited by or citing the query paper", 0: "not relevant"}),
+             FnQrels(lambda: SOURCE.qrels("references-or-citers"),
+                     {1: "cited by or citing the query paper", 0: "not relevant"}),
              documentation={"desc": "949 ACL full papers as queries; relevant = in-set references and citers"})
     for unit, stride in STANDARD_UNITS.items():
-        register_chunk_corpus(NAME, unit, stride, text_field="full_text", docs_fn=lambda: iter(SOURCE.papers().values()))
-
-
-def _register_measures():
-    from pyterrier_sci import measures as M
-    aliases = {f"Recall@{k}": f"R@{k}" for k in (10, 20, 50, 100, 200, 300, 1000)}
-    aliases["MRR@50"] = "RR@50"
-    M.register_aliases(NAME, aliases)
-    M.register_aliases("sci/scifullbench", aliases)
+        register_chunk_corpus(NAME, unit, stride, text_field="full_text",
+                              docs_fn=lambda: iter(SOURCE.papers().values()))
 
 
 _register()
-_register_measures()
+
+#: id prefix -> what reports its missing files (``pyterrier-sci datasets``)
+STATUS = {NAME: sys.modules[__name__]}

@@ -1,32 +1,9 @@
-"""Core-citation prediction sets (HLM-Cite, 004_631596308bff5c72.txt §2, Eq. 1) from citation graphs.
+"""Core-citation prediction sets (HLM-Cite §2, Eq. 1) from citation graphs.
 
-A reference ``r`` of a query paper ``q`` is a **core** citation when some paper that cites ``q``
-also cites ``r``; the other references of ``q`` are **superficial**; every other paper is a
-non-citation.  :func:`build` turns any citation graph with paper texts into a prediction set:
-
-* eligible queries have at least ``k`` core and ``k`` superficial references with text;
-* per query, ``k`` core and ``k`` superficial references are sampled, and the candidate set is
-  padded with non-citations up to ``candidate_size`` (``|C| >= 2k``);
-* queries are split into train/test by a seeded shuffle (HLM-Cite: 8:2), everything is deterministic
-  in ``seed`` (each query's sample depends only on the seed and its id).
-
-Registered ids (``pt.get_dataset("irds:<id>")``; documents are the graph's papers with text, queries
-are papers given by title and abstract, qrels grade candidates 2 = core, 1 = superficial,
-0 = non-citation, ``get_results()`` gives the candidate set):
-
-================================================  ===========================================
-``sci/hepth-core-citations/{train,test}``         SNAP cit-HepTh (27,769 hep-th abstracts, 352,768
-``sci/hepth-core-citations/{split}/c{N}``         edges in ``hepth-citations/raw``), ``N`` = 10,
-                                                   100, 1000, 10000 (the paper's 10K setting)
-``sci/acl-core-citations/{train,test}[/c{N}]``    the 1,672 ACL Anthology papers of ``acl-fulltext``
-                                                   (in-set links of ``edges_inset.tsv``; N up to 1000)
-``sci/hlm/{train,val,test}``                      H-LM's release layout (see :func:`register_hlm_release`)
-================================================  ===========================================
-
-Variants with large candidate sets keep a bounded number of queries (``MAX_QUERIES``: all
-queries up to |C| = 100, 1,000 queries at 1K, 200 at 10K), so that a run stays tractable; the
-train/test ids without ``/cN`` carry every eligible query with qrels over all its references and
-no candidate set.  k = 5 and seed = 0 as in the paper's data (5 core + 5 superficial per query).
+A reference of a query paper is **core** when a paper citing the query also cites it, else
+**superficial**.  :func:`build` turns any citation graph with paper texts into seeded train/test
+prediction sets; registers ``sci/hepth-core-citations/...``, ``sci/acl-core-citations/...`` and
+``sci/hlm/{train,val,test}`` (qrels 2 = core, 1 = superficial, 0 = non-citation).  See ``docs/hlm-cite.md``.
 """
 import gzip
 import random
@@ -37,12 +14,22 @@ from typing import Dict, Iterable, Iterator, List, NamedTuple, Optional, Set, Tu
 
 import ir_datasets
 
-from pyterrier_sci.data import (DamagedDataError, DataFile, MissingDataError, checksums_enabled, data_dir, iter_jsonl,
-                                read_text, verified_once)
-from ._base import FnDocs, FnQrels, FnQueries, FnScoredDocs, register
+from pyterrier_sci.data import (
+    DamagedDataError,
+    DataFile,
+    MissingDataError,
+    checksums_enabled,
+    data_dir,
+    iter_jsonl,
+    read_text,
+    verified_once,
+)
+from pyterrier_sci.irds import FnDocs, FnQrels, FnQueries, FnScoredDocs, register
 
 CORE, SUPERFICIAL, NON_CITATION = 2, 1, 0
+#: the registered candidate-set sizes |C| (``/c{N}``); k = 5 and seed = 0 as in the paper's data
 CANDIDATE_SIZES = (10, 100, 1000, 10000)
+#: queries kept per split at each |C|, so that a run stays tractable (None: all)
 MAX_QUERIES = {10: None, 100: None, 1000: 1000, 10000: 200}
 
 
@@ -108,7 +95,10 @@ def eligible_queries(graph: CitationGraph, with_text: Set[str], k: int = 5) -> L
 def build(graph: CitationGraph, with_text: Iterable[str], k: int = 5, candidate_size: int = 10,
           test_fraction: float = 0.2, seed: int = 0, max_queries: Optional[int] = None
           ) -> Dict[str, CoreCitationSet]:
-    """Builds ``{"train": ..., "test": ...}`` core-citation sets (see the module documentation).
+    """Builds ``{"train": ..., "test": ...}`` core-citation sets: the eligible queries (:func:`eligible_queries`)
+    split by a seeded shuffle (``test_fraction``; HLM-Cite 8:2), per query ``k`` core and ``k`` superficial
+    references sampled and padded with non-citations up to ``candidate_size`` (``>= 2k``).  Deterministic
+    in ``seed``: a query's sample depends only on the seed and its id.
 
     ``max_queries`` keeps the first queries of each split in a seeded order."""
     if candidate_size < 2 * k:
@@ -180,9 +170,11 @@ _HEPTH = {
                        sha256="1f7552ccff2e360e4ab4166fb97a83b5a8540cca2d489adf45c73ae068949477"),
 }
 _ACL = {
-    "edges": DataFile("acl-fulltext/edges_inset.tsv", source="ACL Anthology Network links; the project's shared/data/acl-fulltext",
+    "edges": DataFile("acl-fulltext/edges_inset.tsv",
+                      source="ACL Anthology Network links; the project's shared/data/acl-fulltext",
                       sha256="862c3f2767582289fd2310d36c60563f2061c816bc7da22dc1eea0d0a52414f4"),
-    "papers": DataFile("acl-fulltext/papers.jsonl", source="ScisummNet / CL-SciSumm full texts; the project's shared/data/acl-fulltext",
+    "papers": DataFile("acl-fulltext/papers.jsonl",
+                       source="ScisummNet / CL-SciSumm full texts; the project's shared/data/acl-fulltext",
                        sha256="b7e336ceead1a2e6b39bf20c06dadce719b14f7ba0548e6060c0dab68ca02f25"),
 }
 
@@ -266,8 +258,8 @@ class _Source:
         absent = sorted({d for e in edges for d in e if d not in ids})
         if absent:
             raise self.files["papers"].damaged(f"{len(absent)} paper(s) of the in-set links in "
-                                               f"{self.files['edges'].local().name} are not in it (e.g. {absent[0]}): the "
-                                               f"corpus is incomplete")
+                                               f"{self.files['edges'].local().name} are not in it "
+                                               f"(e.g. {absent[0]}): the corpus is incomplete")
 
     def split(self, split: str, size: Optional[int]) -> CoreCitationSet:
         key = (split, size)
@@ -365,7 +357,7 @@ def _hlm_paper(root: Path, pid: str) -> Paper:
     if not path.exists():
         raise MissingDataError(f"missing paper text {path} (H-LM layout text/<last digit>/<id>.txt)")
     lines = read_text(path, "restore it from H-LM's release (github.com/tsinghua-fib-lab/H-LM)").splitlines()
-    return Paper(pid, lines[0].strip() if lines else "", " ".join(l.strip() for l in lines[1:]).strip())
+    return Paper(pid, lines[0].strip() if lines else "", " ".join(line.strip() for line in lines[1:]).strip())
 
 
 class _HLMRelease:
@@ -404,41 +396,18 @@ def register_hlm_release(root: Optional[Path] = None, name: str = "sci/hlm") -> 
     docs = FnDocs(name, all_papers, Paper)
     for split in ("train", "val", "test"):
         register(f"{name}/{split}", docs,
-                 FnQueries(name, lambda s=split: (PaperQuery(q, get(s)[1][q].default_text()) for q in get(s)[0].queries),
-                           PaperQuery),
+                 FnQueries(name, lambda s=split: (PaperQuery(q, get(s)[1][q].default_text())
+                                                  for q in get(s)[0].queries), PaperQuery),
                  FnQrels(lambda s=split: (ir_datasets.formats.GenericQrel(q, d, g) for q in get(s)[0].queries
                                           for d, g in get(s)[0].candidates[q]),
                          {CORE: "core citation", SUPERFICIAL: "superficial citation"}),
-                 FnScoredDocs(lambda s=split: (ir_datasets.formats.GenericScoredDoc(q, d, 0.0) for q in get(s)[0].queries
-                                               for d, _ in get(s)[0].candidates[q])))
-
-
-# ----------------------------------------------------------------------------------------------
-# measures: PREC@k and NDCG@k with binary core labels (HLM-Cite §4)
-# ----------------------------------------------------------------------------------------------
-
-def _register_measures():
-    from pyterrier_sci import measures as M
-
-    def prec(k):
-        return lambda g, j: sum(1 for x in g[:k] if x >= CORE) / k
-
-    def ndcg(k):
-        return lambda g, j: M.ndcg_at_k([1 if x >= CORE else 0 for x in g], k, first_undiscounted=False,
-                                        ideal=[1 if x >= CORE else 0 for x in j])
-
-    for k in (3, 5):
-        M.register(f"PREC@{k}", M.RankListMeasure(f"PREC@{k}", prec(k), description=f"share of core citations in the top {k}"),
-                   replace=True)
-        M.register(f"hlm.NDCG@{k}", M.RankListMeasure(f"hlm.NDCG@{k}", ndcg(k),
-                                                      description=f"nDCG@{k}, binary core labels, ideal from all core candidates"),
-                   replace=True)
-    aliases = {"NDCG@3": "hlm.NDCG@3", "NDCG@5": "hlm.NDCG@5"}
-    for prefix in ("sci/hepth-core-citations", "sci/acl-core-citations", "sci/hlm"):
-        M.register_aliases(prefix, aliases)
+                 FnScoredDocs(lambda s=split: (ir_datasets.formats.GenericScoredDoc(q, d, 0.0)
+                                               for q in get(s)[0].queries for d, _ in get(s)[0].candidates[q])))
 
 
 _register_source(HEPTH)
 _register_source(ACL)
 register_hlm_release()
-_register_measures()
+
+#: id prefix -> what reports its missing files (``pyterrier-sci datasets``)
+STATUS = {HEPTH.name: HEPTH, ACL.name: ACL, HLM_RELEASE.name: HLM_RELEASE}

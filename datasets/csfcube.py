@@ -1,51 +1,31 @@
 """CSFCube (Mysore et al., 2021): faceted query-by-example over computer-science abstracts.
 
-Registered ids (``pt.get_dataset("irds:<id>")``):
-
-=====================================  ====================================================
-``sci/csfcube``                        all 50 query-facet pairs (the test set of all facets)
-``sci/csfcube/{facet}``                one facet: ``background`` (16), ``method`` (17), ``result`` (17)
-``sci/csfcube[/{facet}]/fold1-test``   the official cross-validation folds; ``fold1-test`` is
-``sci/csfcube[/{facet}]/fold2-test``   ``fold2-dev`` and the reverse, as in ``evaluation_splits.json``
-``sci/csfcube[/{facet}]/fold1-dev``
-``sci/csfcube[/{facet}]/fold2-dev``
-=====================================  ====================================================
-
-* documents (4,205): ``doc_id``, ``title``, ``abstract`` (sentences joined), ``year``,
-  ``sentences`` and ``sentence_labels`` (the per-sentence facet labels of the release);
-* queries: ``query_id`` = ``<paper id>_<facet>``, ``text`` = the query paper's title and abstract
-  (the query paper is itself in the corpus: look it up with ``query_paper_id``);
-* qrels: the adjudicated graded judgements 0-3 (``relevance_adju``) of every pool candidate;
-* scoreddocs (``get_results()``): each query's candidate pool, all with score 0.  CSFCube is a
-  re-ranking benchmark: systems rank the pool (component ``pool`` in the pipeline language).
-
-The official measures are registered (see :mod:`pyterrier_sci.measures`): ``NDCG%20`` and the
-``csfcube.*`` family (``MAP``, ``RP``, ``P@20``, ``R@20``, ``RR``, ``NDCG``, ``NDCG@20``); in an
-experiment on a ``sci/csfcube`` id the short names (``MAP`` ...) mean these.  They follow
-``eval_scripts/ranking_eval.py``: binary measures count grade >= 2, nDCG uses the grades with the
-``rank_metrics`` discount, NDCG%20 cuts at 20% of the ranked pool, run documents outside the pool are
-dropped and pool documents missing from the run are not appended, and the mean is taken per fold,
-then across the folds present.
-
-Files (under ``$PYTERRIER_SCI_DATA/csfcube``): the verbatim release files download from the
-official repository when missing and the network allows; the corpus file
-``abstracts-csfcube-reconstructed.jsonl`` is rebuilt from the release's ``readable_annotations/``
-(the release's own corpus file is not published) - see :func:`rebuild_corpus`.
+Registers ``sci/csfcube[/{facet}][/{fold}-{test,dev}]`` (4,205 abstracts, graded 0-3, a pool re-ranking
+benchmark) and reads - or rebuilds, :func:`rebuild_corpus` - the release's files; see ``docs/sciface.md``.
 """
 
 import functools
 import json
 import os
 import re
+import sys
 from pathlib import Path
 from typing import Dict, List, NamedTuple, Optional, Tuple
 
 import ir_datasets
 
-from pyterrier_sci import measures as _measures
-from pyterrier_sci.data import (DataFile, MissingDataError, checksums_enabled, data_dir, iter_csv, iter_jsonl, read_json,
-                                read_text, verified_once)
-from ._base import FnDocs, FnQrels, FnQueries, FnScoredDocs, register
+from pyterrier_sci.data import (
+    DataFile,
+    MissingDataError,
+    checksums_enabled,
+    data_dir,
+    iter_csv,
+    iter_jsonl,
+    read_json,
+    read_text,
+    verified_once,
+)
+from pyterrier_sci.irds import FnDocs, FnQrels, FnQueries, FnScoredDocs, register
 
 NAME = "sci/csfcube"
 FACETS = ("background", "method", "result")
@@ -132,7 +112,8 @@ def _read_docs(path: Path):
     for lineno, d in iter_jsonl(path, FILES["corpus"].remedy(), required=("paper_id",)):
         sents = d.get("abstract") or ()
         if not isinstance(sents, list):
-            raise FILES["corpus"].damaged(f"'abstract' is {type(sents).__name__}, not a list of sentences", lineno, path)
+            raise FILES["corpus"].damaged(f"'abstract' is {type(sents).__name__}, not a list of sentences",
+                                          lineno, path)
         sents = tuple(sents)
         yield CSFCubeDoc(str(d["paper_id"]), d.get("title") or "", " ".join(sents), str(d.get("year") or ""),
                          sents, tuple(d.get("pred_labels") or ()))
@@ -166,8 +147,10 @@ def _annotations(facet: str, path: str, mtime: int) -> dict:
     f = FILES[facet]
     data = read_json(path, f.remedy(), expect=dict)
     for pid, ann in data.items():
-        if not isinstance(ann, dict) or not isinstance(ann.get("cands"), list) or not isinstance(ann.get(_GRADES), list):
-            raise f.damaged(f"query paper {pid}: expected an object with the lists 'cands' and '{_GRADES}'", path=Path(path))
+        if (not isinstance(ann, dict) or not isinstance(ann.get("cands"), list)
+                or not isinstance(ann.get(_GRADES), list)):
+            raise f.damaged(f"query paper {pid}: expected an object with the lists 'cands' and '{_GRADES}'",
+                            path=Path(path))
         if len(ann["cands"]) != len(ann[_GRADES]):
             raise f.damaged(f"query paper {pid} has {len(ann['cands'])} candidates but {len(ann[_GRADES])} grades "
                             f"('{_GRADES}'): every candidate needs a grade", path=Path(path))
@@ -231,7 +214,8 @@ def _check(paths: Dict[str, Path]) -> None:
     if "corpus" in paths:
         corpus = _docs()
         if checksums_enabled() and len(corpus) != COUNTS["docs"]:
-            raise FILES["corpus"].damaged(f"{len(corpus):,} documents, the release has {COUNTS['docs']:,}", path=paths["corpus"])
+            raise FILES["corpus"].damaged(f"{len(corpus):,} documents, the release has {COUNTS['docs']:,}",
+                                          path=paths["corpus"])
         for f, ann in anns.items():
             for pid, a in ann.items():
                 absent = [str(c) for c in [pid] + a["cands"] if str(c) not in corpus]
@@ -247,16 +231,16 @@ def _check(paths: Dict[str, Path]) -> None:
         rows = _read_queries(paths["queries"])
         absent = sorted(annotated - set(rows))
         if absent:
-            raise FILES["queries"].damaged(f"{len(absent)} annotated queries are not in it (e.g. {absent[0]}): the file "
-                                           f"is incomplete or truncated", path=paths["queries"])
+            raise FILES["queries"].damaged(f"{len(absent)} annotated queries are not in it (e.g. {absent[0]}): "
+                                           f"the file is incomplete or truncated", path=paths["queries"])
     if "splits" in paths and facets:
         s = _splits_of()
         for f in facets:
             listed = {q for k in _FOLDS for q in s[f][k]}
             unknown = sorted(listed - annotated)
             if unknown:
-                raise FILES["splits"].damaged(f"fold queries without annotations in {FILES[f].local().name}: {unknown[:3]}",
-                                              path=paths["splits"])
+                raise FILES["splits"].damaged(f"fold queries without annotations in {FILES[f].local().name}: "
+                                              f"{unknown[:3]}", path=paths["splits"])
 
 
 def splits() -> dict:
@@ -326,7 +310,8 @@ def rebuild_corpus(annotations_dir: Optional[Path] = None, out: Optional[Path] =
     annotations_dir = Path(annotations_dir or data_dir() / "csfcube" / "readable_annotations")
     out = Path(out or FILES["corpus"].local())
     if not annotations_dir.is_dir():
-        raise MissingDataError(f"cannot rebuild the CSFCube corpus: {annotations_dir} is missing. Get it from: {_SOURCE}")
+        raise MissingDataError(f"cannot rebuild the CSFCube corpus: {annotations_dir} is missing. "
+                               f"Get it from: {_SOURCE}")
     papers: Dict[str, dict] = {}
     label_re = re.compile(r"^([a-z_]+_label): (.*)$")
     for fname in sorted(annotations_dir.glob("*.txt")):
@@ -377,27 +362,7 @@ def _register_all():
                                 "desc": __doc__.split("\n\n")[0]})
 
 
-def _register_measures():
-    M = _measures
-    defs = {
-        "NDCG%20": (lambda g, j: M.ndcg_at_k(g, int(0.20 * len(g))), "nDCG at 20% of the ranked pool (CSFCube, graded 0-3)"),
-        "MAP": (lambda g, j: M.average_precision([x >= 2 for x in g]), "average precision, relevant = grade >= 2"),
-        "RP": (lambda g, j: M.r_precision_last_relevant([x >= 2 for x in g]), "R-precision as rank_metrics defines it"),
-        "P@20": (lambda g, j: M.precision_at_k([x >= 2 for x in g], 20), "precision at 20, grade >= 2"),
-        "R@20": (lambda g, j: M.recall_at_k([x >= 2 for x in g], 20), "recall at 20 of the ranked pool's relevant, grade >= 2"),
-        "RR": (lambda g, j: M.reciprocal_rank([x >= 2 for x in g]), "reciprocal rank, grade >= 2"),
-        "NDCG": (lambda g, j: M.ndcg_at_k(g, len(g)), "nDCG over the whole ranked pool"),
-        "NDCG@20": (lambda g, j: M.ndcg_at_k(g, 20), "nDCG at 20"),
-    }
-    aliases = {}
-    for short, (fn, desc) in defs.items():
-        full = f"csfcube.{short}"
-        m = M.RankListMeasure(short if short == "NDCG%20" else full, fn, group_of=test_fold_of, description=desc)
-        M.register(full, m, replace=True)
-        aliases[short] = full
-    M.register("NDCG%20", M.get("csfcube.NDCG%20"), replace=True)
-    M.register_aliases(NAME, aliases)
-
-
 _register_all()
-_register_measures()
+
+#: id prefix -> what reports its missing files (``pyterrier-sci datasets``)
+STATUS = {NAME: sys.modules[__name__]}

@@ -2,65 +2,34 @@
 queries over computer-science abstracts, judged per aspect by an LLM (Anno-GPT) and compiled with
 Eq. 1 / Eq. 2 of the paper.  A re-ranking benchmark: every method ranks a query's candidate pool.
 
-Registered ids (``pt.get_dataset("irds:<id>")``):
-
-=======================================  ===========================================================
-**full release** (``doris-mae/DORIS-MAE_dataset_v1.json``, Zenodo 10.5281/zenodo.8299749)
-``sci/doris-mae``                        all 100 queries, 363,133 abstracts, pools of 99-138
-``sci/doris-mae/train``                  the 40 training queries of section 5.3 (ids 0-49 but 10)
-``sci/doris-mae/test``                   the 60 test queries (1, 8, 10, 16, 23, 28, 33, 37, 44, 46, 50-99)
-``sci/doris-mae/subquery-{k}``           every combination of k aspects of a query (k = 1..9), its text the
-                                         query sentences of those aspects, judged with Eq. 2
-**offline part** (what ``shared/data/doris-mae`` holds)
-``sci/doris-mae/birco-dev``              40 queries (= the paper's 40 training queries) with BIRCO's pools
-                                         (58-103 abstracts, a subset of the original pools), 2,938 abstracts
-``sci/doris-mae/birco-dev/train20``      the example's split of those 40: every other query by id
-``sci/doris-mae/birco-dev/test20``       (train20 = 0, 3, 5, ...; test20 = 2, 4, 6, ...)
-``sci/doris-mae/queries``                the 100 queries with their aspects and sub-aspects (queries only)
-``sci/doris-mae/subquery-2-texts``       the 1,003 two-aspect sub-query texts of the authors' repository
-                                         (queries only: which aspects they combine is not in that file)
-=======================================  ===========================================================
-
-* queries: ``query_id`` (the paper's query index ``"0"``..``"99"``; sub-queries
-  ``"<query>_<i>_<j>"`` with the 1-based positions of their aspects), ``text``.  The aspect
-  structure is on the dataset object: ``ir_datasets.load(id).aspect_queries_iter()`` yields
-  :class:`AspectQuery` (aspects, their sub-aspects, query type, parent query) and
-  :func:`aspect_topics` gives a PyTerrier topics frame with an ``aspects`` column;
-* documents: ``doc_id`` (the release's ``abstract_id``), ``title``, ``abstract``, ``url``,
-  ``primary_category``; ``default_text()`` is the abstract (what the paper embeds and annotates).
-  The offline corpus has no titles;
-* qrels: ``relevance`` = S(p|Q) of Eq. 1, the *sum* of the 0-2 aspect and sub-aspect scores of the
-  abstract (an integer).  |Q|, the number of distinct aspects and sub-aspects, is
-  :func:`aspect_count`; an abstract is relevant when S(p|Q) / |Q| >= 1;
-* scoreddocs (``get_results()``): the candidate pools, score 0 (component ``pool``).
-
-The offline qrels are BIRCO's *normalised* scores S/|Q|.  Multiplying by |Q| - counted as the paper's
-code counts it, distinct aspect/sub-aspect texts (an aspect whose sub-aspect repeats it counts once) -
-gives an integer for all 3,129 scores, so the offline qrels carry the same integer S(p|Q) as the
-release and every measure is computed exactly as the paper's code computes it (see ``docs/doris-mae.md``).
-
-The measures of the paper's code (``benchmarking/rank_performance_util.py``) are registered as
-``doris.R@5``, ``doris.R@20``, ``doris.RP``, ``doris.NDCG@10%``, ``doris.NDCGexp@10%``,
-``doris.MRR@10``, ``doris.MAP``; in an experiment on a ``sci/doris-mae`` id the short names
-(``R@5``, ``RP``, ``MAP`` ...) mean these.  :func:`evaluate` gives the paper's table (x100, optional
-bootstrap standard errors over queries) and :func:`random_baseline` its random row.
+Registers ``sci/doris-mae[/train,/test,/subquery-{k}]`` over the full Zenodo release and the offline part
+(``sci/doris-mae/birco-dev[/train20,/test20]``, ``/queries``, ``/subquery-2-texts``); qrels are S(p|Q) of
+Eq. 1 and the aspect structure is on the dataset object.  See ``docs/doris-mae.md``.
 """
 
 import functools
 import hashlib
 import itertools
-import math
 import re
 import warnings
 from pathlib import Path
-from typing import Dict, Iterable, Iterator, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 import ir_datasets
 
-from pyterrier_sci import measures as _measures
-from pyterrier_sci.data import (DataFile, MissingDataError, checksums_enabled, data_dir, iter_csv,
-                                iter_jsonl, read_json, read_text, verified_once)
-from ._base import FnDocs, FnQrels, FnQueries, FnScoredDocs, register
+from pyterrier_sci.corpus import irds_id
+from pyterrier_sci.data import (
+    DataFile,
+    MissingDataError,
+    checksums_enabled,
+    data_dir,
+    iter_csv,
+    iter_jsonl,
+    read_json,
+    read_text,
+    verified_once,
+)
+from pyterrier_sci.irds import FnDocs, FnQrels, FnQueries, FnScoredDocs, register
 
 NAME = "sci/doris-mae"
 OFFLINE = NAME + "/birco-dev"
@@ -183,8 +152,9 @@ def subquery_of(query: AspectQuery, positions: Sequence[int], text: Optional[str
     """The sub-query of ``query`` made of the aspects at ``positions`` (Eq. 2's q).  Its text is
     ``text`` or, without it, the aspects' texts joined."""
     aspects = tuple(query.aspects[p] for p in positions)
-    return AspectQuery(subquery_id(query.query_id, positions), text if text is not None else " ".join(a.text for a in aspects),
-                       aspects, query.query_type, query.parent_id)
+    if text is None:
+        text = " ".join(a.text for a in aspects)
+    return AspectQuery(subquery_id(query.query_id, positions), text, aspects, query.query_type, query.parent_id)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -214,8 +184,10 @@ class Release:
         aspects = []
         for aid, subs in (q.get("aspects") or {}).items():
             aid = str(aid)
-            aspects.append(Aspect(aid, self.id2text.get(aid, ""), tuple((str(s), self.id2text.get(str(s), "")) for s in subs)))
-        return AspectQuery(str(index), q.get("query_text", ""), tuple(aspects), str(q.get("query_type") or ""), str(index))
+            subs = tuple((str(s), self.id2text.get(str(s), "")) for s in subs)
+            aspects.append(Aspect(aid, self.id2text.get(aid, ""), subs))
+        return AspectQuery(str(index), q.get("query_text", ""), tuple(aspects), str(q.get("query_type") or ""),
+                           str(index))
 
     def pool(self, parent_id: str) -> List[str]:
         return [str(d) for d in self.queries_raw[int(parent_id)].get("candidate_pool") or []]
@@ -259,17 +231,20 @@ def _release(path: str, mtime: float) -> Release:
             raise f.damaged(f"expected the release's '{key}' {'list' if kind is list else 'list or object'}, "
                             f"found {type(data.get(key)).__name__}", path=Path(path))
     corpus = data["Corpus"]
-    ids = ({str(d.get("abstract_id", i)) for i, d in (corpus.items() if isinstance(corpus, dict) else enumerate(corpus))})
+    ids = {str(d.get("abstract_id", i)) for i, d in (corpus.items() if isinstance(corpus, dict) else enumerate(corpus))}
     for i, q in enumerate(data["Query"]):
-        if not isinstance(q, dict) or not isinstance(q.get("candidate_pool"), list) or not isinstance(q.get("aspects"), dict):
-            raise f.damaged(f"query {i}: expected an object with 'candidate_pool' (list) and 'aspects' (object)", path=Path(path))
+        if (not isinstance(q, dict) or not isinstance(q.get("candidate_pool"), list)
+                or not isinstance(q.get("aspects"), dict)):
+            raise f.damaged(f"query {i}: expected an object with 'candidate_pool' (list) and 'aspects' (object)",
+                            path=Path(path))
         absent = [str(d) for d in q["candidate_pool"] if str(d) not in ids]
         if absent:
-            raise f.damaged(f"query {i}: {len(absent)} pool abstract(s) are not in the Corpus (e.g. {absent[0]}): the file "
-                            f"is incomplete", path=Path(path))
+            raise f.damaged(f"query {i}: {len(absent)} pool abstract(s) are not in the Corpus (e.g. {absent[0]}): "
+                            f"the file is incomplete", path=Path(path))
     for a in data["Annotation"]:
         if not isinstance(a, dict) or any(k not in a for k in ("aspect_id", "abstract_id", "score")):
-            raise f.damaged(f"an Annotation entry lacks 'aspect_id', 'abstract_id' or 'score': {str(a)[:80]}", path=Path(path))
+            raise f.damaged(f"an Annotation entry lacks 'aspect_id', 'abstract_id' or 'score': {str(a)[:80]}",
+                            path=Path(path))
     try:
         return Release(data)
     except (KeyError, TypeError, ValueError, AttributeError) as e:
@@ -361,12 +336,13 @@ def verify_offline() -> None:
 def _check_offline(queries: Path, corpus: Path, qrels: Path, birco_queries: Path) -> None:
     by_id = _offline_queries(str(queries), queries.stat().st_mtime_ns)
     pools = _birco(str(qrels), qrels.stat().st_mtime_ns)[0]
-    listed = {_qid(str(d["qid"])) for _, d in iter_jsonl(birco_queries, FILES["birco_queries"].remedy(), required=("qid",))}
+    rows = iter_jsonl(birco_queries, FILES["birco_queries"].remedy(), required=("qid",))
+    listed = {_qid(str(d["qid"])) for _, d in rows}
     unjudged = sorted(listed - set(pools), key=lambda q: (len(q), q))
     if unjudged:
-        raise FILES["birco_qrels"].damaged(f"{len(unjudged)} of the {len(listed)} queries of {birco_queries.name} have no "
-                                           f"judgements in it (e.g. q_{unjudged[0]}): the file is incomplete or truncated",
-                                           path=qrels)
+        raise FILES["birco_qrels"].damaged(f"{len(unjudged)} of the {len(listed)} queries of {birco_queries.name} "
+                                           f"have no judgements in it (e.g. q_{unjudged[0]}): the file is incomplete "
+                                           f"or truncated", path=qrels)
     unknown = sorted(set(pools) - set(by_id))
     if unknown:
         raise FILES["queries"].damaged(f"queries judged in {qrels.name} are not in it: {unknown[:5]}", path=queries)
@@ -528,7 +504,7 @@ class AspectQueries:
 
 
 def _variant_of(dataset: str) -> str:
-    ds = dataset[5:] if dataset.startswith("irds:") else dataset
+    ds = irds_id(dataset)
     if ds != NAME and not ds.startswith(NAME + "/"):
         raise ValueError(f"{dataset} is not a DORIS-MAE id ({NAME}/...)")
     return ds[len(NAME) + 1:]
@@ -567,13 +543,14 @@ def scores_frame(dataset: str):
 def human_test_set():
     """The release's 250 human-annotated question pairs (``aspect_id``, ``abstract_id``, ``aspect``,
     ``annotator_1``..``annotator_3``) and the LLM's score of the same pairs (``gpt``), for the
-    agreement statistics of :mod:`pyterrier_sci.plugins.annotate.anno_gpt`."""
+    agreement statistics of :mod:`pyterrier_sci.plugins.doris_mae.anno_gpt`."""
     import pandas as pd
     rel = release()
     rows = []
     for t in rel.test_set():
         aid, doc = str(t["aspect_id"]), str(t["abstract_id"])
-        row = {"aspect_id": aid, "abstract_id": doc, "aspect": rel.id2text.get(aid, ""), "gpt": rel.scores.get((aid, doc))}
+        row = {"aspect_id": aid, "abstract_id": doc, "aspect": rel.id2text.get(aid, ""),
+               "gpt": rel.scores.get((aid, doc))}
         for k, v in sorted((t.get("human_annotation") or {}).items()):
             row[k] = int(v)
         rows.append(row)
@@ -625,232 +602,6 @@ STATUS = {
 
 
 # ----------------------------------------------------------------------------------------------
-# the measures of the paper's code
-# ----------------------------------------------------------------------------------------------
-
-#: |relevant in the top k| / |relevant| (``recall_at_k`` of the paper's code)
-recall_at_k = _measures.recall_of
-
-
-def r_precision(ranked: Sequence[str], relevant: Iterable[str]) -> float:
-    """|relevant in the top R| / R with R = |relevant| (the classic R-precision, as the paper's code)."""
-    relevant = set(relevant)
-    r = len(relevant)
-    return len(set(ranked[:r]) & relevant) / r
-
-
-#: sum of the precision at each relevant rank / |relevant|
-average_precision = _measures.average_precision_of
-
-
-def ndcg_at_fraction(grades: Sequence[float], pool_grades: Sequence[float], fraction: float = 0.1,
-                     exponential: bool = True) -> float:
-    """nDCG at ``int(fraction * pool size)`` ranks (``ndcg_exp`` / ``ndcg_normal`` of the paper's code):
-    gain ``2**grade`` (not ``2**grade - 1``) or ``grade``, discount ``1/log2(rank + 1)``, the ideal the
-    pool's grades sorted.  0 when the cutoff is 0 or the ideal DCG is 0."""
-    n = int(fraction * len(pool_grades))
-    if n <= 0:
-        return 0.0
-    gain = (lambda g: 2.0 ** g) if exponential else (lambda g: float(g))
-    ideal = sorted(pool_grades, reverse=True)[:n]
-    idcg = sum(gain(g) / math.log2(i + 2) for i, g in enumerate(ideal))
-    if idcg <= 0:
-        return 0.0
-    dcg = sum(gain(g) / math.log2(i + 2) for i, g in enumerate(list(grades)[:n]))
-    return dcg / idcg
-
-
-def reciprocal_rank_at_max(grades: Sequence[float], pool_grades: Sequence[float], k: int = 10) -> float:
-    """1/rank of the first abstract in the top ``k`` whose grade ties the pool's maximum (the paper's
-    MRR counts exactly the abstracts tied at the highest S(p|Q) as relevant), else 0."""
-    if not len(pool_grades):
-        return 0.0
-    best = max(pool_grades)
-    for i, g in enumerate(list(grades)[:k]):
-        if g == best:
-            return 1.0 / (i + 1)
-    return 0.0
-
-
-# kind -> (needs a relevant abstract, description)
-_KINDS = {
-    "recall": (True, "recall at {k}: relevant = S(p|Q)/|Q| >= 1; queries without a relevant abstract left out"),
-    "rp": (True, "R-precision (precision at R = number of relevant); queries without a relevant abstract left out"),
-    "map": (True, "average precision over the ranked pool; queries without a relevant abstract left out"),
-    "ndcg": (False, "nDCG at 10% of the pool, gain S(p|Q), discount 1/log2(rank+1); all queries"),
-    "ndcg_exp": (False, "nDCG at 10% of the pool, gain 2^S(p|Q), discount 1/log2(rank+1); all queries"),
-    "mrr": (False, "reciprocal rank in the top {k}, relevant = tied at the pool's maximum S(p|Q); all queries"),
-}
-
-
-class DorisMeasure(_measures.RankingMeasure):
-    """One measure of the paper's evaluation code.
-
-    Per query it reads the run's ranking of the pool (run documents outside the pool are dropped),
-    the qrels' S(p|Q) and |Q| (an ``n_aspects`` column of the qrels, else :func:`aspect_count`).
-    Queries without a relevant abstract are left out of R@k, RP and MAP, as the paper's code does
-    (``continue``): their per-query value is NaN in :meth:`per_query`, and in ``pt.Experiment`` the
-    per-query values are weighted (n / number of queries kept, 0 for a left-out query) so that its
-    plain mean equals the paper's mean.  nDCG and MRR average over all queries.
-    """
-
-    def __init__(self, name: str, kind: str, k: Optional[Union[int, float]] = None, description: str = ""):
-        if kind not in _KINDS:
-            raise ValueError(f"unknown DORIS-MAE measure kind {kind!r}")
-        super().__init__(name, description or _KINDS[kind][1].format(k=k))
-        self.kind = kind
-        self.k = k
-
-    # -- one query ----------------------------------------------------------------------------
-    def query_value(self, ranked: Sequence[str], grades_of: Mapping[str, float], n_aspects: float) -> float:
-        """The value for one query: ``ranked`` the run's docnos in rank order, ``grades_of`` the pool's
-        S(p|Q) by docno, ``n_aspects`` |Q|.  NaN when the query is left out."""
-        ranked = [d for d in ranked if d in grades_of]
-        if _KINDS[self.kind][0]:
-            relevant = {d for d, g in grades_of.items() if g >= n_aspects and d not in REMOVED_ABSTRACTS}
-            if not relevant:
-                return float("nan")
-            if self.kind == "recall":
-                return recall_at_k(ranked, relevant, int(self.k))
-            if self.kind == "rp":
-                return r_precision(ranked, relevant)
-            return average_precision(ranked, relevant)
-        grades = [grades_of[d] for d in ranked]
-        pool = list(grades_of.values())
-        if self.kind == "mrr":
-            return reciprocal_rank_at_max(grades, pool, int(self.k))
-        return ndcg_at_fraction(grades, pool, float(self.k), exponential=self.kind == "ndcg_exp")
-
-    def compute(self, judged: Mapping[str, Mapping[str, float]], ranked: Mapping[str, Sequence[str]],
-                n_aspects: Mapping[str, float]) -> Dict[str, float]:
-        """Unweighted per-query values (NaN = left out) from plain dicts."""
-        return {qid: self.query_value(ranked.get(qid, []), grades_of, n_aspects[qid]) for qid, grades_of in judged.items()}
-
-    # -- ir_measures --------------------------------------------------------------------------
-    def values(self, qrels, run) -> Dict[str, float]:
-        judged, n = _judged_dicts(qrels)
-        ranked = {str(qid): [str(d) for d in df["doc_id"]] for qid, df in run.groupby("query_id", sort=False)}
-        return self.compute(judged, ranked, n)
-
-
-def _judged_dicts(qrels) -> Tuple[Dict[str, Dict[str, float]], Dict[str, float]]:
-    judged: Dict[str, Dict[str, float]] = {}
-    n: Dict[str, float] = {}
-    has_n = "n_aspects" in qrels.columns
-    for qid, df in qrels.groupby("query_id", sort=False):
-        qid = str(qid)
-        judged[qid] = dict(zip(df["doc_id"].astype(str), df["relevance"].astype(float)))
-        n[qid] = float(df["n_aspects"].iloc[0]) if has_n else float(aspect_count(qid))
-    return judged, n
-
-
-#: the paper's measures, in its table order (names usable on ``sci/doris-mae`` ids)
-PAPER_MEASURES = ["R@5", "R@20", "RP", "NDCG@10%", "NDCGexp@10%", "MRR@10", "MAP"]
-#: Table 2's columns (NDCG@10% is only in the appendix tables)
-TABLE2_MEASURES = ["R@5", "R@20", "RP", "NDCGexp@10%", "MRR@10", "MAP"]
-_DEFS = {"R@5": ("recall", 5), "R@20": ("recall", 20), "RP": ("rp", None), "NDCG@10%": ("ndcg", 0.1),
-         "NDCGexp@10%": ("ndcg_exp", 0.1), "MRR@10": ("mrr", 10), "MAP": ("map", None)}
-
-
-def measure(name: str) -> DorisMeasure:
-    """``"R@5"`` or ``"doris.R@5"`` -> the registered measure."""
-    short = name[len("doris."):] if name.startswith("doris.") else name
-    return _measures.get("doris." + short)
-
-
-def _register_measures():
-    aliases = {}
-    for short, (kind, k) in _DEFS.items():
-        full = "doris." + short
-        _measures.register(full, DorisMeasure(full, kind, k), replace=True)
-        aliases[short] = full
-    _measures.register_aliases(NAME, aliases)
-
-
-# ----------------------------------------------------------------------------------------------
-# the paper's table: means x100, bootstrap standard errors, the random baseline
-# ----------------------------------------------------------------------------------------------
-
-def _qrels_dicts(dataset_or_qrels) -> Tuple[Dict[str, Dict[str, float]], Dict[str, float]]:
-    import pandas as pd
-    if isinstance(dataset_or_qrels, str):
-        df = scores_frame(dataset_or_qrels).rename(columns={"qid": "query_id", "docno": "doc_id", "score": "relevance"})
-    else:
-        df = pd.DataFrame(dataset_or_qrels).rename(columns={"qid": "query_id", "docno": "doc_id", "label": "relevance"})
-    return _judged_dicts(df)
-
-
-def _ranked(res) -> Dict[str, List[str]]:
-    if "rank" in res.columns:
-        res = res.sort_values(["qid", "rank"], kind="stable")
-    else:
-        res = res.sort_values(["qid", "score"], ascending=[True, False], kind="stable")
-    return {str(q): [str(d) for d in df["docno"]] for q, df in res.groupby("qid", sort=False)}
-
-
-def bootstrap_se(values: Sequence[float], n: int = 1000, seed: int = 0) -> float:
-    """Standard deviation of the mean over ``n`` resamples of the queries (with replacement), NaN
-    values (left-out queries) dropped inside each resample - the paper's bootstrap."""
-    import numpy as np
-    v = np.asarray(list(values), dtype=float)
-    if v.size == 0:
-        return float("nan")
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, v.size, size=(n, v.size))
-    sample = v[idx]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        means = np.nanmean(sample, axis=1)
-    return float(np.nanstd(means))
-
-
-def evaluate(runs: Mapping[str, "object"], qrels, measures: Sequence[str] = tuple(PAPER_MEASURES),
-             bootstrap: int = 0, seed: int = 0, scale: float = 100.0, qids: Optional[Iterable[str]] = None):
-    """The paper's table: one row per run (``{name: result frame}``), the mean of each measure x``scale``
-    over the queries it keeps, and with ``bootstrap=N`` a ``<measure> SE`` column (bootstrap standard
-    error over queries, the paper's ``±``).  ``qrels`` is a ``sci/doris-mae`` id or a qrels frame
-    (``qid``, ``docno``, ``label``, optional ``n_aspects``); ``qids`` restricts the queries."""
-    import numpy as np
-    import pandas as pd
-    judged, n = _qrels_dicts(qrels)
-    if qids is not None:
-        keep = {str(q) for q in qids}
-        judged = {q: v for q, v in judged.items() if q in keep}
-    rows = []
-    for name, res in runs.items():
-        ranked = _ranked(res)
-        row = {"name": name}
-        for m in measures:
-            vals = measure(m).compute(judged, ranked, n)
-            arr = np.array(list(vals.values()), dtype=float)
-            row[m] = float(np.nanmean(arr)) * scale if np.any(~np.isnan(arr)) else float("nan")
-            if bootstrap:
-                row[m + " SE"] = bootstrap_se(arr, bootstrap, seed) * scale
-        rows.append(row)
-    return pd.DataFrame(rows)
-
-
-def random_baseline(qrels, trials: int = 100, seed: int = 0, measures: Sequence[str] = tuple(PAPER_MEASURES),
-                    scale: float = 100.0, qids: Optional[Iterable[str]] = None, name: str = "Random"):
-    """The paper's random row: the mean, over ``trials`` random shufflings of every pool, of each measure."""
-    import numpy as np
-    import pandas as pd
-    judged, n = _qrels_dicts(qrels)
-    if qids is not None:
-        keep = {str(q) for q in qids}
-        judged = {q: v for q, v in judged.items() if q in keep}
-    rng = np.random.default_rng(seed)
-    ms = {m: measure(m) for m in measures}
-    sums = {m: 0.0 for m in measures}
-    for _ in range(trials):
-        ranked = {q: [d for d in rng.permutation(list(g))] for q, g in judged.items()}
-        for m, mm in ms.items():
-            arr = np.array(list(mm.compute(judged, ranked, n).values()), dtype=float)
-            sums[m] += float(np.nanmean(arr)) if np.any(~np.isnan(arr)) else 0.0
-    return pd.DataFrame([{"name": name, **{m: sums[m] / trials * scale for m in measures}}])
-
-
-# ----------------------------------------------------------------------------------------------
 # registration
 # ----------------------------------------------------------------------------------------------
 
@@ -885,4 +636,3 @@ def _register_all():
 
 
 _register_all()
-_register_measures()

@@ -1,71 +1,23 @@
-"""MIR-MultiCite (Garikaparthi et al., ACL 2025; ``000_17ca5570851d03ea.txt`` §3-§4, §6.2):
-methodology inspiration retrieval.  Queries are research *proposals* (problem + motivation, no
-methodology) extracted from the abstracts of citing papers; documents are the papers they cite
-(title when known, abstract); a cited paper is relevant when one of its citation contexts has a
-*methodological* intent (MultiCite's ``Uses`` or ``Extention`` - sic, as in the data).
+"""MIR-MultiCite (Garikaparthi et al., ACL 2025): methodology inspiration retrieval.  Queries are research
+*proposals*, documents the papers they cite; a cited paper is relevant when a citation context has a
+methodological intent (MultiCite's ``Uses`` or ``Extention``, sic).
 
-Registered ids (``pt.get_dataset("irds:<id>")``):
-
-==============================================  ==================================================
-``sci/mir-multicite/dev``                       the dev split (86 proposals, 1,004 citation contexts,
-                                                179 cited papers), restricted corpus; offline in
-                                                ``mir-multicite/mir_dev_chronological.csv``
-``sci/mir-multicite/{train,test}``              the official train / test splits (restricted corpus),
-                                                downloaded from the authors' release when reachable
-``sci/mir-multicite/train-aug``                 the augmented training split (Aug-T, Table 1), not in
-                                                the public release snapshot: place the file yourself
-``sci/mir-multicite/{split}/restricted``        the same as ``{split}``
-``sci/mir-multicite/{dev,test}/extended``       the extended corpus (needs the train split)
-``sci/mir-multicite/dev/chrono-train``          offline protocol: the chronologically first 60% of the
-``sci/mir-multicite/dev/chrono-test``           dev proposals (training) and the other 40% (testing,
-``sci/mir-multicite/dev/chrono-test/extended``  restricted or extended corpus); no proposal is in both
-==============================================  ==================================================
-
-* queries: ``query_id`` = the citing paper's id (``ACL:W19-0804``, ``ARXIV:1906.09912``,
-  ``CorpusID:...``), ``text`` = the released proposal.  The release's rows are per MultiCite
-  paper id (``ABC_<hash>_<n>``); several of them can belong to one citing paper and carry the same
-  proposal, so they are merged: a proposal is a citing paper (86 in dev, as Table 1 counts);
-* documents: ``doc_id`` = the Semantic Scholar id of the cited paper, ``title`` (empty: the release
-  has none), ``abstract``; ``default_text()`` is title and abstract;
-* qrels: every (proposal, cited paper) pair, ``relevance`` 1 when some context of the pair has a
-  methodological intent, else 0 (cited, but not methodologically);
-* scoreddocs (``get_results()``, component ``pool``): each proposal's corpus.  Restricted: every
-  cited paper of the split.  Extended: the cited papers of the training split plus the proposal's
-  *own* ground truth - the release's README: the extended corpus "dynamically considers cited papers
-  from both the training set and ground-truth citations associated with each test proposal".  The
-  documents of an extended id are the union (training papers and every proposal's ground truth), so
-  ``pool >> dense`` reproduces the per-proposal corpus and plain ``dense`` searches the union;
-* the citation graph: ``ir_datasets.load(id).citations_iter()`` yields :class:`MIRCitation`
-  (proposal, cited paper, context, intent, methodological); :func:`proposals` gives the proposals with
-  the citing abstract and the released PL-Marker keywords.
-  :class:`pyterrier_sci.plugins.dense.mag.MethodologyAdjacencyGraph` is built from either.
-
-Measures (§6.2), registered as ``mir.R@3``, ``mir.R@5``, ``mir.R@10``, ``mir.R@20``, ``mir.mAP``;
-on ``sci/mir-multicite`` ids the short names ``R@3``, ``R@5``, ``R@10``, ``R@20``, ``mAP``,
-``MAP`` and ``AP`` mean these (``ps.measures.parse([...], dataset=...)``).  Per proposal they are
-exactly ir_measures' ``R@k`` and ``AP`` (relevant = relevance >= 1; documents of the run without a
-judgement count as not relevant; AP divides by the number of ground-truth papers, retrieved or not).
-They differ in the mean: a proposal without any methodological citation has no defined recall, and
-the MIR measures leave it out (18 of the 86 dev proposals), whereas ir_measures counts it as 0.
-
-The offline chronological protocol (:func:`chronological_order`): proposals are ordered by the
-date their id gives - arXiv ``YYMM``; ACL Anthology ``<venue letter><YY>-`` by the venue's month
-(E April, N/S June, P July, D/K November; other letters and ``2020.*`` ids only the year, placed
-after the dated proposals of that year); ``CorpusID:`` ids carry no date and come last - ties in
-release order.  The first ``CHRONO_TRAIN_FRACTION`` (60%) are ``chrono-train``.
+Registers ``sci/mir-multicite/{train,dev,test,train-aug}[/restricted,/extended]`` and the offline
+chronological protocol ``sci/mir-multicite/dev/chrono-{train,test}[/extended]``; reads the release's
+files, the citation graph (``citations_iter()``) and the proposals.  See ``docs/mir.md``.
 """
 
 import functools
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, Iterable, Iterator, List, Mapping, NamedTuple, Optional, Sequence, Set, Tuple, Union
+from typing import Dict, Iterable, Iterator, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
 
 import ir_datasets
 
-from pyterrier_sci import measures as _measures
+from pyterrier_sci.corpus import irds_id
 from pyterrier_sci.data import DamagedDataError, DataFile, iter_csv
-from ._base import FnDocs, FnQrels, FnQueries, FnScoredDocs, register
+from pyterrier_sci.irds import FnDocs, FnQrels, FnQueries, FnScoredDocs, register
 
 NAME = "sci/mir-multicite"
 #: MultiCite intents that make a citation methodological (§4: "Uses or Extension"; the data spells it Extention)
@@ -76,21 +28,22 @@ _REPO = "https://github.com/Anikethh/Methodology-Inspiration-Retrieval"
 _RAW = "https://raw.githubusercontent.com/Anikethh/Methodology-Inspiration-Retrieval"
 _RELEASE = "c40dca1e029150dd41b1257b8436fa7fd34332b8"    # the release with train/dev/test (CC BY 4.0 / CC BY-NC 2.0)
 _SNAPSHOT = "34cf11094d7709a4d4d79af8202674bcf8157c69"   # the snapshot whose dev file is in shared/data
-_SOURCE = f"the authors' release {_REPO} (data/, commit {_RELEASE[:8]}; MIR parts CC BY 4.0, MultiCite parts CC BY-NC 2.0)"
+_SOURCE = (f"the authors' release {_REPO} (data/, commit {_RELEASE[:8]}; MIR parts CC BY 4.0, "
+           f"MultiCite parts CC BY-NC 2.0)")
 
 FILES = {
     "dev": DataFile("mir-multicite/mir_dev_chronological.csv", url=f"{_RAW}/{_SNAPSHOT}/data/dev_chronological.csv",
                     source=f"{_REPO} data/dev_chronological.csv (commit {_SNAPSHOT[:8]}), or the project's "
                            f"shared/data/mir-multicite",
                     sha256="90aed6fdcaa4968a6d05e652ae9772d824f1e921c1757566ff8aa82dd5cc5b75"),
-    "train": DataFile("mir-multicite/train_chronological_df.csv", url=f"{_RAW}/{_RELEASE}/data/train_chronological_df.csv",
-                      source=_SOURCE),
+    "train": DataFile("mir-multicite/train_chronological_df.csv",
+                      url=f"{_RAW}/{_RELEASE}/data/train_chronological_df.csv", source=_SOURCE),
     "test": DataFile("mir-multicite/test_chronological_df.csv", url=f"{_RAW}/{_RELEASE}/data/test_chronological_df.csv",
                      source=_SOURCE),
     "train-aug": DataFile("mir-multicite/augmented_train_chronological_df.csv",
                           source=f"the MIR-MultiCite-Aug training split (Table 1, Aug-T); it is not part of the public "
-                                 f"release at {_REPO} (commit {_RELEASE[:8]}): ask the authors, and save it under this name "
-                                 f"with the release's columns"),
+                                 f"release at {_REPO} (commit {_RELEASE[:8]}): ask the authors, and save it under "
+                                 f"this name with the release's columns"),
 }
 SPLITS = ("train", "dev", "test", "train-aug")
 
@@ -174,7 +127,7 @@ def _remedy(path: str) -> str:
         return known.remedy()
     return (f"a file that is not a MIR-MultiCite file cannot be read: give one with the release's columns "
             f"{list(REQUIRED_COLUMNS)} (restore it from {_SOURCE}, or build it with "
-            f"pyterrier_sci.plugins.annotate.proposals.build_mir_data)")
+            f"pyterrier_sci.plugins.mir.proposals.build_mir_data)")
 
 
 @functools.lru_cache(maxsize=8)
@@ -188,8 +141,8 @@ def _read(path: str, mtime: float) -> Split:
         qid = (row.get("actual_ids") or row.get("paper_id") or "").strip()
         doc = (row.get("cited_paper_id") or "").strip()
         if not qid or not doc:
-            raise DamagedDataError(path, f"the row has no citing paper id ('actual_ids') or no cited paper id "
-                                         f"('cited_paper_id')", line, remedy)
+            raise DamagedDataError(path, "the row has no citing paper id ('actual_ids') or no cited paper id "
+                                         "('cited_paper_id')", line, remedy)
         if qid not in proposals:
             proposals[qid] = Proposal(qid, (row.get("proposal") or "").strip(),
                                       (row.get("citing_paper_abstracts") or "").strip(),
@@ -206,7 +159,7 @@ def read_csv(path: Union[str, Path]) -> Split:
     """Parses a file with the release's columns (``actual_ids``, ``cited_paper_id``, ``citation_text``,
     ``intent``, ``cited_paper_abstracts``, ``proposal``; optional ``citing_paper_abstracts``,
     ``keyword``, ``gen_id``, ``cited_paper_title``) - a release split or one built with
-    :func:`pyterrier_sci.plugins.annotate.proposals.build_mir_data`."""
+    :func:`pyterrier_sci.plugins.mir.proposals.build_mir_data`."""
     p = Path(path)
     return _read(str(p.resolve()), p.stat().st_mtime)
 
@@ -228,8 +181,9 @@ _ACL_MONTH = {"E": 4, "N": 6, "S": 6, "P": 7, "D": 11, "K": 11}
 
 
 def proposal_date(qid: str) -> Tuple[int, int]:
-    """``(year, month)`` from a citing paper id; month 13 when only the year is known, ``(9999, 13)``
-    when the id carries no date (see the module doc)."""
+    """``(year, month)`` from a citing paper id: arXiv ``YYMM``; ACL Anthology ``<venue letter><YY>-`` by
+    the venue's month (E April, N/S June, P July, D/K November); month 13 when only the year is known
+    (other letters, ``2020.*`` ids), ``(9999, 13)`` when the id carries no date (``CorpusID:``)."""
     q = str(qid)
     m = re.match(r"ARXIV:(\d{2})(\d{2})\.", q, re.I)
     if m:
@@ -351,7 +305,7 @@ class View:
 
 
 def _view_of(dataset: str) -> View:
-    ds = dataset[5:] if dataset.startswith("irds:") else dataset
+    ds = irds_id(dataset)
     if ds not in _VIEWS:
         raise ValueError(f"{dataset} is not a MIR-MultiCite id (known: {', '.join(sorted(_VIEWS))})")
     return _VIEWS[ds]
@@ -371,11 +325,6 @@ def citations(dataset: str) -> List[MIRCitation]:
     return [c for c in v.data().citations if c.query_id in keep]
 
 
-def citing_split(dataset: str) -> str:
-    """The release split behind an id (``dev`` for ``sci/mir-multicite/dev/chrono-test``)."""
-    return _view_of(dataset).split
-
-
 class Citations:
     """The ir_datasets constituent that puts :meth:`citations_iter` on a MIR-MultiCite dataset."""
 
@@ -385,97 +334,6 @@ class Citations:
     def citations_iter(self) -> Iterator[MIRCitation]:
         keep = set(self._view.qids())
         return (c for c in self._view.data().citations if c.query_id in keep)
-
-    def proposals_iter(self) -> Iterator[Proposal]:
-        props = self._view.data().proposals
-        return (props[q] for q in self._view.qids())
-
-
-# ----------------------------------------------------------------------------------------------
-# the measures of §6.2
-# ----------------------------------------------------------------------------------------------
-
-class MIRMeasure(_measures.RankingMeasure):
-    """Recall@k or AP of §6.2 over the proposals that have ground truth.
-
-    Per proposal: relevant = qrels relevance >= 1; the run's ranking is taken as given (unjudged
-    documents are not relevant).  Proposals without a relevant paper are left out of the mean: in
-    ``pt.Experiment`` the per-query values are weighted (n / kept, 0 for a left-out proposal) so that
-    the plain mean it takes is the mean over the kept proposals; :meth:`per_query` gives unweighted
-    values (NaN = left out).  A proposal of the qrels missing from the run scores 0."""
-    def __init__(self, name: str, kind: str, k: Optional[int] = None):
-        if kind not in ("recall", "ap"):
-            raise ValueError(f"unknown MIR measure kind {kind!r}")
-        super().__init__(name, f"recall at {k}: ground truth = methodologically cited papers; proposals without any left out"
-                         if kind == "recall" else
-                         "average precision over the ground truth (mAP of §6.2); proposals without any left out")
-        self.kind = kind
-        self.k = k
-
-    def query_value(self, ranked: Sequence[str], relevant: Set[str]) -> float:
-        if not relevant:
-            return float("nan")
-        if self.kind == "recall":
-            return _measures.recall_of(ranked, relevant, int(self.k))
-        return _measures.average_precision_of(ranked, relevant)
-
-    def compute(self, relevant: Mapping[str, Set[str]], ranked: Mapping[str, Sequence[str]]) -> Dict[str, float]:
-        return {q: self.query_value(ranked.get(q, []), rel) for q, rel in relevant.items()}
-
-    def values(self, qrels, run) -> Dict[str, float]:
-        relevant: Dict[str, Set[str]] = {}
-        for q, d, r in zip(qrels["query_id"].astype(str), qrels["doc_id"].astype(str), qrels["relevance"]):
-            s = relevant.setdefault(q, set())
-            if float(r) >= 1:
-                s.add(d)
-        ranked = {str(q): [str(d) for d in df["doc_id"]] for q, df in run.groupby("query_id", sort=False)}
-        return self.compute(relevant, ranked)
-
-
-#: the measures of the paper's tables
-PAPER_MEASURES = ["R@3", "R@5", "mAP"]
-_DEFS = {"R@3": ("recall", 3), "R@5": ("recall", 5), "R@10": ("recall", 10), "R@20": ("recall", 20), "mAP": ("ap", None)}
-
-
-def measure(name: str) -> MIRMeasure:
-    short = name[len("mir."):] if name.startswith("mir.") else name
-    return _measures.get("mir." + short)
-
-
-def _register_measures():
-    aliases = {}
-    for short, (kind, k) in _DEFS.items():
-        full = "mir." + short
-        _measures.register(full, MIRMeasure(full, kind, k), replace=True)
-        aliases[short] = full
-    aliases.update({"MAP": "mir.mAP", "AP": "mir.mAP", "map": "mir.mAP"})
-    _measures.register_aliases(NAME, aliases)
-
-
-def evaluate(runs: Mapping[str, object], dataset: str, measures: Sequence[str] = tuple(PAPER_MEASURES),
-             scale: float = 100.0):
-    """The paper's table: one row per run (``{name: result frame}``), each measure's mean x``scale``
-    over the proposals of ``dataset`` that have ground truth, and ``n`` (how many)."""
-    import numpy as np
-    import pandas as pd
-    v = _view_of(dataset)
-    relevant = {q: {d for d, r in docs.items() if r} for q, docs in v.judged().items()}
-    for q in v.qids():
-        relevant.setdefault(q, set())
-    rows = []
-    for name, res in runs.items():
-        if "rank" in res.columns:
-            res = res.sort_values(["qid", "rank"], kind="stable")
-        else:
-            res = res.sort_values(["qid", "score"], ascending=[True, False], kind="stable")
-        ranked = {str(q): [str(d) for d in df["docno"]] for q, df in res.groupby("qid", sort=False)}
-        row = {"name": name}
-        for m in measures:
-            vals = np.array(list(measure(m).compute(relevant, ranked).values()), dtype=float)
-            row[m] = float(np.nanmean(vals)) * scale if np.any(~np.isnan(vals)) else float("nan")
-        row["n"] = int(sum(1 for r in relevant.values() if r))
-        rows.append(row)
-    return pd.DataFrame(rows)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -557,4 +415,3 @@ def _register_all():
 
 
 _register_all()
-_register_measures()

@@ -1,52 +1,20 @@
 """SciFullBench (PRISM, 003_48f411899270a37b.txt §4.1, appendix A), read from its released layout.
 
-The release (Hugging Face ``Jackson0018/SciFullBench``; github.com/psw0021/PRISM reads it) is a
-folder ``SciFullBench/`` holding::
-
-    Final_Dataset_w_citations_mentions_removed/
-      Benchmark/<Venue>/<Relation>/<query>.json     Venue: ACL, EMNLP, ICLR, NeurIPS
-                                                    Relation: Direct_References, Cited_Papers
-      Target_Corpus/<name>/corpus.json              the candidate corpus (~40K arXiv papers)
-    <full_paper_directory paths>                    full texts (``.mmd``), relative to SciFullBench/
-
-A query file is ``{"id": ..., "Query": {"title", "abstract", "full_paper_directory"},
-"Total_Candidate": [{"title", "abstract", ...}, ...]}`` (its relevant papers); a corpus item is
-``{"id"?, "title", "abstract", "full_paper_directory"?, "chunked_sections_list" |
-"chunked_sections" | "chunked_sections_<unit>": [segment, ...]}``.  As in PRISM's code, a
-candidate is matched to the corpus by its title and abstract (whitespace and case folded), and
-by its title alone where the abstract differs.
-
-Put the ``SciFullBench`` folder at ``<data dir>/scifullbench`` (or give ``root`` to
-:func:`register_scifullbench`).  Registered ids:
-
-======================================  =============================================================
-``sci/scifullbench``                    the target corpus (documents as in ``sci/acl-fulltext``:
-                                        ``text`` = title and abstract, ``title``, ``abstract``,
-                                        ``full_text``, ``sections``)
-``sci/scifullbench/<venue>/<relation>``  queries and qrels; venue ``acl``, ``emnlp``, ``iclr``,
-                                        ``neurips``; relation ``references`` (Direct_References)
-                                        or ``citations`` (Cited_Papers)
-``sci/scifullbench/segments``           the release's own segments (``chunked_sections*``), docnos
-                                        ``<paper>%p<i>`` as in :mod:`pyterrier_sci.text`
-``sci/scifullbench/chunks-<unit>``      our windows of the full texts (:data:`STANDARD_UNITS`)
-======================================  =============================================================
-
-Documents: ``doc_id`` is the item's ``id`` (``sfb-<sha1 of title and abstract>`` when it has none).
-``full_text`` is the ``.mmd`` file named by ``full_paper_directory`` when it is there, else the
-abstract and the segments joined; ``sections`` are the markdown sections of the ``.mmd`` text.
-Queries carry the same fields plus ``paper_docno``: the query paper's docno in the corpus, or ""
-(use ``exclude_query_paper(column="paper_docno")`` so that it is never its own candidate).
-Measures: ``Recall@K`` / ``MRR@50`` aliases as for ``sci/acl-fulltext``.
+Registers ``sci/scifullbench`` (the target corpus), ``/<venue>/{references,citations}`` (queries and
+qrels, candidates matched to the corpus by title and abstract as PRISM's code does), ``/segments`` and
+``/chunks-<unit>`` over ``<data dir>/scifullbench`` (:func:`register_scifullbench`).  See ``docs/prism.md``.
 """
 import hashlib
 import re
+import sys
 from pathlib import Path
 from typing import Dict, Iterator, List, NamedTuple, Optional, Tuple
 
 import ir_datasets
 
 from pyterrier_sci.data import DamagedDataError, MissingDataError, data_dir, read_json
-from ._base import FnDocs, FnQrels, FnQueries, register
+from pyterrier_sci.irds import FnDocs, FnQrels, FnQueries, register
+
 from .acl_fulltext import FullPaper, Section, clean
 
 NAME = "sci/scifullbench"
@@ -233,7 +201,8 @@ class SciFullBench:
                 paper = self._paper(qid, q)
                 own = self.find(q.get("title"), q.get("abstract")) or ""
                 rel = []
-                for cand in data.get("Total_Candidate") or data.get("Candidate") or data.get("Correct_Candidates") or []:
+                cands = data.get("Total_Candidate") or data.get("Candidate") or data.get("Correct_Candidates") or []
+                for cand in cands:
                     d = self.find(cand.get("title"), cand.get("abstract")) if isinstance(cand, dict) else None
                     if d is not None and d != own and d not in rel:
                         rel.append(d)
@@ -255,7 +224,8 @@ def register_scifullbench(root: Optional[Path] = None, name: str = NAME) -> SciF
     for venue in VENUES:
         for relation in RELATIONS:
             register(f"{name}/{venue}/{relation}", docs,
-                     FnQueries(name, lambda v=venue, r=relation: (q for q, _ in bench.queries(v, r)), SciFullBenchQuery),
+                     FnQueries(name, lambda v=venue, r=relation: (q for q, _ in bench.queries(v, r)),
+                               SciFullBenchQuery),
                      FnQrels(lambda v=venue, r=relation: (ir_datasets.formats.GenericQrel(q.query_id, d, 1)
                                                           for q, rel in bench.queries(v, r) for d in rel), defs),
                      documentation={"desc": f"SciFullBench {VENUES[venue]} {RELATIONS[relation]}"})
@@ -272,3 +242,6 @@ BENCH = register_scifullbench()
 
 def missing_files() -> List[str]:
     return BENCH.missing_files()
+
+#: id prefix -> what reports its missing files (``pyterrier-sci datasets``)
+STATUS = {NAME: sys.modules[__name__]}

@@ -28,10 +28,11 @@ import pandas as pd
 import pyterrier as pt
 
 import pyterrier_sci as ps
+from pyterrier_sci.corpus import PoolRetriever
 from pyterrier_sci.data import work_dir
-from pyterrier_sci.datasets import PoolRetriever
 from pyterrier_sci.datasets import doris_mae as dm
-from pyterrier_sci.plugins.dense.doris import ContrastiveModel, MaxSimScorer, fine_tune, make_triplets
+from pyterrier_sci.plugins.doris_mae import ContrastiveModel, MaxSimScorer, fine_tune, make_triplets
+from pyterrier_sci.plugins.doris_mae import measures as dmm
 
 DS = "irds:sci/doris-mae/birco-dev"
 
@@ -64,7 +65,9 @@ def fmt_table(table: pd.DataFrame, measures, se: bool) -> str:
         rows.append(cells)
     head = ["Method"] + [m.replace("NDCGexp@10%", "NDCG^exp@10%") for m in measures]
     widths = [max(len(str(x[i])) for x in rows + [head]) for i in range(len(head))]
-    line = lambda cells: "  ".join(str(c).ljust(w) if i == 0 else str(c).rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
+    def line(cells):
+        return "  ".join(str(c).ljust(w) if i == 0 else str(c).rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
+
     return "\n".join([line(head), line(["-" * w for w in widths])] + [line(r) for r in rows])
 
 
@@ -82,7 +85,7 @@ def main(argv=None) -> int:
     ap.add_argument("--retrain", action="store_true", help="train again even if the model of this configuration exists")
     args = ap.parse_args(argv)
     started = time.time()
-    measures = dm.PAPER_MEASURES
+    measures = dmm.PAPER_MEASURES
 
     topics = dm.aspect_topics(DS)
     test_ids, train_ids = dm.birco_query_ids("test20"), dm.birco_query_ids("train20")
@@ -112,7 +115,8 @@ def main(argv=None) -> int:
     if not args.skip_finetune:
         config = {"base": "default", "train": train_ids, "per_query": args.triplets_per_query, "seed": args.seed,
                   "margin": args.margin, "batch": args.batch_size, "lr": args.learning_rate, "len": args.max_seq_length}
-        out = work_dir() / "models" / ("doris-scl-minilm-" + hashlib.sha1(json.dumps(config, sort_keys=True).encode()).hexdigest()[:10])
+        digest = hashlib.sha1(json.dumps(config, sort_keys=True).encode()).hexdigest()[:10]
+        out = work_dir() / "models" / ("doris-scl-minilm-" + digest)
         t = time.time()
         if out.exists() and not args.retrain:
             model = ContrastiveModel(out)
@@ -120,9 +124,9 @@ def main(argv=None) -> int:
         else:
             triplets = make_triplets(DS, qids=train_ids, per_query=args.triplets_per_query, seed=args.seed)
             print(f"  fine-tuning on {len(triplets)} triplets of {len(train_ids)} queries ...", file=sys.stderr)
-            model = fine_tune(triplets, out, base_model="default", margin=args.margin, epochs=1, batch_size=args.batch_size,
-                              learning_rate=args.learning_rate, max_seq_length=args.max_seq_length, seed=args.seed,
-                              overwrite=True)
+            model = fine_tune(triplets, out, base_model="default", margin=args.margin, epochs=1,
+                              batch_size=args.batch_size, learning_rate=args.learning_rate,
+                              max_seq_length=args.max_seq_length, seed=args.seed, overwrite=True)
         info = model.training
         print(f"  fine-tuning: {info['triplets']} triplets, {len(info.get('loss_history', []))} steps, "
               f"{info['seconds']:.0f} s training ({time.time() - t:.0f} s here)", file=sys.stderr)
@@ -133,17 +137,19 @@ def main(argv=None) -> int:
 
     # ---- tables ------------------------------------------------------------------------------
     base_rows = {k: v for k, v in runs.items() if "fine-tuned" not in k}
-    rnd_all = dm.random_baseline(DS, trials=args.trials, seed=args.seed, measures=measures)
-    table_a = pd.concat([rnd_all, dm.evaluate(base_rows, DS, measures, bootstrap=args.bootstrap, seed=args.seed)],
+    rnd_all = dmm.random_baseline(DS, trials=args.trials, seed=args.seed, measures=measures)
+    table_a = pd.concat([rnd_all, dmm.evaluate(base_rows, DS, measures, bootstrap=args.bootstrap, seed=args.seed)],
                         ignore_index=True)
-    rnd_test = dm.random_baseline(DS, trials=args.trials, seed=args.seed, measures=measures, qids=test_ids)
-    table_b = pd.concat([rnd_test, dm.evaluate(runs, DS, measures, bootstrap=args.bootstrap, seed=args.seed, qids=test_ids)],
+    rnd_test = dmm.random_baseline(DS, trials=args.trials, seed=args.seed, measures=measures, qids=test_ids)
+    table_b = pd.concat([rnd_test, dmm.evaluate(runs, DS, measures, bootstrap=args.bootstrap, seed=args.seed,
+                                                qids=test_ids)],
                         ignore_index=True)
 
     kept = dm.scores_frame(DS).groupby("qid")["relevant"].any()
     print()
     print("Protocol: DORIS-MAE offline data (sci/doris-mae/birco-dev): the paper's 40 training queries with BIRCO's")
-    print("pools of 58-103 abstracts (subsets of the original 99-138). Every method re-ranks each pool. Measures as the")
+    print("pools of 58-103 abstracts (subsets of the original 99-138). Every method re-ranks each pool. "
+          "Measures as the")
     print("paper's code defines them, x100; ± = bootstrap standard error over queries; Random = mean of "
           f"{args.trials} shufflings.")
     print(f"R@k, RP and MAP leave out queries without a relevant abstract ({int((~kept).sum())} of 40 here; "
@@ -159,7 +165,8 @@ def main(argv=None) -> int:
         b = table_b.set_index("name")
         delta = {m: b.loc["MiniLM fine-tuned, whole text", m] - b.loc["MiniLM whole text", m] for m in measures}
         print()
-        print(f"Fine-tuned on the 20 queries of birco-dev/train20 ({ft_row['triplets']} triplets, margin {ft_row['margin']}, "
+        print(f"Fine-tuned on the 20 queries of birco-dev/train20 ({ft_row['triplets']} triplets, "
+              f"margin {ft_row['margin']}, "
               f"1 epoch, batch {ft_row['batch_size']}, max_seq_length {ft_row['max_seq_length']}); "
               "tested on the other 20.")
         print("Fine-tuned minus pretrained (whole text): " + ", ".join(f"{m} {v:+.2f}" for m, v in delta.items()))

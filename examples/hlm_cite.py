@@ -6,9 +6,9 @@ the candidate set and ``hlm_agents`` re-ranks all but the top keep_top=2 (HLM-Ci
 
 Protocol (printed with the table): queries of ``sci/hepth-core-citations`` (Eq. 1 on SNAP cit-HepTh),
 test candidate sets of |C| = ``--size`` (5 core + 5 superficial + non-citations), training on
-``--train-queries`` train-split queries (their |C| = 100 sets, for the non-citations), testing on ``--test-queries`` test-split queries (no query in
-both); frozen lower layers ``--frozen`` of MiniLM's 6; measures PREC@3/5 and NDCG@3/5 with binary
-core labels.  The figures of the run are in the README's HLM-Cite section.
+``--train-queries`` train-split queries (their |C| = 100 sets, for the non-citations), testing on
+``--test-queries`` test-split queries (no query in both); frozen lower layers ``--frozen`` of MiniLM's 6;
+measures PREC@3/5 and NDCG@3/5 with binary core labels.  The figures of the run are in the README's HLM-Cite section.
 
     PYTERRIER_SCI_DATA=../shared/data python examples/hlm_cite.py [--size 10] [--train-queries 200]
         [--test-queries 200] [--frozen 3] [--llm [--llm-queries 10]]
@@ -25,7 +25,7 @@ import pyterrier as pt
 import pyterrier_sci as ps
 from pyterrier_sci.datasets import core_citations as cc
 from pyterrier_sci.plugins.dense import DenseRetriever
-from pyterrier_sci.plugins.dense.hlm import train_curriculum
+from pyterrier_sci.plugins.hlm_cite.curriculum import train_curriculum
 
 TEXT = ("title", "abstract")  # as the training texts (HLM-Cite papers' default_text)
 _STOP = set("a an the of and or in on for to with by from at as is are was were be this that these those we our "
@@ -111,7 +111,8 @@ def evaluate(size, args, models, tr_q, train_s):
     qrels = ds.get_qrels()
     pool = ps.pipeline("pool", dataset=ds_id)
     measures = ps.measures.parse(["PREC@3", "PREC@5", "NDCG@3", "NDCG@5"], dataset=ds_id)
-    systems = [pool >> ps.pipeline("text", dataset=ds_id) >> KeywordOverlap(), pool >> ps.pipeline("bm25", dataset=ds_id),
+    systems = [pool >> ps.pipeline("text", dataset=ds_id) >> KeywordOverlap(),
+               pool >> ps.pipeline("bm25", dataset=ds_id),
                pool >> dense_on_corpus("default", args, "base")]
     names = ["keyword overlap", "BM25", "MiniLM (base)"]
     for label, path in models.items():
@@ -119,7 +120,8 @@ def evaluate(size, args, models, tr_q, train_s):
         names.append(f"MiniLM + {label}")
     table = ps.Experiment(systems, topics, qrels, measures, names=names, baseline=2)
     print(f"\nsci/hepth-core-citations, |C| = {size} (5 core + 5 superficial + non-citations); "
-          f"trained on {len(tr_q)} train-split queries (|C| = 100), tested on {len(topics)} test-split queries (disjoint); "
+          f"trained on {len(tr_q)} train-split queries (|C| = 100), "
+          f"tested on {len(topics)} test-split queries (disjoint); "
           f"MiniLM-L6 with {args.frozen} of 6 layers frozen, {args.max_seq_length} tokens while training, "
           f"{args.encode_length} when encoding; training seconds: "
           + ", ".join(f"{k} {v:.0f}" for k, v in train_s.items()))
@@ -136,7 +138,7 @@ def workflow_table(size, args, models, topics, qrels, measures, pool, base, curr
     """Table 3's structure on the first ``--llm-queries`` test queries: the retriever alone against
     the workflow of pipelines/hlm_cite.yaml (top r = 8 re-scored from the candidates' text, the
     agents re-rank ranks 3-8, top k = 5 returned) with the configured LLM (docs/llm.md)."""
-    from pyterrier_sci.plugins.llm import HLMAgents
+    from pyterrier_sci.plugins.hlm_cite import HLMAgents
     topics = topics.head(args.llm_queries)
     agents = HLMAgents(keep_top=2, text_field="abstract", on_error="flag")
     text = ps.pipeline("text", dataset=f"irds:sci/hepth-core-citations/test/c{size}")

@@ -1,7 +1,8 @@
 """MIR (000_17ca5570851d03ea.txt) on the data at hand: the structure of Tables 2, 5 and 10.
 
     python examples/mir.py --threads 1           # BM25, MiniLM, MiniLM fine-tuned (Table 2)
-    python examples/mir.py --ablations           # + w/o MAG-guided sampling (Table 5), T1 / T1+T2 / T1+T3 / all (Table 10)
+    python examples/mir.py --ablations           # + w/o MAG-guided sampling (Table 5),
+                                                 #   T1 / T1+T2 / T1+T3 / all (Table 10)
     python examples/mir.py --llm http://127.0.0.1:8080/v1 --llm-queries 5   # + mir_pointwise / mir_agent (Table 3)
 
 Offline only the dev split of MIR-MultiCite exists, so the protocol is: train on the
@@ -46,8 +47,10 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=None,
                     help="torch threads (1 is several times faster than 2 on a machine whose cores are shared)")
-    ap.add_argument("--ablations", action="store_true", help="also train w/o S and the other triplet sets (T1, T1+T2, T1+T3, all)")
-    ap.add_argument("--llm", default=None, help="base URL of an OpenAI-compatible server: adds mir_pointwise / mir_agent")
+    ap.add_argument("--ablations", action="store_true",
+                    help="also train w/o S and the other triplet sets (T1, T1+T2, T1+T3, all)")
+    ap.add_argument("--llm", default=None,
+                    help="base URL of an OpenAI-compatible server: adds mir_pointwise / mir_agent")
     ap.add_argument("--llm-mode", default="completion", choices=["completion", "chat", "auto"])
     ap.add_argument("--llm-k", type=int, default=10, help="re-rank the fine-tuned top k (the paper's elbow choice: 10)")
     ap.add_argument("--llm-queries", type=int, default=5)
@@ -60,12 +63,14 @@ def main(argv=None):
         torch.set_num_threads(args.threads)
     import pandas as pd
     import pyterrier as pt
-    import pyterrier_sci as ps
-    from pyterrier_sci.datasets import mir_multicite as M
-    from pyterrier_sci.plugins.dense.mag import MethodologyAdjacencyGraph
-    from pyterrier_sci.plugins.dense.mir import mir_dense_component
 
-    TRAIN, TEST_R, TEST_E = ("irds:sci/mir-multicite/dev/chrono-train", "irds:sci/mir-multicite/dev/chrono-test",
+    import pyterrier_sci as ps
+    from pyterrier_sci.datasets import mir_multicite as M  # noqa: N812
+    from pyterrier_sci.plugins.mir.mag import MethodologyAdjacencyGraph
+    from pyterrier_sci.plugins.mir.training import mir_dense_component
+
+    TRAIN, TEST_R, TEST_E = ("irds:sci/mir-multicite/dev/chrono-train",  # noqa: N806
+                             "irds:sci/mir-multicite/dev/chrono-test",
                              "irds:sci/mir-multicite/dev/chrono-test/extended")
     train_q, test_q = M.chrono_parts(M.load_split("dev"))
     assert not set(train_q) & set(test_q)
@@ -125,8 +130,9 @@ def main(argv=None):
         t5 = table.loc[["MiniLM (FT)", "MiniLM (FT) w/o S"], [("Extended", "mAP"), ("Restricted", "mAP")]]
         print(t5.to_string())
         print("\nTable 10 (structure): triplet configurations, x100")
-        rows = {"Base": "MiniLM", **{("T1+T2+T3" if t == "all" else t):
-                                     ("MiniLM (FT)" if t == args.triplets else f"MiniLM (FT) {t}") for t in triplet_rows}}
+        rows = {"Base": "MiniLM",
+                **{("T1+T2+T3" if t == "all" else t): ("MiniLM (FT)" if t == args.triplets else f"MiniLM (FT) {t}")
+                   for t in triplet_rows}}
         t10 = table.loc[list(rows.values())]
         t10.index = list(rows)
         print(t10.to_string())
@@ -139,8 +145,9 @@ def main(argv=None):
                "table": {f"{s}/{m}": table[(s, m)].to_dict() for s, m in table.columns}}
         if llm_table is not None:
             out["llm"] = llm_table.to_dict()
-        from pyterrier_sci.data import atomic_write_text
         from pathlib import Path
+
+        from pyterrier_sci.data import atomic_write_text
         atomic_write_text(Path(args.json), json.dumps(out, indent=2))
 
 
@@ -148,9 +155,10 @@ def _llm_part(args, ft_path, test_ds, train_ds, graph, measures):
     """Table 3 (structure): zero-shot pointwise, few-shot pointwise (exemplars from the training MAG),
     MIR-Agent, re-ranking the fine-tuned retriever's top k on the restricted corpus."""
     import pyterrier as pt
+
     import pyterrier_sci as ps
-    from pyterrier_sci.plugins.dense.mir import mir_dense_component
-    from pyterrier_sci.plugins.llm import MIRAgent, MIRPointwise
+    from pyterrier_sci.plugins.mir import MIRAgent, MIRPointwise
+    from pyterrier_sci.plugins.mir.training import mir_dense_component
     llm = {"base_url": args.llm, "mode": args.llm_mode, "progress": False, "concurrency": args.llm_concurrency}
     d = pt.get_dataset(test_ds)
     topics = d.get_topics()
@@ -161,10 +169,11 @@ def _llm_part(args, ft_path, test_ds, train_ds, graph, measures):
     text = ps.pipeline("text", dataset=test_ds)
     systems = [first,
                first >> text >> MIRPointwise(llm, text_field="abstract", on_error="flag"),
-               first >> text >> MIRPointwise(llm, text_field="abstract", exemplars=graph.exemplar_frame(), on_error="flag"),
+               first >> text >> MIRPointwise(llm, text_field="abstract", exemplars=graph.exemplar_frame(),
+                                             on_error="flag"),
                first >> text >> MIRAgent(llm, text_field="abstract", on_error="flag", analysis_max_tokens=128)]
-    names = [f"MiniLM (FT) top {args.llm_k}", "+ mir_pointwise (zero-shot)", "+ mir_pointwise (few-shot, MAG exemplars)",
-             "+ mir_agent (zero-shot)"]
+    names = [f"MiniLM (FT) top {args.llm_k}", "+ mir_pointwise (zero-shot)",
+             "+ mir_pointwise (few-shot, MAG exemplars)", "+ mir_agent (zero-shot)"]
     # each system runs once; its frame gives both the measures and how often the LLM said "relevant"
     # (re-ranking keeps the first-stage order among the papers judged relevant, §5.2.1, so an LLM
     # that judges every paper relevant leaves the ranking as it was)

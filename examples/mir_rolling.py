@@ -29,9 +29,8 @@ from dataclasses import asdict
 from pathlib import Path
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from mir_validation import add_training_arguments, parse_training_arguments, training_config  # noqa: E402
+from pyterrier_sci.plugins.mir.experiments import add_training_arguments, parse_training_arguments, training_config  # noqa: E402
 
 
 def paired(per_query, base_name, name):
@@ -68,11 +67,12 @@ def main(argv=None):
     ap.add_argument("--json", default=None, help="write the per-proposal values and the tables to this JSON file")
     args = parse_training_arguments(ap, argv)
     import pandas as pd
+
     from pyterrier_sci.data import atomic_write_text, work_dir
-    from pyterrier_sci.datasets import mir_multicite as M
+    from pyterrier_sci.datasets import mir_multicite as M  # noqa: N812
     from pyterrier_sci.plugins.dense import DEFAULT_MODEL, load_sentence_transformer
-    from pyterrier_sci.plugins.dense.mag import MethodologyAdjacencyGraph
-    from pyterrier_sci.plugins.dense.mir import evaluate_part, table2_figures, train_mir
+    from pyterrier_sci.plugins.mir.mag import MethodologyAdjacencyGraph
+    from pyterrier_sci.plugins.mir.training import evaluate_part, table2_figures, train_mir
 
     split = M.load_split("dev")
     try:
@@ -87,7 +87,8 @@ def main(argv=None):
         n_gt = sum(1 for docs in split.cited(test_q).values() if any(docs.values()))
         print(f"  fold {k}: train {len(train_q)} proposals ({g}), test {len(test_q)} ({n_gt} with ground truth)")
     seeds = [int(s) for s in args.seeds.split(",")]
-    print(f"  fine-tuning: all-MiniLM-L6-v2, {json.dumps({k: v for k, v in asdict(training_config(args, 0)).items() if k != 'seed'}, default=str)}")
+    settings = {k: v for k, v in asdict(training_config(args, 0)).items() if k != 'seed'}
+    print(f"  fine-tuning: all-MiniLM-L6-v2, {json.dumps(settings, default=str)}")
     sys.stdout.flush()
 
     def run(system, model, fold):
@@ -131,7 +132,8 @@ def main(argv=None):
         print(tests[s].round({"margin": 2, "p": 3}).to_string())
     if args.json:
         atomic_write_text(Path(args.json), json.dumps({
-            "folds": [{"train": tr, "test": te} for tr, te in folds], "config": {k: v for k, v in vars(args).items() if k != "json"},
+            "folds": [{"train": tr, "test": te} for tr, te in folds],
+            "config": {k: v for k, v in vars(args).items() if k != "json"},
             "table": table.to_dict(orient="index"), "tests": {s: t.to_dict(orient="index") for s, t in tests.items()},
             "per_query": per_query.to_dict(orient="records")}, indent=2))
     return table, tests

@@ -27,61 +27,28 @@ import time
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+# the fine-tuning settings examples/mir_validation.py and examples/mir_rolling.py share
+from pyterrier_sci.plugins.mir.experiments import add_training_arguments, parse_training_arguments, training_config  # noqa: E402
+
 SETTINGS = ["extended R@3", "extended R@5", "extended mAP", "restricted R@3", "restricted R@5", "restricted mAP"]
 
 
 def validation_parts(train_q, fraction=None):
     """``(sub-train qids, validation qids)``: the chronological training proposals split again by date."""
-    from pyterrier_sci.datasets import mir_multicite as M
+    from pyterrier_sci.datasets import mir_multicite as M  # noqa: N812
     n = int(round(len(train_q) * (fraction or M.CHRONO_TRAIN_FRACTION)))
     return list(train_q[:n]), list(train_q[n:])
 
 
 def evaluate(model, split, sub_train, val_q, batch_size=32):
     """The six figures of Table 2 (x100) for ``model`` on the validation proposals."""
-    from pyterrier_sci.plugins.dense.mir import evaluate_part, table2_figures
+    from pyterrier_sci.plugins.mir.training import evaluate_part, table2_figures
     return table2_figures(evaluate_part(model, split, sub_train, val_q, batch_size=batch_size))
 
 
 def interpolate(base_state, tuned_state, w):
     """WiSE-FT weights: (1 - w) * base + w * fine-tuned (integer buffers from the fine-tuned model)."""
     return {k: (base_state[k] * (1 - w) + v * w) if v.is_floating_point() else v for k, v in tuned_state.items()}
-
-
-def add_training_arguments(ap):
-    """The fine-tuning settings (defaults: the example's, i.e. the validated pick) and --seeds/--threads."""
-    ap.add_argument("--seeds", default="0", help="comma-separated training seeds")
-    ap.add_argument("--epochs", type=int, default=1)
-    ap.add_argument("--samples", default="contexts", choices=["contexts", "proposals"])
-    ap.add_argument("--triplets", default="T1+T2", choices=["T1", "T1+T2", "T1+T3", "all"])
-    ap.add_argument("--sampling", default="on", choices=["on", "off"])
-    ap.add_argument("--batch-size", type=int, default=4)
-    ap.add_argument("--lr", type=float, default=1e-5)
-    ap.add_argument("--margin", type=float, default=0.2)
-    ap.add_argument("--alpha", type=float, default=0.5)
-    ap.add_argument("--max-seq-length", type=int, default=256)
-    ap.add_argument("--frozen-layers", type=int, default=0,
-                    help="keep the embeddings and the lowest n transformer layers at the base weights")
-    ap.add_argument("--max-steps", type=int, default=None, help="stop training after this many steps (smoke runs)")
-    ap.add_argument("--threads", type=int, default=None)
-
-
-def parse_training_arguments(ap, argv=None):
-    """Parses ``argv`` and applies ``--threads`` (torch's CPU threads) before anything trains."""
-    args = ap.parse_args(argv)
-    if args.threads:
-        import torch
-        torch.set_num_threads(args.threads)
-    return args
-
-
-def training_config(args, seed):
-    """The ``MIRTrainingConfig`` of the parsed settings for one seed."""
-    from pyterrier_sci.plugins.dense.mir import MIRTrainingConfig
-    return MIRTrainingConfig(epochs=args.epochs, samples=args.samples, triplets=args.triplets,
-                             sampling=args.sampling == "on", batch_size=args.batch_size, learning_rate=args.lr,
-                             margin=args.margin, alpha=args.alpha, max_seq_length=args.max_seq_length,
-                             max_steps=args.max_steps, frozen_layers=args.frozen_layers, seed=seed)
 
 
 def main(argv=None):
@@ -91,11 +58,12 @@ def main(argv=None):
     ap.add_argument("--json", default=None, help="write the figures to this JSON file")
     args = parse_training_arguments(ap, argv)
     import pandas as pd
+
     from pyterrier_sci.data import atomic_write_text, work_dir
-    from pyterrier_sci.datasets import mir_multicite as M
+    from pyterrier_sci.datasets import mir_multicite as M  # noqa: N812
     from pyterrier_sci.plugins.dense import DEFAULT_MODEL, load_sentence_transformer
-    from pyterrier_sci.plugins.dense.mag import MethodologyAdjacencyGraph
-    from pyterrier_sci.plugins.dense.mir import train_mir
+    from pyterrier_sci.plugins.mir.mag import MethodologyAdjacencyGraph
+    from pyterrier_sci.plugins.mir.training import train_mir
 
     split = M.load_split("dev")
     train_q, test_q = M.chrono_parts(split)

@@ -48,8 +48,10 @@ SETUPS = {
 TABLE6 = {
     "PRISM_noA2A_RRF": ("paper_fields >> sections >> rrf(R >> {c} >> papers >> exclude, M >> {c} >> papers >> exclude, "
                           "E >> {c} >> papers >> exclude, k=60)"),
-    "PRISM_noA2A_MaxSim": "paper_fields >> sections >> aspect_fusion(R >> {c}, M >> {c}, E >> {c}, method='maxsim') >> exclude",
-    "PRISM_noA2A_naive": "paper_fields >> sections >> aspect_fusion(R >> {c}, M >> {c}, E >> {c}, method='sum') >> exclude",
+    "PRISM_noA2A_MaxSim": ("paper_fields >> sections >> aspect_fusion(R >> {c}, M >> {c}, E >> {c}, method='maxsim') "
+                           ">> exclude"),
+    "PRISM_noA2A_naive": ("paper_fields >> sections >> aspect_fusion(R >> {c}, M >> {c}, E >> {c}, method='sum') "
+                          ">> exclude"),
     "A2C_max": "paper_fields >> A >> {c} >> papers >> exclude",
     "A2C_kmaxavg": "paper_fields >> A >> {c} >> chunks_to_papers(agg='kmaxavg', k=2) >> exclude",
     "A2C_mean": "paper_fields >> A >> {c} >> chunks_to_papers(agg='mean') >> exclude",
@@ -132,10 +134,12 @@ def to_markdown(table: pd.DataFrame, measures) -> str:
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--queries", type=int, default=0, help="evaluate on a seeded sample of this many queries (0: all 949)")
+    ap.add_argument("--queries", type=int, default=0,
+                    help="evaluate on a seeded sample of this many queries (0: all 949)")
     ap.add_argument("--engines", default="minilm", help="comma-separated: minilm, bm25, colbert")
     ap.add_argument("--chunks", type=int, default=256, help="chunk unit (a registered sci/acl-fulltext/chunks-<unit>)")
-    ap.add_argument("--checkpoint", default=None, help="ColBERT checkpoint (default: the config's colbert-ir/colbertv2.0)")
+    ap.add_argument("--checkpoint", default=None,
+                    help="ColBERT checkpoint (default: the config's colbert-ir/colbertv2.0)")
     ap.add_argument("--llm", action="store_true", help="add PRISM's LLM optimisers (multi-agent and single-agent)")
     ap.add_argument("--llm-queries", type=int, default=20, help="queries for the LLM rows (they are slow on CPU)")
     ap.add_argument("--llm-max-tokens", type=int, default=2000, help="generation budget per answer (PRISM: 2,000)")
@@ -185,7 +189,8 @@ def main():
             table, secs = experiment(systems, names, dataset, topics, MEASURES6, out_dir / "table6" / eng)
             print(f"\nTable 6 - references-or-citers, {eng} ({len(topics)} queries, {secs:.0f} s)")
             print(table.to_string(index=False))
-            report += [f"## Table 6: references-or-citers, {eng} ({len(topics)} queries)", "", to_markdown(table, MEASURES6), ""]
+            report += [f"## Table 6: references-or-citers, {eng} ({len(topics)} queries)", "",
+                       to_markdown(table, MEASURES6), ""]
     atomic_write_text(out_dir / "results.md", "\n".join(report) + "\n")
     print(f"\nwritten: {out_dir / 'results.md'}")
 

@@ -31,7 +31,7 @@ import pyterrier as pt  # noqa: E402
 import pyterrier_sci as ps  # noqa: E402
 from pyterrier_sci.data import data_dir, work_dir  # noqa: E402
 from pyterrier_sci.datasets import csfcube  # noqa: E402
-from pyterrier_sci.plugins import facet as F  # noqa: E402
+from pyterrier_sci.plugins import sciface as F  # noqa: E402, N812
 
 FOLDS = ("fold1", "fold2")
 
@@ -76,7 +76,8 @@ def bi_encoder_at_lengths(facet: str, lengths, topics, qrels, measures) -> pd.Da
         run = pool[["qid", "docno"]].copy()
         run["score"] = (emb[pool["docno"].map(row).to_numpy()] * emb[seeds.map(row).to_numpy()]).sum(axis=1)
         runs.append(run)
-    return ps.Experiment(runs, topics, qrels, measures, names=[f"MiniLM bi-encoder, {n} tokens per paper" for n in lengths])
+    return ps.Experiment(runs, topics, qrels, measures,
+                         names=[f"MiniLM bi-encoder, {n} tokens per paper" for n in lengths])
 
 
 def train_fold(facet: str, test_fold: str, args) -> F.FacetCrossEncoder:
@@ -88,27 +89,29 @@ def train_fold(facet: str, test_fold: str, args) -> F.FacetCrossEncoder:
     split = F.split_seeds(pairs.seed_id, val=args.val_seeds / pairs.seed_id.nunique(), test=0, seed=args.seed)
     tr = pairs[pairs.seed_id.map(split) == "train"]
     va = pairs[pairs.seed_id.map(split) == "val"]
-    settings = dict(facet=facet, train=f"{other}-test", epochs=args.epochs, k=args.triplets_per_seed, base=args.base_model,
-                    max_length=args.max_length, lr=args.lr, seed=args.seed, val=args.val_seeds, collapse=args.collapse)
+    settings = dict(facet=facet, train=f"{other}-test", epochs=args.epochs, k=args.triplets_per_seed,
+                    base=args.base_model, max_length=args.max_length, lr=args.lr, seed=args.seed, val=args.val_seeds,
+                    collapse=args.collapse)
     key = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:10]
     path = work_dir() / "sciface" / f"{facet}-test-{test_fold}-{key}"
     if path.exists():
         return F.FacetCrossEncoder(path)
     t0 = time.time()
     try:
-        return F.train_facet_cross_encoder(tr, path, facet, val_pairs=va, base_model=args.base_model, epochs=args.epochs,
-                                       triplets_per_seed=args.triplets_per_seed, max_length=args.max_length,
-                                       learning_rate=args.lr, seed=args.seed,
+        return F.train_facet_cross_encoder(tr, path, facet, val_pairs=va, base_model=args.base_model,
+                                       epochs=args.epochs, triplets_per_seed=args.triplets_per_seed,
+                                       max_length=args.max_length, learning_rate=args.lr, seed=args.seed,
                                        collapse=None if args.collapse is None else args.collapse == "yes")
     finally:
         print(f"[{facet} test={test_fold}] training: {time.time() - t0:.0f} s", flush=True)
 
 
 def warm_start(args) -> str:
-    """The bi-encoder-distilled starting point (plugins/facet/warm_start.py): seeds and neighbours
+    """The bi-encoder-distilled starting point (plugins/sciface/warm_start.py): seeds and neighbours
     from the ACL abstracts (no CSFCube paper, no label), targets = the offline MiniLM's cosine."""
     import ir_datasets
-    from pyterrier_sci.plugins.facet.warm_start import distil_cross_encoder, neighbour_pairs
+
+    from pyterrier_sci.plugins.sciface.warm_start import distil_cross_encoder, neighbour_pairs
     key = f"{args.warm_corpus}-s{args.warm_seeds}-l{args.max_length}-e{args.warm_epochs}"
     if args.warm_loss != "mse":      # the first (pointwise) setting keeps its original cache name
         key += f"-{args.warm_loss}-r{args.warm_sampled_ranks}"
@@ -116,7 +119,8 @@ def warm_start(args) -> str:
     if not path.exists():
         t0 = time.time()
         if args.warm_corpus == "acl":
-            docs = [(d.doc_id, d.title, d.abstract) for d in ir_datasets.load("sci/acl-core-citations/train").docs_iter()]
+            docs = [(d.doc_id, d.title, d.abstract)
+                    for d in ir_datasets.load("sci/acl-core-citations/train").docs_iter()]
         else:   # CSFCube's papers without its 34 query papers: in-domain, unlabelled (GPL-style)
             queries = set(pd.read_csv(data_dir() / "csfcube" / "queries-release.csv", dtype=str)["pid"])
             docs = [(d.doc_id, d.title, d.abstract) for d in csfcube.docs().values() if d.doc_id not in queries]
@@ -126,8 +130,8 @@ def warm_start(args) -> str:
             pairs = neighbour_pairs(docs, n_seeds=args.warm_seeds, ranks=(1,), n_sampled_ranks=args.warm_sampled_ranks,
                                     max_rank=100, n_random=1)
         distil_cross_encoder(pairs, path, epochs=args.warm_epochs, max_length=args.max_length, loss=args.warm_loss)
-        print(f"[warm start] {len(pairs)} {args.warm_corpus} pairs distilled from MiniLM ({args.warm_loss}) in {time.time() - t0:.0f} s",
-              flush=True)
+        print(f"[warm start] {len(pairs)} {args.warm_corpus} pairs distilled from MiniLM ({args.warm_loss}) "
+              f"in {time.time() - t0:.0f} s", flush=True)
     return str(path)
 
 
@@ -136,18 +140,21 @@ def main(argv=None):
     ap.add_argument("--facets", nargs="+", default=["background", "method"])
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--triplets-per-seed", type=int, default=10,
-                    help="triplets drawn per training seed per epoch (paper: 10; with CSFCube's 6-7 training seeds per "
-                         "fold that is 12-15 optimiser steps in all, so the offline fold protocol uses 100 - a deviation)")
+                    help="triplets drawn per training seed per epoch (paper: 10; with CSFCube's 6-7 training seeds "
+                         "per fold that is 12-15 optimiser steps in all, so the offline fold protocol uses 100 - "
+                         "a deviation)")
     ap.add_argument("--max-length", type=int, default=256)
     ap.add_argument("--lr", type=float, default=2e-5,
-                    help="peak learning rate (paper's not legible; 2e-5 default, 5e-5 in the offline fold run - a deviation)")
+                    help="peak learning rate (paper's not legible; 2e-5 default, 5e-5 in the offline fold run - "
+                         "a deviation)")
     ap.add_argument("--val-seeds", type=int, default=2)
-    ap.add_argument("--collapse", choices=["yes", "no"], default=None, help="method 0-3 -> 0-2 (default: yes for method)")
+    ap.add_argument("--collapse", choices=["yes", "no"], default=None,
+                    help="method 0-3 -> 0-2 (default: yes for method)")
     ap.add_argument("--base-model", default="default")
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--warm-start", action="store_true",
                     help="start the cross-encoders from a MiniLM-distilled cross-encoder (unlabelled ACL pairs; "
-                         "an addition to SciFACE for tiny training sets, see plugins/facet/warm_start.py)")
+                         "an addition to SciFACE for tiny training sets, see plugins/sciface/warm_start.py)")
     ap.add_argument("--warm-seeds", type=int, default=400)
     ap.add_argument("--warm-epochs", type=int, default=1)
     ap.add_argument("--warm-loss", choices=["mse", "margin_mse"], default="mse",
@@ -185,7 +192,8 @@ def main(argv=None):
         table = ps.Experiment(
             [specter_run(facet), bm25, minilm, ce_run], topics, qrels,
             ps.measures.parse(["NDCG%20", "MAP"], dataset=ds_id),
-            names=["SPECTER (official sample)", "BM25", "MiniLM bi-encoder", f"SciFACE-CE {facet} (CSFCube folds{', warm start' if args.warm_start else ''})"],
+            names=["SPECTER (official sample)", "BM25", "MiniLM bi-encoder",
+                   f"SciFACE-CE {facet} (CSFCube folds{', warm start' if args.warm_start else ''})"],
             baseline=2)
         table.insert(0, "facet", facet)
         rnd = random_baseline(ps.pipeline("pool", dataset=ds_id)(topics), topics, qrels,
@@ -201,7 +209,8 @@ def main(argv=None):
         for fold, m in meta.items():
             print(f"[{facet} test={fold}] train seeds {m['train_seeds']}, val seeds {m['val_seeds']}, "
                   f"triplets available {m['triplets_available']}, per epoch {m['triplets_per_epoch']}, "
-                  f"steps {m['steps']}, val Spearman per epoch {m['val_spearman_per_epoch']} (best epoch {m['best_epoch']})")
+                  f"steps {m['steps']}, val Spearman per epoch {m['val_spearman_per_epoch']} "
+                  f"(best epoch {m['best_epoch']})")
         print(f"[{facet}] training + re-ranking both folds: {elapsed:.0f} s\n")
     out = pd.concat(tables, ignore_index=True)
     cols = [c for c in out.columns if c in ("facet", "name", "NDCG%20", "csfcube.MAP", "NDCG%20 p-value")]

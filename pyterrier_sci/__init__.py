@@ -16,8 +16,10 @@ from pyterrier_sci import data, measures, registry  # noqa: F401
 from pyterrier_sci.data import MissingDataError, data_dir
 from pyterrier_sci.evaluation import Experiment
 from pyterrier_sci.pipeline import PipelineConfig, PipelineError, load_config, pipeline
-from pyterrier_sci.registry import Context, component, register
-from pyterrier_sci import datasets  # noqa: F401,E402  (registers the sci/... ids)
+from pyterrier_sci.registry import DATASETS_GROUP, Context, component, load_group, register
 
-__all__ = ["pipeline", "Experiment", "PipelineError", "PipelineConfig", "load_config", "measures", "registry", "register",
-           "component", "Context", "data_dir", "MissingDataError", "datasets", "data"]
+load_group(DATASETS_GROUP)  # the benchmark modules register the sci/... ids
+
+__all__ = ["pipeline", "Experiment", "PipelineError", "PipelineConfig", "load_config", "measures", "registry",
+           "register",
+           "component", "Context", "data_dir", "MissingDataError", "data"]

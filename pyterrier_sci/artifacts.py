@@ -1,31 +1,19 @@
-"""Writing what the toolkit builds and keeps so that nothing is half-written, lost or overwritten.
+"""Atomic writing of everything the toolkit builds: directory artifacts (:func:`build_atomically`,
+locked so that a second builder waits and reuses the first one's result), files (:func:`atomic_file`)
+and ``pt_meta.json`` (:func:`write_pt_meta`), plus checksum records beside saved files.
 
-Every index, model, derived file and saved run of the toolkit goes through this module:
-
-* :func:`build_atomically` builds a directory artifact (an index, a model) under an inter-process
-  :func:`lock` into a *partial* directory named after the builder's process and host, and renames it
-  into place.  A second process that wants the same artifact waits for the first and uses its result;
-  partial directories are removed only when their builder is dead.
-* :func:`atomic_file` writes a file through a temporary file beside it (``.tmp<pid>.<host>-<name>``),
-  renamed into place; temporary files of dead processes are removed by the next write into the
-  directory (:func:`remove_stale_temporaries`).  It never renames over a directory, a device, a
-  FIFO or a socket: :func:`check_file_target` refuses them with one :class:`PathError`.
-* :func:`record_checksum` / :func:`verify_checksum` keep a ``<name>.sha256`` file beside a saved or
-  derived file (``sha256sum -c`` reads it), so that a damaged file is noticed and rebuilt (with a
-  :class:`DamagedFileWarning`) instead of crashing what reads it.
-
-``pt.io.finalized_open`` / ``finalized_directory`` name their temporaries randomly (``mkstemp``), so
-a temporary left by a killed process cannot be told from a live one; the names here carry the
-process id and host for that reason.
-
-Locks are ``fcntl.flock`` locks on ``.<name>.lock`` beside the artifact: the operating system
-releases the lock of a killed process, so a crash never leaves a lock that blocks later builds.
+Like ``pt.io.finalized_directory`` / ``finalized_open``, a build is written beside its target and
+moved into place with one rename.  Those name their temporaries randomly, so a temporary left by a
+killed process cannot be told from a live one's; the names here carry the writer's process id and
+host, and only a dead writer's leftovers are removed.  Locks are ``fcntl.flock`` locks (released by
+the operating system when their holder dies) on ``.<name>.lock`` beside the artifact.
 """
 from __future__ import annotations
 
 import contextlib
 import fcntl
 import hashlib
+import json
 import logging
 import os
 import re
@@ -40,7 +28,8 @@ from typing import Callable, Iterator, Optional, Union
 
 from pyterrier_sci.pipeline import PipelineError
 
-__all__ = ["PathError", "DamagedFileWarning", "lock", "build_atomically", "atomic_file", "check_file_target",
+__all__ = ["PathError", "DamagedFileWarning", "lock", "build_atomically", "atomic_file", "atomic_write_text",
+           "write_pt_meta", "check_file_target",
            "check_directory", "remove_stale_partials", "remove_stale_temporaries", "record_checksum",
            "verify_checksum", "discard_if_damaged", "process_alive"]
 
@@ -260,17 +249,19 @@ def _remove(p: Path) -> None:
 
 
 def remove_stale_partials(path: PathLike) -> list:
-    """Removes the partial directories of ``path`` whose builder is dead (``<name>.partial-<pid>[.<host>]``),
-    and puts back an artifact that a killed overwrite had moved aside (``<name>.replaced-…``) when
-    nothing took its place.  Returns what was removed.  Call it holding :func:`lock` of ``path``."""
+    """Removes the partial directories of ``path`` whose builder is dead (``<name>.partial-<pid>[.<host>]``,
+    or ``.<name>.building-<pid>-…`` of earlier versions), and puts back an artifact that a killed
+    overwrite had moved aside (``<name>.replaced-…``) when nothing took its place.  Returns what was
+    removed.  Call it holding :func:`lock` of ``path``."""
     path = Path(path)
     removed = []
     if not path.parent.is_dir():
         return removed
     partial, replaced = _partial_re(path, "partial"), _partial_re(path, "replaced")
+    building = re.compile(r"\." + re.escape(path.name) + r"\.building-(\d+)-.*$")  # earlier versions' name
     for entry in sorted(path.parent.iterdir()):
-        m = partial.match(entry.name) or replaced.match(entry.name)
-        if not m or not _owner_dead(int(m.group(1)), m.group(2), entry):
+        m = partial.match(entry.name) or replaced.match(entry.name) or building.match(entry.name)
+        if not m or not _owner_dead(int(m.group(1)), m.group(2) if m.re.groups > 1 else None, entry):
             continue
         if m.re is replaced and not os.path.lexists(path):
             os.rename(entry, path)
@@ -342,11 +333,17 @@ def remove_stale_temporaries(directory: PathLike) -> list:
     with contextlib.suppress(FileNotFoundError, NotADirectoryError):
         for entry in os.scandir(directory):
             m = _TMP_RE.match(entry.name)
-            if m and entry.is_file(follow_symlinks=False) and _owner_dead(int(m.group(1)), m.group(2), Path(entry.path)):
+            if not m or not entry.is_file(follow_symlinks=False):
+                continue
+            if _owner_dead(int(m.group(1)), m.group(2), Path(entry.path)):
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(entry.path)
                 removed.append(Path(entry.path))
     return removed
+
+
+def _temporary(path: Path) -> Path:
+    return path.with_name(f".tmp{os.getpid()}.{host_tag()}-{path.name}")
 
 
 @contextlib.contextmanager
@@ -358,7 +355,7 @@ def atomic_file(path: PathLike, what: str = "output") -> Iterator[Path]:
     path = check_file_target(path, what)
     path.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_temporaries(path.parent)
-    tmp = path.with_name(f".tmp{os.getpid()}.{host_tag()}-{path.name}")
+    tmp = _temporary(path)
     try:
         yield tmp
         check_file_target(path, what)  # nothing non-regular appeared meanwhile
@@ -366,6 +363,31 @@ def atomic_file(path: PathLike, what: str = "output") -> Iterator[Path]:
     finally:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
+
+
+def atomic_write_text(path: PathLike, text: str, what: str = "output") -> Path:
+    """Writes the UTF-8 text file ``path`` through :func:`atomic_file`; returns its path."""
+    with atomic_file(path, what) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+    return Path(path)
+
+
+def write_pt_meta(directory: PathLike, artifact=None, **fields) -> dict:
+    """Writes ``directory/pt_meta.json`` (what ``pt.Artifact.load`` reads) and returns it: ``type``,
+    ``format`` and ``package_hint`` from the artifact class ``artifact`` (its ``ARTIFACT_TYPE``,
+    ``ARTIFACT_FORMAT``, ``ARTIFACT_PACKAGE_HINT``) unless given in ``fields``, then ``fields``.
+    Call it last inside a :func:`build_atomically` build, which makes the whole directory atomic."""
+    meta = {}
+    if artifact is not None:
+        meta = {"type": artifact.ARTIFACT_TYPE, "format": artifact.ARTIFACT_FORMAT}
+        hint = getattr(artifact, "ARTIFACT_PACKAGE_HINT", None)
+        if hint:
+            meta["package_hint"] = hint
+    meta.update(fields)
+    if "type" not in meta or "format" not in meta:
+        raise ValueError("pt_meta.json needs a type and a format (give an artifact class or type=, format=)")
+    (Path(directory) / "pt_meta.json").write_text(json.dumps(meta, indent=2), encoding="utf-8")
+    return meta
 
 
 def _checksum_path(path: Path) -> Path:
@@ -394,7 +416,7 @@ def record_checksum(path: PathLike) -> Path:
     key = _stat_key(path)
     digest = sha256_file(path)
     side = _checksum_path(path)
-    tmp = side.with_name(f".tmp{os.getpid()}.{host_tag()}-{side.name}")
+    tmp = _temporary(side)
     try:
         tmp.write_text(f"{digest}  {path.name}\n", encoding="utf-8")
         os.replace(tmp, side)
@@ -435,7 +457,8 @@ def discard_if_damaged(path: PathLike, what: str, missing_record_is_damage: bool
     ok = verify_checksum(path)
     if ok or (ok is None and not missing_record_is_damage):
         return False
-    reason = "does not match its checksum" if ok is False else "has no checksum record (its writing may have been interrupted)"
+    reason = ("does not match its checksum" if ok is False
+              else "has no checksum record (its writing may have been interrupted)")
     warnings.warn(f"{what} {path} {reason}; it is removed and rebuilt", DamagedFileWarning, stacklevel=3)
     discard(path)
     return True

@@ -1,16 +1,6 @@
-"""The ``pyterrier-sci`` command line.
-
-::
-
-    pyterrier-sci datasets [--json]                         registered ids and whether their data is present
-    pyterrier-sci components                                the pipeline language's component names
-    pyterrier-sci measures                                  the toolkit's measure names
-    pyterrier-sci run EXPR --dataset ID [--config FILE] --output RUN.trec
-    pyterrier-sci evaluate RUN.trec --dataset ID --measures LIST [--json] [--perquery]
-    pyterrier-sci experiment FILE.yaml [--name NAME] [--save-dir DIR] [--json]
-
-Every failure is one line on stderr and exit status 2 (a pipeline expression also shows where it
-went wrong); ``--debug`` shows the traceback.
+"""The ``pyterrier-sci`` command line (``datasets``, ``components``, ``measures``, ``run``,
+``evaluate``, ``experiment``, plus the commands of the ``pyterrier_sci.cli`` entry-point group).
+Every failure is one line on stderr and exit status 2; ``--debug`` shows the traceback.
 """
 from __future__ import annotations
 
@@ -38,7 +28,7 @@ def _print_table(df: pd.DataFrame, as_json: bool) -> None:
 
 
 def cmd_datasets(args) -> int:
-    from pyterrier_sci.datasets import registry_status
+    from pyterrier_sci.data import registry_status
     rows = registry_status()
     if args.json:
         print(json.dumps(rows, indent=2))
@@ -70,9 +60,9 @@ def cmd_measures(args) -> int:
 
 
 def cmd_run(args) -> int:
-    from pyterrier_sci.pipeline import pipeline
     from pyterrier_sci.artifacts import check_file_target
     from pyterrier_sci.experiment import run_pipeline_on, topics_and_qrels, write_run
+    from pyterrier_sci.pipeline import pipeline
     check_file_target(args.output, "--output")   # refuse a device, FIFO or directory before running anything
     topics, _ = topics_and_qrels(args.dataset, args.topics_variant)
     transformer = pipeline(args.expr, config=args.config, dataset=args.dataset, trusted=args.trust_config)
@@ -85,6 +75,7 @@ def cmd_run(args) -> int:
 
 def cmd_evaluate(args) -> int:
     import pyterrier as pt
+
     from pyterrier_sci.evaluation import Experiment
     from pyterrier_sci.experiment import topics_and_qrels
     run = pt.io.read_results(args.run)
@@ -112,7 +103,8 @@ def cmd_experiment(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="pyterrier-sci", description="PyTerrier pipelines for scientific-literature retrieval",
+    p = argparse.ArgumentParser(prog="pyterrier-sci",
+                                description="PyTerrier pipelines for scientific-literature retrieval",
                                 epilog="Errors are one line (exit status 2); --debug (anywhere) shows the traceback.")
     p.add_argument("--debug", action="store_true", help="show the full error and its traceback")
     sub = p.add_subparsers(dest="command", required=True)
@@ -135,7 +127,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--run-name", default="pyterrier-sci")
     s.add_argument("--topics-variant", help="query field to use when the dataset has several")
     s.add_argument("--trust-config", action="store_true",
-                   help="trust the expression and --config: their LLM base_url gets the API key, their paths may lie anywhere")
+                   help="trust the expression and --config: their LLM base_url gets the API key, "
+                        "their paths may lie anywhere")
     s.set_defaults(fn=cmd_run)
 
     s = sub.add_parser("evaluate", help="evaluate a TREC run on a dataset")
@@ -160,9 +153,10 @@ def build_parser() -> argparse.ArgumentParser:
     llm = add_llm_commands(sub)  # "llm serve", "llm settings"
     llm.set_defaults(fn=lambda args: args.func(args))
 
-    from pyterrier_sci.plugins.annotate.anno_gpt import add_annotate_commands
-    ann = add_annotate_commands(sub)  # "annotate run|compile|agreement" (Anno-GPT)
-    ann.set_defaults(fn=lambda args: args.func(args))
+    from pyterrier_sci.registry import CLI_GROUP, load_group
+    for add_commands in load_group(CLI_GROUP).values():  # e.g. "annotate run|compile|agreement" (Anno-GPT)
+        added = add_commands(sub)
+        added.set_defaults(fn=lambda args: args.func(args))
     return p
 
 
@@ -185,6 +179,7 @@ def _split_debug(argv: List[str]):
 def describe_error(e: BaseException) -> str:
     """One line saying what went wrong, for any failure of user input or of the environment."""
     import errno
+
     from pyterrier_sci.registry import PipelineError, one_line
     if isinstance(e, PipelineError):
         return e.headline

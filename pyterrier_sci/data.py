@@ -1,19 +1,10 @@
-"""Where the toolkit finds benchmark data, and how it says so when data is missing.
+"""Where the toolkit finds benchmark data, and how it says so when data is missing or damaged.
 
-One setting: the environment variable ``PYTERRIER_SCI_DATA`` names a data directory laid out like
-the project's ``shared/data`` (``csfcube/``, ``doris-mae/``, ...).  Without it, the data
-directory is ``<ir_datasets home>/sci`` (``~/.ir_datasets/sci`` unless ``IR_DATASETS_HOME`` is
-set), where files downloaded from an official release are also kept.
-
-Damaged data is detected, not run on: each file a dataset module reads is checked once - its
-SHA-256 against the released file's (``DataFile.sha256``) and, by the module, its counts and
-cross-references (every judged document in the corpus, as many grades as candidates, ...) - and
-the verdict is cached in the work directory (``verified-data.json``) keyed by path, size and
-modification time, so later loads cost nothing.  A failure, and any read error (a malformed JSON
-line, a non-UTF-8 byte, a missing column, an empty file), is one :class:`DamagedDataError` naming
-the file, the line and what to do.  ``PYTERRIER_SCI_CHECKSUMS=0`` skips the checksums and the
-release's exact counts (to read a newer release or a rebuilt file); the format, structure and
-cross-reference checks still apply.
+``$PYTERRIER_SCI_DATA`` names the data directory (laid out like the project's ``shared/data``;
+default ``<ir_datasets home>/sci``).  Each file a dataset module reads is checked once (SHA-256,
+counts, cross-references) and the verdict cached in ``verified-data.json`` of the work directory; a
+failure is one :class:`DamagedDataError` naming the file, the line and what to do
+(``PYTERRIER_SCI_CHECKSUMS=0`` skips the checksums and exact counts).
 """
 from __future__ import annotations
 
@@ -141,22 +132,19 @@ class DataFile:
 
 
 def _download(url: str, dest: Path, md5: Optional[str]) -> Path:
-    """Downloads to a temporary file beside ``dest``, checks it, then renames (no half-written file)."""
+    """Downloads through a temporary file beside ``dest`` (:func:`~pyterrier_sci.artifacts.atomic_file`),
+    checked before it is renamed into place (no half-written file)."""
     import urllib.request
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.with_name(dest.name + f".tmp{os.getpid()}")
+
+    from pyterrier_sci.artifacts import atomic_file
     h = hashlib.md5()
-    try:
+    with atomic_file(dest, "the data file") as tmp:
         with urllib.request.urlopen(url, timeout=60) as resp, open(tmp, "wb") as out:
             while chunk := resp.read(1 << 20):
                 h.update(chunk)
                 out.write(chunk)
         if md5 and h.hexdigest() != md5:
             raise IOError(f"checksum mismatch for {url}: expected md5 {md5}, got {h.hexdigest()}")
-        os.replace(tmp, dest)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
     return dest
 
 
@@ -233,7 +221,8 @@ def _decode(path: Path, data: bytes, remedy: str, first_line: int = 1) -> str:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
         line = first_line + data[:e.start].count(b"\n")
-        raise DamagedDataError(path, f"byte 0x{data[e.start]:02x} is not UTF-8 text ({e.reason})", line, remedy) from None
+        raise DamagedDataError(path, f"byte 0x{data[e.start]:02x} is not UTF-8 text ({e.reason})", line,
+                               remedy) from None
 
 
 def read_text(path: Union[str, Path], remedy: str = _REMEDY, allow_empty: bool = False) -> str:
@@ -267,7 +256,8 @@ def read_json(path: Union[str, Path], remedy: str = _REMEDY, expect: Union[type,
     return value
 
 
-def iter_jsonl(path: Union[str, Path], remedy: str = _REMEDY, required: Sequence[str] = ()) -> Iterator[Tuple[int, dict]]:
+def iter_jsonl(path: Union[str, Path], remedy: str = _REMEDY,
+               required: Sequence[str] = ()) -> Iterator[Tuple[int, dict]]:
     """``(line number, object)`` for each non-blank line of a JSON-lines file; a line that is not a
     JSON object, lacks one of ``required`` or is not UTF-8, and an empty file, are a
     :class:`DamagedDataError` naming the line."""
@@ -282,9 +272,11 @@ def iter_jsonl(path: Union[str, Path], remedy: str = _REMEDY, required: Sequence
                 obj = json.loads(line)
             except json.JSONDecodeError as e:
                 cut = " (the line is cut short: the file is truncated)" if not raw.endswith(b"\n") else ""
-                raise DamagedDataError(path, f"malformed JSON line ({e.msg}, column {e.colno}){cut}", lineno, remedy) from None
+                raise DamagedDataError(path, f"malformed JSON line ({e.msg}, column {e.colno}){cut}", lineno,
+                                       remedy) from None
             if not isinstance(obj, dict):
-                raise DamagedDataError(path, f"expected a JSON object per line, found {_json_type(obj)}", lineno, remedy)
+                raise DamagedDataError(path, f"expected a JSON object per line, found {_json_type(obj)}", lineno,
+                                       remedy)
             missing = [k for k in required if k not in obj]
             if missing:
                 raise DamagedDataError(path, f"the object lacks the field(s) {missing}", lineno, remedy)
@@ -323,7 +315,8 @@ def iter_csv(path: Union[str, Path], remedy: str = _REMEDY, required: Sequence[s
             continue
         if len(fields) != len(header):
             cut = " (the row is cut short: the file is truncated)" if len(fields) < len(header) else ""
-            raise DamagedDataError(path, f"the row has {len(fields)} fields, the header {len(header)}{cut}", start, remedy)
+            raise DamagedDataError(path, f"the row has {len(fields)} fields, the header {len(header)}{cut}", start,
+                                   remedy)
         n += 1
         yield start, dict(zip(header, fields))
     if n == 0:
@@ -332,8 +325,25 @@ def iter_csv(path: Union[str, Path], remedy: str = _REMEDY, required: Sequence[s
 
 def atomic_write_text(path: Path, text: str) -> None:
     """Writes a text file so that an interruption leaves either the old file or the new one."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    from pyterrier_sci.artifacts import atomic_write_text as write
+    write(path, text)
+
+
+def registry_status() -> list:
+    """``[{"id", "present", "missing"}]`` for every registered ``sci/...`` id: each benchmark module
+    (``pyterrier_sci.datasets`` entry points) maps its id prefixes to what reports their missing
+    files (``STATUS``)."""
+    import ir_datasets
+
+    from pyterrier_sci.corpus import pt_dataset_id
+    from pyterrier_sci.registry import DATASETS_GROUP, load_group
+    status = {}
+    for module in load_group(DATASETS_GROUP).values():
+        status.update(getattr(module, "STATUS", {}))
+    rows = []
+    for name in sorted(n for n in ir_datasets.registry._registered if n.startswith("sci/")):
+        prefixes = [p for p in status if name == p or name.startswith(p + "/")]
+        owner = status[max(prefixes, key=len)] if prefixes else None
+        missing = owner.missing_files() if owner is not None else []
+        rows.append({"id": pt_dataset_id(name), "present": not missing, "missing": missing})
+    return rows

@@ -1,19 +1,6 @@
-"""``Experiment``: ``pt.Experiment`` with the papers' own averaging and significance tests over the
-queries that count.
-
-``pt.Experiment`` averages per-query values with a plain mean and pairs every query in its tests.
-The papers average differently: CSFCube takes the mean of the two folds' means, MIR and DORIS-MAE
-leave out queries without a relevant document (their per-query value is NaN).  This function takes
-``pt.Experiment``'s arguments, lets ``pt.Experiment`` run the systems and compute the true per-query
-values (``perquery=True``; saving, batching and validation are PyTerrier's), then
-
-* aggregates each measure with its own averaging (:func:`pyterrier_sci.measures.aggregate`),
-* counts wins/losses and runs the paired test on the true values of the queries that count for
-  both systems (the baseline and the system compared),
-* applies the multiple-testing correction as ``pt.Experiment`` does (statsmodels),
-
-and returns a table with ``pt.Experiment``'s columns, measures in the order they were asked for.
-See ``docs/evaluation.md``.
+"""``Experiment``: ``pt.Experiment`` with the papers' own averaging (each measure's, e.g. CSFCube's
+mean of fold means, NaN queries left out) and paired significance tests over the queries that count
+for both systems.  See ``docs/evaluation.md``.
 """
 from __future__ import annotations
 
@@ -43,7 +30,7 @@ def _measure_names(eval_metrics, dataset: Optional[str]):
     return objs, shown
 
 
-def Experiment(retr_systems: List[Any], topics: pd.DataFrame, qrels: pd.DataFrame,
+def Experiment(retr_systems: List[Any], topics: pd.DataFrame, qrels: pd.DataFrame,  # noqa: N802
                eval_metrics: Union[str, Measure, Sequence[Union[str, Measure]]], names: Optional[Sequence[str]] = None,
                perquery: Union[bool, str] = False, baseline: Optional[int] = None,
                test: Union[str, Callable] = "t", correction: Optional[str] = None, correction_alpha: float = 0.05,

@@ -1,24 +1,10 @@
-"""Experiments declared in a pipeline YAML file, run with ``pt.Experiment``.
-
-::
-
-    experiments:
-      csfcube:
-        datasets: [irds:sci/csfcube/background, irds:sci/csfcube]   # or `dataset:` for one
-        pipelines: [BM25, MiniLM, RRF]        # names of the config's pipelines (or expressions)
-        measures: [NDCG%20, MAP]              # pyterrier_sci.measures names, dataset aliases allowed
-        baseline: BM25                        # optional: significance tests against it
-        test: t                               # t (paired t-test) or wilcoxon
-        correction: holm                      # optional multiple-testing correction (statsmodels)
-        save_dir: runs/csfcube                # optional: runs are kept and reused there
-        topics_variant: null                  # optional: which query field of the dataset
-
-Each pipeline's run is written to ``save_dir`` atomically once it is complete, and a rerun reads the
-finished runs back instead of recomputing them - an interrupted experiment resumes where it stopped.
+"""Experiments declared in a pipeline config's ``experiments:`` section, run with
+:func:`pyterrier_sci.evaluation.Experiment`; each finished run is written to ``save_dir`` atomically
+and read back by a rerun, so an interrupted experiment resumes where it stopped.  See README,
+"Pipeline files (YAML)".
 """
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Union
@@ -27,6 +13,7 @@ import pandas as pd
 import pyterrier as pt
 
 from pyterrier_sci import measures as _measures
+from pyterrier_sci.corpus import pt_dataset_id
 from pyterrier_sci.evaluation import Experiment
 from pyterrier_sci.pipeline import PipelineConfig, PipelineError, build_all, load_config
 from pyterrier_sci.registry import check_dataset
@@ -39,7 +26,7 @@ def _slug(s: str) -> str:
 
 
 def topics_and_qrels(dataset: str, variant: Optional[str] = None):
-    ds = pt.get_dataset(dataset if dataset.startswith("irds:") else "irds:" + dataset)
+    ds = pt.get_dataset(pt_dataset_id(dataset))
     topics = ds.get_topics(variant) if variant else ds.get_topics()
     if "query" not in topics.columns:
         raise PipelineError(f"dataset {dataset} has several query fields; set topics_variant to one of "
@@ -123,7 +110,8 @@ def run_experiment(config: Union[str, Path, dict, PipelineConfig], name: Optiona
         raise PipelineError(f"unknown experiment {name!r} (defined: {', '.join(cfg.experiments)})")
     exp = dict(cfg.experiments[name])
     where = f"experiment '{name}'"
-    datasets = exp.get("datasets") or ([exp["dataset"]] if exp.get("dataset") else ([cfg.dataset] if cfg.dataset else []))
+    datasets = exp.get("datasets") or ([exp["dataset"]] if exp.get("dataset") else
+                                       ([cfg.dataset] if cfg.dataset else []))
     if not datasets:
         raise PipelineError("no dataset: give 'dataset' or 'datasets'", where=where)
     if isinstance(datasets, str):

@@ -26,8 +26,8 @@ from __future__ import annotations
 import math
 from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Union
 
-import numpy as np
 import ir_measures
+import numpy as np
 from ir_measures import Metric
 from ir_measures.measures import Measure
 
@@ -315,18 +315,27 @@ def register_aliases(dataset_prefix: str, aliases: Mapping[str, str]) -> None:
 
 
 def names() -> List[str]:
-    _load_dataset_measures()
+    _load_plugin_measures()
     return sorted(_REGISTRY)
 
 
-def _load_dataset_measures() -> None:
-    # datasets register their measures on import
-    import pyterrier_sci.datasets  # noqa: F401
+_PLUGINS_LOADED = False
+
+
+def _load_plugin_measures() -> None:
+    """Calls each ``pyterrier_sci.measures`` entry point once: the paper plugins register their measures."""
+    global _PLUGINS_LOADED
+    if _PLUGINS_LOADED:
+        return
+    _PLUGINS_LOADED = True
+    from pyterrier_sci.registry import MEASURES_GROUP, load_group
+    for fn in load_group(MEASURES_GROUP).values():
+        fn()
 
 
 def get(name: str, dataset: Optional[str] = None) -> Measure:
     """The measure called ``name``: a toolkit measure, a dataset alias, or any ir_measures name."""
-    _load_dataset_measures()
+    _load_plugin_measures()
     if dataset is not None:
         ds = dataset[len("irds:"):] if dataset.startswith("irds:") else dataset
         for prefix, aliases in _DATASET_ALIASES.items():

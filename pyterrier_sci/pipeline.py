@@ -1,28 +1,7 @@
-"""The pipeline language: PyTerrier's operators over registered component names, never ``eval``.
-
-Grammar (Python's own operator precedence, parsed with :mod:`ast` and checked node by node)::
-
-    expr    := expr OP expr | "(" expr ")" | call | name | number
-    OP      := ">>" (then) | "%" (rank cutoff, int) | "+" (score sum) | "*" (number * expr)
-             | "|" (set union) | "&" (set intersection) | "**" (feature union) | "^" (concatenate)
-    call    := name "(" [expr, ...] [name "=" literal, ...] ")"
-    literal := number | string | True | False | None | a list/tuple/dict of literals
-
-Positional arguments of a call are sub-pipelines (``rrf(bm25, dense % 100)``); keyword arguments
-are literals (``bm25(k1=0.9, b=0.4)``).  Names are resolved, in order, among the config's named
-pipelines, the config's named components, and the component registry
-(:mod:`pyterrier_sci.registry`).  Anything else - attribute access, subscripts, lambdas,
-comprehensions, unknown names - is rejected with a :class:`PipelineError` that points at it.
-
-A config (YAML file or dict) has the sections::
-
-    dataset: irds:sci/csfcube        # the default dataset for components that need one
-    components:                      # named components with parameters
-      bm25_tuned: {component: bm25, k1: 1.2, b: 0.75}
-    pipelines:                       # named pipeline expressions (may use each other)
-      hybrid: rrf(pool >> bm25_tuned, pool >> dense)
-    experiments: {...}               # see pyterrier_sci.experiment
-    llm: {...}                       # any other section reaches components as context.settings
+"""The pipeline language: PyTerrier's operators (``>>``, ``%``, ``+``, ``*``, ``|``, ``&``, ``**``,
+``^``) over registered component names, parsed with :mod:`ast` and checked node by node (never
+``eval``), errors underlined in the expression; and pipeline configs (YAML ``dataset``,
+``components``, ``pipelines``, ``experiments``, other sections as settings).  See README.
 """
 from __future__ import annotations
 
@@ -38,8 +17,15 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 
 import pyterrier as pt
 
-from pyterrier_sci.registry import (MAX_RESULTS, REGISTRY, Context, ParameterError,  # noqa: F401 (re-exported)
-                                    PipelineError, UnknownComponentError, describe_value)
+from pyterrier_sci.registry import (  # noqa: F401 (re-exported)
+    MAX_RESULTS,
+    REGISTRY,
+    Context,
+    ParameterError,
+    PipelineError,
+    UnknownComponentError,
+    describe_value,
+)
 
 __all__ = ["PipelineError", "ParameterError", "PipelineConfig", "parse", "pipeline", "load_config"]
 
@@ -162,8 +148,9 @@ def parse(expr: str) -> Node:
                 return v
             fail(f"{describe_value(v)} is not a literal the language takes "
                  "(numbers, strings, True/False/None, lists, dicts)", n)
-        if isinstance(n, ast.UnaryOp) and isinstance(n.op, (ast.USub, ast.UAdd)) and isinstance(n.operand, ast.Constant) \
-                and isinstance(n.operand.value, (int, float)) and not isinstance(n.operand.value, (bool, complex)):
+        if isinstance(n, ast.UnaryOp) and isinstance(n.op, (ast.USub, ast.UAdd)) \
+                and isinstance(n.operand, ast.Constant) and isinstance(n.operand.value, (int, float)) \
+                and not isinstance(n.operand.value, (bool, complex)):
             return -n.operand.value if isinstance(n.op, ast.USub) else n.operand.value
         if isinstance(n, (ast.List, ast.Tuple)):
             return [literal(e) for e in n.elts]
@@ -188,7 +175,8 @@ def parse(expr: str) -> Node:
             return BinOp(span(n), op, conv(n.left), conv(n.right))
         if isinstance(n, ast.Name):
             return Ref(span(n), n.id)
-        if isinstance(n, ast.Constant) and isinstance(n.value, (int, float)) and not isinstance(n.value, (bool, complex)):
+        if isinstance(n, ast.Constant) and isinstance(n.value, (int, float)) \
+                and not isinstance(n.value, (bool, complex)):
             return Num(span(n), n.value)
         if isinstance(n, ast.Call):
             if not isinstance(n.func, ast.Name):
@@ -279,8 +267,8 @@ class PipelineConfig:
                 raise PipelineError(f"component name '{name}' is not an identifier", where=where)
             bad = [k for k in spec if not isinstance(k, str)]
             if bad:
-                raise PipelineError(f"component '{name}': parameter names must be strings, not {describe_value(bad[0])}",
-                                    where=where)
+                raise PipelineError(f"component '{name}': parameter names must be strings, "
+                                    f"not {describe_value(bad[0])}", where=where)
             kind = spec.get("component", spec.get("type", name))
             if not isinstance(kind, str) or not kind.isidentifier():
                 raise PipelineError(f"component '{name}': 'component' must name a registered component, "
@@ -339,7 +327,7 @@ def _yaml_load(text: str, shown: str) -> Any:
     its aliases are expanded (a "billion laughs" file is refused in milliseconds)."""
     import yaml
 
-    class Limit(Exception):
+    class Limit(Exception):  # noqa: N818
         def __init__(self, why, mark=None):
             self.why, self.mark = why, mark
 

@@ -1,36 +1,7 @@
-"""The component registry: names usable in the pipeline language, mapped to factories.
-
-A *component* is a factory returning a ``pt.Transformer``::
-
-    def factory(*inputs: pt.Transformer, context: Context = None, **params) -> pt.Transformer
-
-``inputs`` are sub-pipelines written as positional arguments (``rrf(bm25, dense)``); ``params``
-are the literal keyword arguments of the expression merged over those of the YAML config.
-Factories that do not name ``context`` (or ``**kwargs``) are called without it.
-
-The built-in plugins and third-party packages fill the registry through one entry-point group,
-``pyterrier_sci.components``::
-
-    [options.entry_points]
-    pyterrier_sci.components =
-        my_reranker = my_package.module:my_factory
-
-or at run time with :func:`register` / the :func:`component` decorator.
-
-Parameters are declared and checked when the pipeline is built (see :class:`Param` and
-:func:`params`)::
-
-    @params(k1=Param(float, min=0, max=100), num_results=Param(int, min=1, max=MAX_RESULTS))
-    def bm25_component(*, context=None, k1: float = 0.9, num_results: int = 1000, fields: Optional[Sequence[str]] = None):
-        ...
-
-Parameters the decorator does not name explicitly are derived from the factory's annotations
-(``int``, ``float``, ``str``, ``bool``, ``Optional[...]``, ``Sequence[str]``, ``Mapping[str, float]``;
-anything else is not type-checked); keyword arguments that are neither declared nor in the
-signature are an error listing the accepted names.  A wrong value is a :class:`ParameterError`
-(a :class:`PipelineError`) naming the component, the parameter, what it got and what it takes.
-Factories without ``@params`` (third-party components that do not declare) keep working: their
-parameters are passed through unchecked.
+"""The component registry: pipeline-language names mapped to factories
+``factory(*inputs, context=None, **params) -> pt.Transformer``, filled from the entry-point group
+``pyterrier_sci.components`` or with :func:`register` / :func:`component`, and the parameter checks
+(:class:`Param`, :func:`params`) run when a pipeline is built.  See README, "The pipeline language".
 """
 from __future__ import annotations
 
@@ -485,7 +456,9 @@ def check_dataset(dataset: str, where: str = "dataset") -> str:
     """``dataset`` if it is a registered ir_datasets id (``irds:`` prefix optional), else a
     :class:`PipelineError` - before anything is downloaded."""
     import ir_datasets
-    ds_id = dataset[5:] if dataset.startswith("irds:") else dataset
+
+    from pyterrier_sci.corpus import irds_id
+    ds_id = irds_id(dataset)
     reg = ir_datasets.registry
     known = getattr(reg, "_registered", None)
     if known is not None and ds_id in known:
@@ -509,8 +482,10 @@ def check_fields(dataset: str, fields: Optional[Sequence[str]], component: str, 
     if not fields or not dataset:
         return
     import ir_datasets
+
+    from pyterrier_sci.corpus import irds_id
     check_dataset(dataset, where=f"component '{component}'")
-    ds = ir_datasets.load(dataset[5:] if dataset.startswith("irds:") else dataset)
+    ds = ir_datasets.load(irds_id(dataset))
     valid: List[str] = []
     if ds.has_docs():
         cls = ds.docs_cls()
@@ -618,7 +593,8 @@ class Registry:
             raise ValueError(f"component name {name!r} must be a Python identifier")
         self._load_entry_points()
         if name in self._specs and not replace:
-            raise ValueError(f"component {name!r} is already registered ({self._specs[name].source}); pass replace=True")
+            raise ValueError(f"component {name!r} is already registered ({self._specs[name].source}); "
+                             "pass replace=True")
         self._specs[name] = ComponentSpec(name, factory)
 
     def get(self, name: str) -> ComponentSpec:
@@ -660,6 +636,28 @@ class _LazySpec(ComponentSpec):
 
 
 REGISTRY = Registry()
+
+#: the entry-point groups through which plugins reach the core (the core imports no plugin):
+#: components (``pyterrier_sci.components``), benchmark modules registering ir_datasets ids,
+#: functions registering measures, and functions adding CLI subcommands
+DATASETS_GROUP = "pyterrier_sci.datasets"
+MEASURES_GROUP = "pyterrier_sci.measures"
+CLI_GROUP = "pyterrier_sci.cli"
+_LOADED_GROUPS: Dict[str, Dict[str, Any]] = {}
+
+
+def load_group(group: str) -> Dict[str, Any]:
+    """Loads every entry point of ``group`` once (in name order) and returns ``{name: object}``.
+    An entry point that cannot be loaded is one :class:`ImportError` naming it."""
+    if group not in _LOADED_GROUPS:
+        loaded: Dict[str, Any] = {}
+        for ep in sorted(entry_points(group=group), key=lambda e: e.name):
+            try:
+                loaded[ep.name] = ep.load()
+            except Exception as e:
+                raise ImportError(f"{group} entry point {ep.name!r} ({ep.value}) could not be loaded: {e}") from e
+        _LOADED_GROUPS[group] = loaded
+    return _LOADED_GROUPS[group]
 
 
 def register(name: str, factory: Callable[..., Any], *, replace: bool = False) -> None:

@@ -1,62 +1,15 @@
-"""Full papers cut into fixed-length token windows (chunks), and chunk corpora as ir_datasets ids.
-
-Chunk corpora are ordinary registered ir_datasets corpora, so any corpus retriever of the toolkit
-indexes them without new code::
-
-    dense(dataset="sci/acl-fulltext/chunks-256")     # single-vector chunk index (FlexIndex)
-    colbert(dataset="sci/acl-fulltext/chunks-256")   # multi-vector chunk index (PLAID)
-    bm25(dataset="sci/acl-fulltext/chunks-256")      # sparse chunk index
-
-The contract (stable; the ColBERT plugin and PRISM rely on it)
----------------------------------------------------------------
-* A chunk corpus ``<corpus>/chunks-<unit>`` has one document per window of ``unit`` tokens of a
-  paper's full text, windows overlapping (``stride < unit``).  Documents are :class:`ChunkDoc`:
-
-  ========== ==============================================================================
-  ``doc_id``  ``<paper docno>%p<i>`` - the ``pt.text.sliding`` convention, ``i`` = 0, 1, ...
-              in reading order; ``pt.text.max_passage()`` and
-              :func:`paper_docno` map it back to the paper's docno
-  ``paper_id`` the paper's docno
-  ``title``   the paper's title
-  ``body``    the window's text alone
-  ``text``    ``title + " " + body`` - the text retrievers index (title prepended, as
-              ``pt.text.sliding(prepend_attr="title")`` does)
-  ========== ==============================================================================
-
-  ``default_text()`` returns ``text``, so a retriever indexing the ``text`` field and one
-  indexing ``default_text()`` (``corpus_texts(dataset)`` of the bm25/dense plugins) index the
-  same string; retrievers return these chunk docnos.
-* Every paper has at least one chunk (a paper shorter than ``unit`` is one chunk; a paper with
-  no body is one chunk holding its title), and every token of the body is in some chunk:
-  ``pt.text.sliding`` drops the trailing partial window, so :func:`chunk_documents` adds one
-  last window that ends at the final token.
-* Tokens are whitespace-separated words (``pt.text.sliding``'s default tokenisation; PRISM
-  counts NLTK word tokens, which differ little) unless a ``tokenizer`` is given: any object with
-  ``tokenize(str) -> list`` and ``convert_tokens_to_string(list) -> str`` (a Hugging Face
-  tokenizer), or the name/path of a Hugging Face tokenizer.
-* Stride: ``stride=None`` means windows overlap by a quarter of their length
-  (``stride = unit - unit // 4``).
-
-Registered units (see :data:`STANDARD_UNITS`): ``chunks-128`` and ``chunks-256`` (passages
-suited to ColBERT's document length of 180-300 word pieces and to 256-word-piece bi-encoders
-such as MiniLM), ``chunks-512``, ``chunks-3000`` (PRISM's ~3K-token segments for long-context
-single-vector models, §4.2) and ``chunks-6000`` (the coarser granularity of PRISM's Figure 3).
-
-Registering another unit::
-
-    from pyterrier_sci.text import register_chunk_corpus
-    register_chunk_corpus("sci/acl-fulltext", unit=384, stride=256)   # -> sci/acl-fulltext/chunks-384
-    register_chunk_corpus("sci/acl-fulltext", unit=200, name="sci/acl-fulltext/bert-200",
-                          tokenizer="bert-base-uncased")              # word-piece windows
-
-The source corpus's documents need ``doc_id``, ``title`` and a full-text field (default
-``text``).  A corpus is chunked on first use, and its docstore is kept under the work directory.
+"""Full papers cut into overlapping token windows (chunks), and chunk corpora as ir_datasets ids
+(``<corpus>/chunks-<unit>``, documents :class:`ChunkDoc` with docnos ``<paper>%p<i>``) that ``bm25``,
+``dense`` and ``colbert`` index with no new code.  The contract and the registered units:
+``docs/prism.md`` ("Chunk corpora").
 """
 import itertools
 from typing import Any, Callable, Dict, Iterable, Iterator, List, NamedTuple, Optional, Union
 
 import pandas as pd
 import pyterrier as pt
+
+from pyterrier_sci.corpus import irds_id
 
 __all__ = ["ChunkDoc", "chunk_documents", "default_stride", "paper_docno", "register_chunk_corpus",
            "chunk_corpus_id", "STANDARD_UNITS", "resolve_tokenizer"]
@@ -188,8 +141,9 @@ def register_chunk_corpus(corpus: str, unit: int, stride: Optional[int] = None, 
         the registered id.
     """
     import ir_datasets
-    from pyterrier_sci.datasets._base import FnDocs, register
-    corpus = corpus[5:] if corpus.startswith("irds:") else corpus
+
+    from pyterrier_sci.irds import FnDocs, register
+    corpus = irds_id(corpus)
     name = name or chunk_corpus_id(corpus, unit)
 
     def docs():

@@ -1,22 +1,29 @@
-"""Training helpers every trainer of the toolkit shares.
+"""Training helpers every trainer of the toolkit shares: one builder of sentence-transformers /
+cross-encoder trainer arguments (:func:`trainer_arguments`), running a trainer quietly with the
+finiteness checks of :func:`guard_finite` (:func:`run_trainer`), seeding, saving a trained model as a
+``pt.Artifact`` (:func:`save_model_artifact`) and freezing lower layers.
 
-:func:`guard_finite` makes a Hugging Face / sentence-transformers trainer stop with one
-:class:`NonFiniteTrainingError` as soon as a training loss or a trainable parameter stops being
-finite, instead of carrying on and saving a model full of NaN (transformers' default
-``logging_nan_inf_filter`` even hides such losses from the log)::
+Models are written atomically by :func:`pyterrier_sci.artifacts.build_atomically`::
 
-    trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=ds, loss=loss)
-    guard_finite(trainer).train()
-
-The loss is checked on every forward pass of the loss module (a forward hook, so the loss class and
-the model card stay as they are); the parameters after every optimiser step.
+    def build(tmp):
+        history = run_trainer(SentenceTransformerTrainer(model=model, args=trainer_arguments(
+            "sentence_transformer", tmp / "checkpoints", epochs=1, batch_size=16, learning_rate=2e-5, seed=0),
+            train_dataset=ds, loss=loss))
+        model.save(str(tmp))
+        save_model_artifact(tmp, "dense_model", "sentence_transformers", {"loss_history": history})
+    build_atomically(output, build)
 """
 from __future__ import annotations
 
+import json
 import math
-from typing import Any, Iterable, Optional, Tuple
+import random
+from pathlib import Path
+from typing import Any, Dict, Iterable, List, Optional, Tuple, Union
 
-__all__ = ["NonFiniteTrainingError", "check_finite_loss", "first_non_finite_parameter", "guard_finite"]
+__all__ = ["NonFiniteTrainingError", "check_finite_loss", "first_non_finite_parameter", "guard_finite",
+           "seed_everything", "trainer_arguments", "run_trainer", "train_summary", "save_model_artifact",
+           "PACKAGE_HINT", "freeze_lower_layers", "encoder_layers"]
 
 
 class NonFiniteTrainingError(RuntimeError):
@@ -74,3 +81,128 @@ def guard_finite(trainer):
 
     trainer.add_callback(FiniteParameters())
     return trainer
+
+
+def seed_everything(seed: int) -> None:
+    """Seeds Python's, NumPy's and PyTorch's random generators."""
+    import numpy as np
+    import torch
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+PACKAGE_HINT = "pyterrier-sci"
+TRAINER_KINDS = ("sentence_transformer", "cross_encoder")
+
+
+def trainer_arguments(kind: str, output_dir: Union[str, Path], *, epochs: int, batch_size: int, learning_rate: float,
+                      warmup_ratio: float = 0.1, max_steps: Optional[int] = None, seed: int,
+                      device: Optional[str] = None, verbose: bool = False, **extra):
+    """``SentenceTransformerTrainingArguments`` (``kind="sentence_transformer"``) or
+    ``CrossEncoderTrainingArguments`` (``kind="cross_encoder"``) with the toolkit's one rule:
+
+    * the CPU when ``device`` is ``None`` or ``"cpu"`` (``use_cpu``), else the accelerator;
+    * linear warm-up over ``warmup_ratio`` of the steps (``warmup_ratio`` where transformers still
+      accepts it; transformers 5 reads a float ``warmup_steps`` below 1 as that ratio);
+    * nothing reported, nothing saved, the loss logged at every step (the trainers keep it);
+    * ``seed`` and ``data_seed`` both ``seed``; no progress bars unless ``verbose``; no dataloader workers;
+    * ``max_steps`` (``None``: the epochs decide).
+
+    ``extra`` keyword arguments are passed on and override these (e.g. ``batch_sampler``,
+    ``weight_decay``, ``optim``, ``eval_strategy``)."""
+    import inspect
+
+    from transformers import TrainingArguments
+    if kind == "sentence_transformer":
+        from sentence_transformers import SentenceTransformerTrainingArguments as Arguments
+    elif kind == "cross_encoder":
+        from sentence_transformers.cross_encoder import CrossEncoderTrainingArguments as Arguments
+    else:
+        raise ValueError(f"kind must be one of {TRAINER_KINDS}, not {kind!r}")
+    if not 0.0 <= float(warmup_ratio) < 1.0:
+        raise ValueError(f"warmup_ratio must be in [0, 1), not {warmup_ratio}")
+    if "warmup_ratio" in inspect.signature(TrainingArguments.__init__).parameters:
+        warmup = {"warmup_ratio": float(warmup_ratio)}
+    else:
+        warmup = {"warmup_steps": float(warmup_ratio)}
+    args = dict(output_dir=str(output_dir), num_train_epochs=epochs, per_device_train_batch_size=batch_size,
+                learning_rate=learning_rate, max_steps=max_steps if max_steps else -1, seed=seed, data_seed=seed,
+                save_strategy="no", report_to="none", logging_strategy="steps", logging_steps=1,
+                use_cpu=(device or "cpu") == "cpu", disable_tqdm=not verbose, dataloader_num_workers=0, **warmup)
+    args.update(extra)
+    return Arguments(**args)
+
+
+def run_trainer(trainer, verbose: bool = False) -> List[float]:
+    """Trains ``trainer`` (a transformers / sentence-transformers trainer) with the checks of
+    :func:`guard_finite`; unless ``verbose``, transformers' log messages below errors and its
+    progress and printer callbacks are off.  Returns the loss of every logged step (rounded to 5
+    digits); ``trainer.state`` holds the rest (``global_step``, and the run's summary
+    ``train_runtime`` / ``train_loss`` as the last entry of ``log_history``)."""
+    from transformers.utils import logging as hf_logging
+    guard_finite(trainer)
+    was = hf_logging.get_verbosity()
+    if not verbose:
+        from transformers.trainer_callback import PrinterCallback, ProgressCallback
+        hf_logging.set_verbosity_error()
+        trainer.remove_callback(PrinterCallback)
+        trainer.remove_callback(ProgressCallback)
+    try:
+        trainer.train()
+    finally:
+        hf_logging.set_verbosity(was)
+    return [round(float(h["loss"]), 5) for h in trainer.state.log_history if "loss" in h]
+
+
+def train_summary(trainer) -> Dict[str, Any]:
+    """The summary transformers logs at the end of training (``train_runtime``, ``train_loss``, ...)."""
+    for entry in reversed(trainer.state.log_history):
+        if "train_runtime" in entry:
+            return dict(entry)
+    return {}
+
+
+def save_model_artifact(tmp_dir: Union[str, Path], artifact_type: str, artifact_format: str, training: Dict[str, Any],
+                        training_file: Optional[str] = None) -> Path:
+    """Makes the saved model at ``tmp_dir`` a ``pt.Artifact``: writes ``pt_meta.json`` (``type``,
+    ``format``, ``package_hint``) and the training record ``training`` - in the file ``training_file``
+    (named in ``pt_meta.json``) when given, else as fields of ``pt_meta.json`` itself.  Returns
+    ``pt_meta.json``'s path."""
+    tmp = Path(tmp_dir)
+    meta: Dict[str, Any] = {"type": artifact_type, "format": artifact_format, "package_hint": PACKAGE_HINT}
+    if training_file:
+        meta["training_file"] = training_file
+        (tmp / training_file).write_text(json.dumps(training, indent=2, default=str))
+    else:
+        clash = sorted(set(training) & (set(meta) | {"training_file"}))
+        if clash:
+            raise ValueError(f"training fields {clash} would overwrite pt_meta.json's own fields")
+        meta.update(training)
+    from pyterrier_sci.artifacts import write_pt_meta
+    write_pt_meta(tmp, **json.loads(json.dumps(meta, default=str)))
+    return tmp / "pt_meta.json"
+
+
+def encoder_layers(model) -> Tuple[Any, List[Any]]:
+    """(embeddings, transformer layers) of a sentence-transformers model's BERT-like backbone."""
+    backbone = model[0].auto_model
+    prefix = getattr(backbone, "base_model_prefix", None)
+    base = getattr(backbone, prefix, backbone) if prefix is not None else backbone
+    encoder = getattr(base, "encoder", None)
+    layers = getattr(encoder, "layer", None) or getattr(encoder, "layers", None)
+    if layers is None:
+        raise ValueError(f"cannot find the transformer layers of {type(backbone).__name__}")
+    return base.embeddings, list(layers)
+
+
+def freeze_lower_layers(model, n: int) -> int:
+    """Freezes the embeddings and the lowest ``n`` transformer layers; returns the number of
+    trainable parameters left."""
+    embeddings, layers = encoder_layers(model)
+    if not 0 <= n <= len(layers):
+        raise ValueError(f"frozen_layers={n}, but the model has {len(layers)} layers")
+    for module in [embeddings] + layers[:n]:
+        for p in module.parameters():
+            p.requires_grad_(False)
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)

@@ -81,6 +81,7 @@ def needs_data(*parts):
 @pytest.fixture(scope="session")
 def csfcube():
     import pyterrier as pt
+
     import pyterrier_sci  # noqa: F401  (registers the datasets)
     if not (DATA / "csfcube").exists():
         pytest.skip(f"CSFCube data not found under {DATA}")
@@ -92,9 +93,10 @@ def tiny_dataset():
     """``sci-test/tiny``: the pools of three CSFCube method queries (a few hundred real abstracts)
     as a small ir_datasets corpus with those queries and qrels, for the slower (dense) tests."""
     import ir_datasets
+
     import pyterrier_sci  # noqa: F401
     from pyterrier_sci.datasets import csfcube
-    from pyterrier_sci.datasets._base import FnDocs, FnQrels, FnQueries, register
+    from pyterrier_sci.irds import FnDocs, FnQrels, FnQueries, register
     if not (DATA / "csfcube").exists():
         pytest.skip(f"CSFCube data not found under {DATA}")
     name = "sci-test/tiny"

@@ -1,8 +1,8 @@
 """sci/acl-fulltext: the 1,672 ACL full papers, 949 full-paper queries, qrels, chunk corpora."""
+
 import json
 
 import pytest
-
 from conftest import DATA, needs_data
 
 pytestmark = needs_data("acl-fulltext", "papers.jsonl")
@@ -11,7 +11,9 @@ pytestmark = needs_data("acl-fulltext", "papers.jsonl")
 @pytest.fixture(scope="module")
 def irds():
     import ir_datasets
+
     import pyterrier_sci  # noqa: F401
+
     return ir_datasets
 
 
@@ -21,7 +23,9 @@ def test_documents(irds):
     assert len(docs) == 1672
     d = docs["A00-1020"]
     assert d.title == "Multilingual Coreference Resolution"
-    assert d.abstract.startswith("In this paper we present a new, multilingual data-driven method")  # soft hyphen joined
+    assert d.abstract.startswith(
+        "In this paper we present a new, multilingual data-driven method"
+    )  # soft hyphen joined
     assert d.text == f"{d.title} {d.abstract}" and d.default_text() == d.text
     assert d.full_text.startswith(d.abstract) and "&quot;" not in d.full_text
     assert d.sections[0].heading == "Introduction"
@@ -58,7 +62,9 @@ def test_chunk_corpus_covers_every_paper(irds):
     by_paper = {}
     for c in chunks:
         by_paper.setdefault(c.paper_id, []).append(c)
-    assert by_paper["J93-2004"][0].body == "" and by_paper["J93-2004"][0].text == papers["J93-2004"].title  # no text: its title
+    assert (
+        by_paper["J93-2004"][0].body == "" and by_paper["J93-2004"][0].text == papers["J93-2004"].title
+    )  # no text: its title
     for pid in ("A00-1020", "J10-4006"):  # J10-4006: the longest paper, 23,621 words
         words = papers[pid].full_text.split()
         got = by_paper[pid]
@@ -69,7 +75,9 @@ def test_chunk_corpus_covers_every_paper(irds):
 
 def test_measure_aliases_are_the_papers_measures():
     import ir_measures
+
     import pyterrier_sci as ps
+
     ms = ps.measures.parse(["Recall@100", "MRR@50", "nDCG@50"], dataset="sci/acl-fulltext/references")
     assert [str(m) for m in ms] == ["R@100", "RR@50", "nDCG@50"]
     # PRISM B.2: Recall@K = relevant in the top K / all relevant; MRR@K = 1 / rank of the first relevant in the top K

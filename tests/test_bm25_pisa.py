@@ -1,17 +1,20 @@
 import pickle
 
+import conftest
 import pandas as pd
 import pyterrier as pt
 import pytest
 
-import conftest
-
 import pyterrier_sci as ps
-from pyterrier_sci.plugins.bm25 import BM25, bm25_component, build_atomically, corpus_index, index_path
+from pyterrier_sci.artifacts import build_atomically
+from pyterrier_sci.plugins.bm25 import BM25, bm25_component
 from pyterrier_sci.registry import Context
 
 NASTY = [
-    ("latex", r"We bound $\|\nabla f(x)\|_2^{2} \leq \frac{L}{2}$ via \begin{equation} \sum_{i=1}^{n} \alpha_i \end{equation} lemma"),
+    (
+        "latex",
+        r"We bound $\|\nabla f(x)\|_2^{2} \leq \frac{L}{2}$ via \begin{equation} \sum_{i=1}^{n} \alpha_i \end{equation} lemma",  # noqa: E501
+    ),
     ("unicode", "Étude des modèles de Markov cachés – Ωμέγα, 中文分词, emoji 😀, zero\u200bwidth, NUL\x00char"),
     ("punct", "!!! ??? ((( ))) [[[ ]]] {{{ }}} *** ::: ;;; ,,, ... --- ___ +++ === ||| &&& ^^^ ~~~ \\\\ // \"\" ''"),
     ("syntax", 'title:"x"~3 AND [a TO z] dual* /re/ OR NOT (semantic parsing)^2'),
@@ -29,6 +32,7 @@ def test_retrieves_query_paper_first(bm25, csfcube):
     res = bm25(topics)
     assert set(res.columns) >= {"qid", "query", "docno", "score", "rank"}
     from pyterrier_sci.datasets.csfcube import query_paper_id
+
     top = res[res["rank"] == 0].set_index("qid")["docno"]
     # the query paper is in the corpus: its own title+abstract must come first
     assert sum(top[q] == query_paper_id(q) for q in top.index) == len(topics)
@@ -39,7 +43,8 @@ def test_retrieves_query_paper_first(bm25, csfcube):
 
 
 def test_rescoring_scores_exactly_the_pool(bm25, csfcube):
-    from pyterrier_sci.datasets import PoolRetriever
+    from pyterrier_sci.corpus import PoolRetriever
+
     topics = csfcube.get_topics().head(5)
     pool = PoolRetriever("irds:sci/csfcube")(topics)
     res = bm25(pool.assign(extra="kept"))
@@ -58,8 +63,9 @@ def test_rescoring_scores_exactly_the_pool(bm25, csfcube):
 def test_nasty_queries_do_not_break_pisa(bm25, csfcube):
     abstract = csfcube.get_topics()["query"].iloc[0]
     long_query = " ".join(csfcube.get_topics()["query"])  # ~2,000 distinct terms
-    queries = pd.DataFrame([(k, q) for k, q in NASTY] + [("abstract", abstract), ("long", long_query)],
-                           columns=["qid", "query"])
+    queries = pd.DataFrame(
+        [(k, q) for k, q in NASTY] + [("abstract", abstract), ("long", long_query)], columns=["qid", "query"]
+    )
     res = bm25(queries)
     counts = res.groupby("qid").size()
     assert counts.get("empty", 0) == 0
@@ -116,8 +122,10 @@ def test_pipeline_language_builds_bm25(csfcube):
 class TestBM25Transformer(conftest.TransformerTestCase):
     @staticmethod
     def get_transformer():
-        import pyterrier_sci  # noqa: F401
         from conftest import DATA
+
+        import pyterrier_sci  # noqa: F401
+
         if not (DATA / "csfcube").exists():
             pytest.skip("no CSFCube data")
         return bm25_component(context=Context(dataset="irds:sci/csfcube"))

@@ -4,16 +4,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import conftest  # noqa: F401 (its fixtures and environment)
 import pandas as pd
 import pyterrier as pt
 import pytest
+from conftest import specter_run
 
 import pyterrier_sci as ps
 from pyterrier_sci.cli import main
 from pyterrier_sci.experiment import run_experiment
-
-import conftest
-from conftest import specter_run
 
 EXE = Path(sys.executable).with_name("pyterrier-sci")
 
@@ -81,7 +80,7 @@ experiments:
     measures: [NDCG%20, MAP, nDCG@10]
     baseline: BM25
     test: t
-    save_dir: {tmp_path / 'runs'}
+    save_dir: {tmp_path / "runs"}
 """)
     CALLS.clear()
     table = run_experiment(cfg)
@@ -110,6 +109,8 @@ experiments:
 
 def test_experiment_config_errors(tmp_path):
     cfg = tmp_path / "bad.yaml"
-    cfg.write_text("pipelines: {A: ra}\nexperiments:\n  e: {dataset: irds:sci/csfcube, pipelines: [A], measures: [MAP], baseline: B}\n")
+    cfg.write_text(
+        "pipelines: {A: ra}\nexperiments:\n  e: {dataset: irds:sci/csfcube, pipelines: [A], measures: [MAP], baseline: B}\n"  # noqa: E501
+    )
     with pytest.raises(ps.PipelineError, match="baseline 'B' is not one of the pipelines"):
         run_experiment(cfg)

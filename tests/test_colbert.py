@@ -5,6 +5,7 @@ The index of 40 real CSFCube abstracts is built once per module with the offline
 checkpoint (untrained ColBERT, so the assertions are about exact-text matching and consistency, not
 effectiveness).  On a fresh machine the first build also compiles colbert-ai's C++ extensions
 (about 100 s, once; cached in torch's extensions directory)."""
+
 import multiprocessing
 import os
 import pickle
@@ -13,18 +14,24 @@ import threading
 import time
 from pathlib import Path
 
+import conftest
 import numpy as np
 import pandas as pd
 import pyterrier as pt
 import pytest
 
 import pyterrier_sci as ps
-from pyterrier_sci.plugins.colbert import (CheckpointNotFoundError, ColBERTIndex, ColBERTRetriever,
-                                           ColBERTTimeoutError, ColBERTWorkerError, build_checkpoint,
-                                           colbert_component, resolve_checkpoint)
+from pyterrier_sci.plugins.colbert import (
+    CheckpointNotFoundError,
+    ColBERTIndex,
+    ColBERTRetriever,
+    ColBERTTimeoutError,
+    ColBERTWorkerError,
+    build_checkpoint,
+    colbert_component,
+    resolve_checkpoint,
+)
 from pyterrier_sci.registry import Context
-
-import conftest
 
 N_DOCS = 40
 DATASET = "sci-test/colbert-tiny"
@@ -34,11 +41,13 @@ DATASET = "sci-test/colbert-tiny"
 def tiny_docs():
     import pyterrier_sci  # noqa: F401
     from pyterrier_sci.datasets import csfcube
-    from pyterrier_sci.datasets._base import FnDocs, register
+    from pyterrier_sci.irds import FnDocs, register
+
     if not (conftest.DATA / "csfcube").exists():
         pytest.skip(f"CSFCube data not found under {conftest.DATA}")
     docs = sorted(csfcube.docs().values(), key=lambda d: d.doc_id)[:N_DOCS]
     import ir_datasets
+
     if DATASET not in ir_datasets.registry._registered:
         register(DATASET, FnDocs(DATASET, lambda: iter(docs), csfcube.CSFCubeDoc))
     return docs
@@ -52,9 +61,13 @@ def retriever(tiny_docs):
 
 
 def _queries(docs, words=30):
-    return pd.DataFrame({"qid": [f"q{i}" for i in range(len(docs))],
-                         "query": [" ".join(d.abstract.split()[:words]) for d in docs],
-                         "target": [d.doc_id for d in docs]})
+    return pd.DataFrame(
+        {
+            "qid": [f"q{i}" for i in range(len(docs))],
+            "query": [" ".join(d.abstract.split()[:words]) for d in docs],
+            "target": [d.doc_id for d in docs],
+        }
+    )
 
 
 def test_exact_text_query_retrieves_its_own_abstract_first(retriever, tiny_docs):
@@ -94,7 +107,12 @@ def test_index_is_an_artifact(retriever, tiny_docs):
     loaded = pt.Artifact.load(str(retriever.index.path))
     assert isinstance(loaded, ColBERTIndex) and len(loaded) == N_DOCS
     meta = loaded.metadata()
-    assert (meta["type"], meta["format"], meta["checkpoint"], meta["nbits"]) == ("multi_vector_index", "plaid", "default", 2)
+    assert (meta["type"], meta["format"], meta["checkpoint"], meta["nbits"]) == (
+        "multi_vector_index",
+        "plaid",
+        "default",
+        2,
+    )
     assert meta["num_embeddings"] > N_DOCS * 50  # one vector per (non-punctuation) word piece
     t = meta["build_timings"]
     assert 0 < t["kmeans_s"] < t["worker_s"] and t["encode_and_write_s"] > 0
@@ -126,8 +144,10 @@ def test_component_in_the_pipeline_language(retriever, tiny_docs):
 
 
 def test_minilm_checkpoint_is_deterministic_and_documented_as_untrained(retriever, tmp_path):
-    from safetensors.torch import load_file
     import json
+
+    from safetensors.torch import load_file
+
     default = Path(resolve_checkpoint("default"))
     again = build_checkpoint("default", tmp_path / "ckpt")
     w1 = load_file(str(default / "model.safetensors"))["linear.weight"]
@@ -149,7 +169,7 @@ def test_checkpoint_errors_are_clear(tmp_path):
 
 
 def test_bad_documents_are_clear_errors(tmp_path, retriever):
-    stale = tmp_path / f".empty.building-{2 ** 22 + 1}-x"  # left by a killed builder (no such pid)
+    stale = tmp_path / f".empty.building-{2**22 + 1}-x"  # left by a killed builder (no such pid)
     stale.mkdir()
     with pytest.raises(ValueError, match="no documents"):
         ColBERTIndex(tmp_path / "empty").indexer(verbose=False).index([])
@@ -213,11 +233,14 @@ def test_a_dead_worker_is_one_clear_error(tmp_path, tiny_docs, retriever):
 
 def test_importing_colbert_leaves_the_process_settings_alone(retriever):
     import colbert.modeling.hf_colbert as hf
+
     from pyterrier_sci.plugins.colbert._compat import import_colbert
+
     import_colbert()
     assert multiprocessing.get_start_method(allow_none=True) != "spawn" or os.name != "posix"
     assert os.environ.get("TOKENIZERS_PARALLELISM") == "false"  # conftest's setting, not colbert-ai's "true"
     import transformers
+
     if int(transformers.__version__.split(".")[0]) >= 5:
         assert getattr(hf.class_factory, "_pyterrier_sci_shim", False)
 

@@ -1,3 +1,4 @@
+import conftest
 import ir_measures
 import numpy as np
 import pandas as pd
@@ -5,10 +6,8 @@ import pyterrier as pt
 import pytest
 
 import pyterrier_sci as ps
-from pyterrier_sci.datasets import core_citations as cc
 from pyterrier_sci.data import MissingDataError
-
-import conftest
+from pyterrier_sci.datasets import core_citations as cc
 
 # A hand-made graph.  q cites r1..r4; p1 and p2 cite q.
 # p1 also cites r1 and r2, p2 also cites r2 and x  ->  core(q) = {r1, r2}, superficial(q) = {r3, r4}.
@@ -27,7 +26,6 @@ def test_eq1_core_and_superficial_on_a_hand_made_graph():
 
 def _graph(n_queries=30, k=2, seed=1):
     """Queries Q_i with k+1 core (followed by a citer) and k+1 superficial references."""
-    rng = np.random.default_rng(seed)
     edges = []
     for i in range(n_queries):
         q = f"Q{i}"

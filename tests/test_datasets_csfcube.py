@@ -1,14 +1,13 @@
+import conftest
 import ir_datasets
 import pandas as pd
 import pyterrier as pt
 import pytest
 
 import pyterrier_sci as ps
-from pyterrier_sci.datasets import PoolRetriever, registry_status
+from pyterrier_sci.corpus import PoolRetriever
+from pyterrier_sci.data import MissingDataError, registry_status
 from pyterrier_sci.datasets import csfcube as csf
-from pyterrier_sci.data import MissingDataError
-
-import conftest
 
 
 def test_counts_and_fields(csfcube):

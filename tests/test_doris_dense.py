@@ -1,20 +1,27 @@
 """DORIS-MAE dense methods: the Eq. 4 scorer and its query modes, triplets, contrastive fine-tuning
 and its artifact."""
+
 import json
 import pickle
 
+import conftest
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import needs_data
 
 import pyterrier_sci as ps
-from pyterrier_sci.plugins.dense import doris
-from pyterrier_sci.plugins.dense.doris import (ContrastiveModel, MaxSimScorer, fine_tune, make_triplets, maxsim,
-                                               maxsim_component, split_sentences)
+from pyterrier_sci.plugins.doris_mae import (
+    ContrastiveModel,
+    MaxSimScorer,
+    fine_tune,
+    make_triplets,
+    maxsim_component,
+    split_sentences,
+)
+from pyterrier_sci.plugins.doris_mae import maxsim as doris
+from pyterrier_sci.plugins.doris_mae.maxsim import maxsim
 from pyterrier_sci.registry import Context
-
-import conftest
-from conftest import needs_data
 
 offline = needs_data("doris-mae", "birco_dev", "qrels.tsv")
 DS = "irds:sci/doris-mae/birco-dev"
@@ -22,22 +29,43 @@ DS = "irds:sci/doris-mae/birco-dev"
 
 def test_split_sentences():
     assert split_sentences("We propose XNet. It works well! Does it scale? Yes.") == [
-        "We propose XNet.", "It works well!", "Does it scale?", "Yes."]
+        "We propose XNet.",
+        "It works well!",
+        "Does it scale?",
+        "Yes.",
+    ]
     # abbreviations, initials, numbers and hard-wrapped lines
-    assert split_sentences("Methods, e.g. BERT, help. See Fig. 2 for details.\nResults by J. Smith et al. are\ngood.") == [
-        "Methods, e.g. BERT, help.", "See Fig. 2 for details.", "Results by J. Smith et al. are good."]
+    assert split_sentences(
+        "Methods, e.g. BERT, help. See Fig. 2 for details.\nResults by J. Smith et al. are\ngood."
+    ) == ["Methods, e.g. BERT, help.", "See Fig. 2 for details.", "Results by J. Smith et al. are good."]
     assert split_sentences("accuracy of 91.30 on the test set") == ["accuracy of 91.30 on the test set"]
     assert split_sentences("") == [""]
 
 
 def frame():
-    rows = [("q1", "graph networks for molecules. They predict toxicity.", "d1",
-             "We study graph neural networks on molecules. Toxicity is predicted well.",
-             ("Graph neural networks for molecules.", "Toxicity prediction.")),
-            ("q1", "graph networks for molecules. They predict toxicity.", "d2",
-             "Images are segmented with convolutions.", ("Graph neural networks for molecules.", "Toxicity prediction.")),
-            ("q2", "speech recognition on phones", "d3", "Low-resource speech recognition. It runs on mobile phones.",
-             ("Speech recognition.", "Mobile deployment."))]
+    rows = [
+        (
+            "q1",
+            "graph networks for molecules. They predict toxicity.",
+            "d1",
+            "We study graph neural networks on molecules. Toxicity is predicted well.",
+            ("Graph neural networks for molecules.", "Toxicity prediction."),
+        ),
+        (
+            "q1",
+            "graph networks for molecules. They predict toxicity.",
+            "d2",
+            "Images are segmented with convolutions.",
+            ("Graph neural networks for molecules.", "Toxicity prediction."),
+        ),
+        (
+            "q2",
+            "speech recognition on phones",
+            "d3",
+            "Low-resource speech recognition. It runs on mobile phones.",
+            ("Speech recognition.", "Mobile deployment."),
+        ),
+    ]
     return pd.DataFrame(rows, columns=["qid", "query", "docno", "text", "aspects"]).assign(score=0.0, rank=0, keep="k")
 
 
@@ -51,8 +79,16 @@ def _unit(encoder, texts):
     return v / np.linalg.norm(v, axis=1, keepdims=True)
 
 
-@pytest.mark.parametrize("qmode, dmode", [("whole", "whole"), ("sentences", "sentences"), ("aspects", "sentences"),
-                                          ("aspects_concat", "whole"), ("sentences", "whole")])
+@pytest.mark.parametrize(
+    "qmode, dmode",
+    [
+        ("whole", "whole"),
+        ("sentences", "sentences"),
+        ("aspects", "sentences"),
+        ("aspects_concat", "whole"),
+        ("sentences", "whole"),
+    ],
+)
 def test_scores_are_eq4(encoder, qmode, dmode):
     inp = frame()
     out = MaxSimScorer("default", query_mode=qmode, doc_mode=dmode)(inp)
@@ -67,7 +103,7 @@ def test_scores_are_eq4(encoder, qmode, dmode):
             q = [" ".join(row.aspects)]
         d = [row.text] if dmode == "whole" else split_sentences(row.text)
         sims = _unit(encoder, q) @ _unit(encoder, d).T
-        want = float(np.mean(sims.max(axis=1)))        # 1/n sum_i max_j cos(Q_i, p_j)
+        want = float(np.mean(sims.max(axis=1)))  # 1/n sum_i max_j cos(Q_i, p_j)
         assert row.score == pytest.approx(want, abs=1e-5)
     assert (out["keep"] == "k").all() and {"aspects", "text"} <= set(out.columns)
     for _, g in out.groupby("qid"):
@@ -97,8 +133,11 @@ def test_aspects_and_texts_from_the_dataset():
     res = ps.pipeline("pool", dataset=DS)(topics[["qid", "query"]]).head(5)
     by_dataset = MaxSimScorer("default", query_mode="aspects", doc_mode="sentences", dataset=DS)(res)
     import ir_datasets
+
     store = ir_datasets.load(DS[5:]).docs_store()
-    with_cols = res.merge(topics[["qid", "aspects"]], on="qid").assign(text=lambda d: [store.get(x).abstract for x in d["docno"]])
+    with_cols = res.merge(topics[["qid", "aspects"]], on="qid").assign(
+        text=lambda d: [store.get(x).abstract for x in d["docno"]]
+    )
     by_columns = MaxSimScorer("default", query_mode="aspects", doc_mode="sentences")(with_cols)
     a = by_dataset.set_index("docno")["score"].sort_index()
     b = by_columns.set_index("docno")["score"].sort_index()
@@ -120,6 +159,7 @@ class TestMaxSimScorer(conftest.TransformerTestCase):
 
 # ---------------------------------------------------------------- fine-tuning
 
+
 @offline
 def test_triplets_follow_the_scores():
     tr = make_triplets(DS, qids=["0", "3"], per_query=10, seed=1)
@@ -133,25 +173,29 @@ def test_triplets_follow_the_scores():
     assert ((gap["pos_score"] - gap["neg_score"]) > 0.5).all()
 
 
-TRIPLETS = pd.DataFrame({
-    "anchor": ["graph neural networks for molecules"] * 4,
-    "positive": ["message passing networks predict molecular properties", "graph networks on chemistry data"] * 2,
-    "negative": ["stock market prediction with trees", "image segmentation of street scenes"] * 2,
-    "qid": ["q1", "q1", "q2", "q2"]})
+TRIPLETS = pd.DataFrame(
+    {
+        "anchor": ["graph neural networks for molecules"] * 4,
+        "positive": ["message passing networks predict molecular properties", "graph networks on chemistry data"] * 2,
+        "negative": ["stock market prediction with trees", "image segmentation of street scenes"] * 2,
+        "qid": ["q1", "q1", "q2", "q2"],
+    }
+)
 
 
-@pytest.mark.parametrize("trainer", ["st", "torch"])
+@pytest.mark.parametrize("trainer", ["auto", "st"])
 def test_fine_tune_writes_an_artifact(tmp_path, trainer):
-    if trainer == "st":
-        pytest.importorskip("accelerate")
     out = tmp_path / "model"
     art = fine_tune(TRIPLETS, out, margin=0.5, batch_size=2, max_steps=2, max_seq_length=32, trainer=trainer)
     assert isinstance(art, ContrastiveModel) and (out / "modules.json").exists()
     assert not list(tmp_path.glob("model.partial-*"))
     meta = json.loads((out / "doris_contrastive.json").read_text())
-    assert meta["trainer"] == trainer and meta["margin"] == 0.5 and meta["triplets"] == 4 and meta["queries"] == ["q1", "q2"]
-    assert len(meta["loss_history"]) >= 1 and meta["max_seq_length"] == 32
-    assert json.loads((out / "pt_meta.json").read_text())["type"] == "dense_model"
+    assert (
+        meta["trainer"] == "st" and meta["margin"] == 0.5 and meta["triplets"] == 4 and meta["queries"] == ["q1", "q2"]
+    )
+    assert len(meta["loss_history"]) == 2 and meta["max_seq_length"] == 32
+    pt_meta = json.loads((out / "pt_meta.json").read_text())
+    assert pt_meta["type"] == "dense_model" and pt_meta["training_file"] == "doris_contrastive.json"
     loaded = ContrastiveModel.load(str(out))
     assert loaded.training["base_model"] == "default"
     # usable by the dense components as model=<path>
@@ -161,22 +205,37 @@ def test_fine_tune_writes_an_artifact(tmp_path, trainer):
         fine_tune(TRIPLETS, out, max_steps=1, batch_size=2, max_seq_length=32, trainer=trainer)
 
 
+def test_the_torch_fallback_is_gone(tmp_path):
+    with pytest.raises(ValueError, match="fallback was removed"):
+        fine_tune(TRIPLETS, tmp_path / "m", max_steps=1, trainer="torch")
+    with pytest.raises(ValueError, match="'auto' or 'st'"):
+        fine_tune(TRIPLETS, tmp_path / "m", max_steps=1, trainer="jax")
+    assert not (tmp_path / "m").exists()
+
+
 def test_fine_tune_changes_the_model_and_is_atomic(tmp_path, monkeypatch):
+    from pyterrier_sci.plugins.doris_mae import training
+
     out = tmp_path / "m"
-    fine_tune(TRIPLETS, out, margin=1.0, batch_size=4, max_steps=3, max_seq_length=32, learning_rate=1e-4, trainer="torch")
+    fine_tune(TRIPLETS, out, margin=1.0, batch_size=4, max_steps=3, max_seq_length=32, learning_rate=1e-4)
     base = doris.shared_encoder("default").model
     from sentence_transformers import SentenceTransformer
+
     tuned = SentenceTransformer(str(out), device="cpu")
     a = base.encode(["graph neural networks for molecules"])[0]
     b = tuned.encode(["graph neural networks for molecules"])[0]
     assert not np.allclose(a, b)
+
     # an interrupted training leaves neither a model nor a partial directory, and keeps the old model
     def boom(*args, **kwargs):
         raise KeyboardInterrupt
-    monkeypatch.setattr(doris, "_train_torch", boom)
+
+    monkeypatch.setattr(training, "_train_st", boom)
     with pytest.raises(KeyboardInterrupt):
-        fine_tune(TRIPLETS, out, overwrite=True, max_steps=1, batch_size=2, max_seq_length=32, trainer="torch")
+        fine_tune(TRIPLETS, out, overwrite=True, max_steps=1, batch_size=2, max_seq_length=32)
     assert (out / "modules.json").exists() and not list(tmp_path.glob("m.partial-*"))
+    kept = SentenceTransformer(str(out), device="cpu").encode(["graph neural networks for molecules"])[0]
+    assert np.allclose(kept, b)
     with pytest.raises(KeyboardInterrupt):
-        fine_tune(TRIPLETS, tmp_path / "new", max_steps=1, batch_size=2, max_seq_length=32, trainer="torch")
+        fine_tune(TRIPLETS, tmp_path / "new", max_steps=1, batch_size=2, max_seq_length=32)
     assert not (tmp_path / "new").exists() and not list(tmp_path.glob("new.partial-*"))

@@ -9,12 +9,11 @@ import numpy as np
 import pandas as pd
 import pyterrier as pt
 import pytest
+from conftest import needs_data
 
 import pyterrier_sci as ps
 from pyterrier_sci import measures as M
-from pyterrier_sci.datasets import doris_mae as dm
-
-from conftest import needs_data
+from pyterrier_sci.plugins.doris_mae import measures as dm
 
 L = math.log2
 

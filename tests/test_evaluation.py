@@ -7,13 +7,12 @@ import numpy as np
 import pandas as pd
 import pyterrier as pt
 import pytest
+from conftest import needs_data, specter_run
 from scipy import stats
 
 import pyterrier_sci as ps
 from pyterrier_sci import measures as M
 from pyterrier_sci.cli import main
-
-from conftest import needs_data, specter_run
 
 
 @needs_data("csfcube", "sample_ranked_pools")

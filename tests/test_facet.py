@@ -1,20 +1,23 @@
 """SciFACE facet cross-encoders: triplets, the margin ranking loss, training, the artifact, the
 re-rankers and the controllable mode (tiny BERT built from scratch; seconds)."""
+
 import json
 
+import conftest
 import numpy as np
 import pandas as pd
-import pytest
 import pyterrier as pt
+import pytest
 import torch
 
-import conftest
-from pyterrier_sci.plugins import facet as F
-from pyterrier_sci.plugins.facet import triplets as T
+from pyterrier_sci.plugins import sciface as F
+from pyterrier_sci.plugins.sciface import triplets as T
 
-WORDS = ("graph neural network convolution message passing molecule social vision transformer attention "
-         "translation parsing tagging entity recognition speech adaptation reinforcement policy gradient "
-         "reward robot image segmentation detection").split()
+WORDS = (
+    "graph neural network convolution message passing molecule social vision transformer attention "
+    "translation parsing tagging entity recognition speech adaptation reinforcement policy gradient "
+    "reward robot image segmentation detection"
+).split()
 
 
 @pytest.fixture(scope="module")
@@ -25,15 +28,30 @@ def tiny_bert(tmp_path_factory):
 def make_tiny_bert(d):
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import BertConfig, BertForSequenceClassification, BertTokenizerFast
+
     vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + WORDS
     tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(vocab)}, unk_token="[UNK]"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    fast = BertTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", sep_token="[SEP]", pad_token="[PAD]",
-                             cls_token="[CLS]", mask_token="[MASK]", model_max_length=64)
+    fast = BertTokenizerFast(
+        tokenizer_object=tok,
+        unk_token="[UNK]",
+        sep_token="[SEP]",
+        pad_token="[PAD]",
+        cls_token="[CLS]",
+        mask_token="[MASK]",
+        model_max_length=64,
+    )
     fast.save_pretrained(d)
     torch.manual_seed(0)
-    cfg = BertConfig(vocab_size=len(vocab), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                     intermediate_size=64, max_position_embeddings=128, num_labels=1)
+    cfg = BertConfig(
+        vocab_size=len(vocab),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=128,
+        num_labels=1,
+    )
     BertForSequenceClassification(cfg).save_pretrained(d)
     return str(d)
 
@@ -46,9 +64,18 @@ def toy_pairs(n_seeds=6, n_cands=6, seed=0):
         for c in range(n_cands):
             m = c % 4
             words = ["graph"] * m + list(rng.choice(["speech", "image", "policy", "reward"], size=4 - m))
-            rows.append({"seed_id": f"s{s}", "seed_title": "graph network", "seed_abstract": "graph convolution graph",
-                         "cand_id": f"s{s}c{c}", "cand_title": "paper", "cand_abstract": " ".join(words),
-                         "method": m, "background": 3 - m})
+            rows.append(
+                {
+                    "seed_id": f"s{s}",
+                    "seed_title": "graph network",
+                    "seed_abstract": "graph convolution graph",
+                    "cand_id": f"s{s}c{c}",
+                    "cand_title": "paper",
+                    "cand_abstract": " ".join(words),
+                    "method": m,
+                    "background": 3 - m,
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -59,8 +86,8 @@ def test_triplets_are_all_ordered_pairs_with_higher_positive():
     pairs["method"] = [3, 2, 2, 1, 1]
     pairs["background"] = [0, 1, 3, 0, 2]
     t = T.make_triplets(pairs, "method")
-    assert sorted(zip(t.pos, t.neg)) == [(0, 1), (0, 2)]   # ties (1,2) and (3,4) make none
-    t = T.make_triplets(pairs, "method", collapse=True)      # 3 -> 2: seed a is all ties now
+    assert sorted(zip(t.pos, t.neg)) == [(0, 1), (0, 2)]  # ties (1,2) and (3,4) make none
+    t = T.make_triplets(pairs, "method", collapse=True)  # 3 -> 2: seed a is all ties now
     assert len(t) == 0
     t = T.make_triplets(pairs, "background")
     assert sorted(zip(t.pos, t.neg)) == [(1, 0), (2, 0), (2, 1), (4, 3)]
@@ -88,7 +115,9 @@ def test_collapse_and_sampling_and_split():
 # -- loss --------------------------------------------------------------------------------------
 def test_margin_ranking_loss_matches_torch(tiny_bert):
     from sentence_transformers import CrossEncoder
-    from pyterrier_sci.plugins.facet.loss import MarginRankingLoss
+
+    from pyterrier_sci.plugins.sciface.loss import MarginRankingLoss
+
     model = CrossEncoder(tiny_bert, num_labels=1)
     loss = MarginRankingLoss(model, margin=0.5)
     pos = torch.tensor([2.0, 0.1, -1.0, 0.3])
@@ -108,6 +137,7 @@ def test_margin_ranking_loss_matches_torch(tiny_bert):
 
 def test_pair_input_is_the_papers_format_truncated_at_abstract_tails(tiny_bert):
     from sentence_transformers import CrossEncoder
+
     model = CrossEncoder(tiny_bert, num_labels=1, max_length=16)
     a, b = F.pair_input("graph", "convolution " * 20, "speech", "image " * 20)
     ids = model.preprocess([(a, b)])["input_ids"][0]
@@ -129,8 +159,18 @@ def trained(tiny_bert, tmp_path_factory):
     models = {}
     for facet in F.FACETS:
         models[facet] = F.train_facet_cross_encoder(
-            tr, root / facet, facet, val_pairs=va, base_model=tiny_bert, epochs=4, triplets_per_seed=10,
-            learning_rate=5e-3, max_length=32, seed=0, _sampler_record=record if facet == "method" else None)
+            tr,
+            root / facet,
+            facet,
+            val_pairs=va,
+            base_model=tiny_bert,
+            epochs=4,
+            triplets_per_seed=10,
+            learning_rate=5e-3,
+            max_length=32,
+            seed=0,
+            _sampler_record=record if facet == "method" else None,
+        )
     return models, record, pairs, root
 
 
@@ -141,7 +181,7 @@ def test_training_writes_artifact_and_learns(trained):
     assert meta["type"] == "facet_cross_encoder" and meta["facet"] == "method" and meta["collapse_method"] is True
     tr = meta["training"]
     assert tr["train_seeds"] == 6 and tr["val_seeds"] == 2 and tr["triplets_per_epoch"] == 60
-    assert tr["steps"] == 4 * 4                    # ceil(60 / 16) = 4 steps per epoch, 4 epochs
+    assert tr["steps"] == 4 * 4  # ceil(60 / 16) = 4 steps per epoch, 4 epochs
     assert len(tr["val_spearman_per_epoch"]) == 4
     assert tr["val_spearman"] == max(tr["val_spearman_per_epoch"])
     assert [b for _, b in record] == [0, 1, 2, 3]  # a fresh per-seed draw every epoch
@@ -154,6 +194,7 @@ def test_training_writes_artifact_and_learns(trained):
     cands = list(zip(pairs.cand_title, pairs.cand_abstract))
     s = loaded.score(seeds, cands)
     from scipy.stats import spearmanr
+
     assert spearmanr(s, pairs.method).statistic > 0.5
     assert spearmanr(models["background"].score(seeds, cands), pairs.background).statistic > 0.5
     with pytest.raises(FileExistsError):
@@ -170,9 +211,16 @@ def test_training_refuses_seed_leakage_and_bad_facet(tiny_bert, tmp_path):
 
 
 def result_frame(pairs):
-    df = pairs.rename(columns={"seed_id": "qid", "cand_id": "docno", "cand_title": "title",
-                               "cand_abstract": "abstract", "seed_title": "query_title",
-                               "seed_abstract": "query_abstract"})
+    df = pairs.rename(
+        columns={
+            "seed_id": "qid",
+            "cand_id": "docno",
+            "cand_title": "title",
+            "cand_abstract": "abstract",
+            "seed_title": "query_title",
+            "seed_abstract": "query_abstract",
+        }
+    )
     df["query"] = df.query_title + " " + df.query_abstract
     df["extra"] = 7
     return df.drop(columns=["method", "background"])
@@ -188,7 +236,9 @@ def test_facet_reranker(trained):
     for _, g in out.groupby("qid"):
         assert g["rank"].tolist() == list(range(len(g)))
         assert g.score.is_monotonic_decreasing
-    expected = models["method"].score(list(zip(inp.query_title, inp.query_abstract)), list(zip(inp.title, inp.abstract)))
+    expected = models["method"].score(
+        list(zip(inp.query_title, inp.query_abstract)), list(zip(inp.title, inp.abstract))
+    )
     got = inp.assign(s=expected).merge(out, on=["qid", "docno"])
     assert np.allclose(got.s, got.score)
     empty = rr(inp.iloc[:0])
@@ -222,10 +272,14 @@ def test_controllable_mode(trained):
 def test_component_factory(trained):
     models, _, pairs, root = trained
     from pyterrier_sci.registry import Context
+
     rr = F.facet_rerank_component(facet="method", model=str(root / "method"))
     assert rr == models["method"].scorer()
-    ctl = F.facet_rerank_component(weights={"method": 1, "background": -1}, background_model=str(root / "background"),
-                                   method_model=str(root / "method"))
+    ctl = F.facet_rerank_component(
+        weights={"method": 1, "background": -1},
+        background_model=str(root / "background"),
+        method_model=str(root / "method"),
+    )
     assert ctl.weights == {"background": -1.0, "method": 1.0}
     with pytest.raises(ValueError, match="not background"):
         F.facet_rerank_component(facet="background", model=str(root / "method"))
@@ -243,10 +297,14 @@ class TestFacetReranker(conftest.TransformerTestCase):
         """An untrained artifact (tiny BERT + pt_meta.json) is enough for the convention checks."""
         import tempfile
         from pathlib import Path
+
         d = Path(tempfile.mkdtemp(prefix="facet-art-"))
         make_tiny_bert(d / "model")
-        (d / "pt_meta.json").write_text(json.dumps({"type": "facet_cross_encoder", "format": "sentence-transformers",
-                                                    "facet": "method", "max_length": 32}))
+        (d / "pt_meta.json").write_text(
+            json.dumps(
+                {"type": "facet_cross_encoder", "format": "sentence-transformers", "facet": "method", "max_length": 32}
+            )
+        )
         return F.FacetCrossEncoder(d).scorer()
 
 
@@ -254,6 +312,7 @@ def test_saved_model_is_the_best_validation_epoch(trained):
     """The artifact holds the best epoch's weights: re-scoring the validation pairs with the saved
     model reproduces the recorded best validation Spearman (not the last epoch's)."""
     from scipy.stats import spearmanr
+
     models, _, pairs, root = trained
     split = T.split_seeds(pairs.seed_id, val=0.25, test=0, seed=0)
     va = pairs[pairs.seed_id.map(split) == "val"]
@@ -271,13 +330,14 @@ def test_reranker_orders_by_descending_facet_score(trained):
     inp = result_frame(pairs[pairs.seed_id == "s0"])
     out = models["method"].scorer()(inp.sample(frac=1.0, random_state=0))
     direct = models["method"].score(list(zip(inp.query_title, inp.query_abstract)), list(zip(inp.title, inp.abstract)))
-    assert out.iloc[0].score == pytest.approx(direct.max(), abs=1e-5)      # ties: compare the score
+    assert out.iloc[0].score == pytest.approx(direct.max(), abs=1e-5)  # ties: compare the score
     assert out.iloc[-1].score == pytest.approx(direct.min(), abs=1e-5)
     assert out.sort_values("score", ascending=False).docno.tolist() == out.sort_values("rank").docno.tolist()
 
 
 class TestFacetRerankComponent(conftest.TransformerTestCase):
     """``facet_rerank`` as the component composes it on a dataset: seed text >> candidate text >> model."""
+
     @staticmethod
     def get_transformer():
         import tempfile
@@ -285,10 +345,14 @@ class TestFacetRerankComponent(conftest.TransformerTestCase):
 
         import pyterrier_sci  # noqa: F401  (registers the datasets)
         from pyterrier_sci.registry import Context
+
         if not (conftest.DATA / "csfcube").exists():
             pytest.skip("CSFCube data not found")
         d = Path(tempfile.mkdtemp(prefix="facet-art-"))
         make_tiny_bert(d / "model")
-        (d / "pt_meta.json").write_text(json.dumps({"type": "facet_cross_encoder", "format": "sentence-transformers",
-                                                    "facet": "method", "max_length": 32}))
+        (d / "pt_meta.json").write_text(
+            json.dumps(
+                {"type": "facet_cross_encoder", "format": "sentence-transformers", "facet": "method", "max_length": 32}
+            )
+        )
         return F.facet_rerank_component(model=str(d), context=Context(dataset="irds:sci/csfcube"))

@@ -1,46 +1,69 @@
 """SciFACE LLM facet labelling, candidate gathering and the end-to-end LLM-labelled route, against
 the deterministic loopback OpenAI-compatible server (the real client code runs)."""
+
 import json
 
-import numpy as np
 import pandas as pd
-import pytest
 import pyterrier as pt
+from llm_server import ScriptedServer, prompt_of
 
-from llm_server import Reply, ScriptedServer, prompt_of
-from pyterrier_sci.plugins.annotate import facets as A
-from pyterrier_sci.plugins import facet as F
+from pyterrier_sci.plugins import sciface as F
+from pyterrier_sci.plugins.sciface import labels as A
 
 
 def test_parse_facet_label():
-    ok = A.parse_facet_label('```json\n{"background": {"score": 1, "reason": "diff domain"}, '
-                             '"method": {"score": "3", "reason": "both GCN"}}\n```')
+    ok = A.parse_facet_label(
+        '```json\n{"background": {"score": 1, "reason": "diff domain"}, '
+        '"method": {"score": "3", "reason": "both GCN"}}\n```'
+    )
     assert ok == {"background": 1, "background_reason": "diff domain", "method": 3, "method_reason": "both GCN"}
     assert A.parse_facet_label('{"Background": 2, "Method": 0}')["method"] == 0
-    for bad in ["", "Background 2, Method 1", '{"background": {"score": 4}, "method": {"score": 1}}',
-                '{"background": {"score": 2.5}, "method": {"score": 1}}', '{"background": {"score": 2}}',
-                '{"background": {"score": "high"}, "method": {"score": 1}}', '{"background": true, "method": 1}']:
+    for bad in [
+        "",
+        "Background 2, Method 1",
+        '{"background": {"score": 4}, "method": {"score": 1}}',
+        '{"background": {"score": 2.5}, "method": {"score": 1}}',
+        '{"background": {"score": 2}}',
+        '{"background": {"score": "high"}, "method": {"score": 1}}',
+        '{"background": true, "method": 1}',
+    ]:
         assert A.parse_facet_label(bad) is None, bad
 
 
-CORPUS = pd.DataFrame({
-    "docno": ["s1", "a", "b", "c", "d", "s2"],
-    "title": ["GCN for molecules", "GCN for social networks", "CRF tagging", "GraphSAGE nodes",
-              "speech adaptation", "BERT for NER"],
-    "abstract": ["graph convolution molecule property", "graph convolution social network",
-                 "conditional random field sequence tagging", "graph sampling aggregation node",
-                 "speaker codes hybrid DNN HMM", "transformer named entity recognition"],
-})
+CORPUS = pd.DataFrame(
+    {
+        "docno": ["s1", "a", "b", "c", "d", "s2"],
+        "title": [
+            "GCN for molecules",
+            "GCN for social networks",
+            "CRF tagging",
+            "GraphSAGE nodes",
+            "speech adaptation",
+            "BERT for NER",
+        ],
+        "abstract": [
+            "graph convolution molecule property",
+            "graph convolution social network",
+            "conditional random field sequence tagging",
+            "graph sampling aggregation node",
+            "speaker codes hybrid DNN HMM",
+            "transformer named entity recognition",
+        ],
+    }
+)
 
 
 class Overlap(pt.Transformer):
     """A toy first stage: word overlap with the query over CORPUS."""
+
     def transform(self, q):
         rows = []
         for r in q.itertuples():
             qw = set(r.query.lower().split())
             for d in CORPUS.itertuples():
-                rows.append((r.qid, r.query, d.docno, float(len(qw & set((d.title + " " + d.abstract).lower().split())))))
+                rows.append(
+                    (r.qid, r.query, d.docno, float(len(qw & set((d.title + " " + d.abstract).lower().split()))))
+                )
         return pt.model.add_ranks(pd.DataFrame(rows, columns=["qid", "query", "docno", "score"]))
 
 
@@ -78,7 +101,7 @@ def test_labeller_counts_and_skips_unusable_and_prompt_is_the_papers():
         out = lab(res)
         system = srv.requests[0][1]["messages"][0]["content"]
     assert "Be conservative: if unsure, choose the LOWER score." in system and "EDGE RULES" in system
-    assert len(out) == len(res) and out.label_unusable.sum() == 2   # the speech paper, for both seeds
+    assert len(out) == len(res) and out.label_unusable.sum() == 2  # the speech paper, for both seeds
     assert lab.usage.unusable == 2
     assert out[out.label_unusable].method.isna().all()
     s1 = out[(out.qid == "s1")].set_index("docno")
@@ -92,6 +115,7 @@ def test_labeller_counts_and_skips_unusable_and_prompt_is_the_papers():
 def test_llm_labelled_route_end_to_end(tmp_path):
     """gather -> LLM labels -> triplets -> cross-encoder training -> facet re-ranking."""
     from test_facet import make_tiny_bert
+
     base = make_tiny_bert(tmp_path / "bert")
     with ScriptedServer(responder=responder) as srv:
         lab = A.FacetLabeller(llm={"base_url": srv.base_url, "cache_dir": "", "mode": "chat", "progress": False})

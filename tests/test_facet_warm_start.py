@@ -1,11 +1,11 @@
-"""The bi-encoder distillation warm start of facet cross-encoders (plugins/facet/warm_start.py)."""
+"""The bi-encoder distillation warm start of facet cross-encoders (plugins/sciface/warm_start.py)."""
 import json
 
+import conftest
 import numpy as np
 import pytest
 
-import conftest
-from pyterrier_sci.plugins.facet.warm_start import distil_cross_encoder, neighbour_pairs
+from pyterrier_sci.plugins.sciface.warm_start import distil_cross_encoder, neighbour_pairs
 
 pytestmark = conftest.needs_data("csfcube")
 
@@ -32,20 +32,21 @@ def test_neighbour_pairs_span_near_to_random(docs):
 def test_distilled_cross_encoder_follows_its_teacher(docs, tmp_path):
     from scipy.stats import spearmanr
 
-    from pyterrier_sci.plugins.facet import _load_cross_encoder
+    from pyterrier_sci.plugins.sciface.cross_encoder import _load_cross_encoder
     pairs = neighbour_pairs(docs, n_seeds=8, ranks=(1, 3, 20), n_random=1, seed=0)
     path = distil_cross_encoder(pairs, tmp_path / "warm", scale=5.0, epochs=6, batch_size=8, learning_rate=1e-4,
                                 max_length=96)
     meta = json.loads((path / "pt_meta.json").read_text())
     assert meta["type"] == "cross_encoder_warm_start" and meta["pairs"] == len(pairs)
     from pyterrier_sci.plugins.dense import resolve_model
-    from pyterrier_sci.plugins.facet import score_pairs
+    from pyterrier_sci.plugins.sciface import score_pairs
     target = 5.0 * pairs.teacher_score.to_numpy()
     seeds = list(zip(pairs.seed_title, pairs.seed_abstract))
     cands = list(zip(pairs.cand_title, pairs.cand_abstract))
     before = score_pairs(_load_cross_encoder(resolve_model("default"), 96), seeds, cands)   # raw logits
     import pyterrier as pt
-    from pyterrier_sci.plugins.facet.warm_start import WarmStartCrossEncoder
+
+    from pyterrier_sci.plugins.sciface.warm_start import WarmStartCrossEncoder
     artifact = pt.Artifact.load(str(path))                       # round-trips as a registered artifact
     assert isinstance(artifact, WarmStartCrossEncoder)
     pred = score_pairs(artifact.cross_encoder(), seeds, cands)
@@ -80,7 +81,7 @@ def test_margin_mse_distillation_learns_the_order_within_seeds(docs, tmp_path):
     from scipy.stats import spearmanr
 
     from pyterrier_sci.plugins.dense import resolve_model
-    from pyterrier_sci.plugins.facet import _load_cross_encoder, score_pairs
+    from pyterrier_sci.plugins.sciface.cross_encoder import _load_cross_encoder, score_pairs
     pairs = neighbour_pairs(docs, n_seeds=12, ranks=(1, 3, 20), n_random=1, seed=0)
     path = distil_cross_encoder(pairs, tmp_path / "mm", loss="margin_mse", epochs=8, batch_size=8,
                                 learning_rate=1e-4, max_length=96)

@@ -1,8 +1,7 @@
+import conftest
 import pandas as pd
 import pyterrier as pt
 import pytest
-
-import conftest
 
 from pyterrier_sci.plugins.fusion import RRFusion, rrf_scores
 

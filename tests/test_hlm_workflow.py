@@ -4,9 +4,8 @@ the top k=5 are returned.  The LLM is the loopback server answering as an oracle
 candidates are core citations, so the expected final lists can be computed exactly."""
 import re
 
-import yaml
-
 import conftest
+import yaml
 from llm_server import Reply, ScriptedServer, prompt_of
 
 pytestmark = conftest.needs_data("hepth-citations", "raw")
@@ -28,6 +27,7 @@ def _oracle(core_titles):
 
 def test_named_workflow_pipeline_keeps_top_and_reranks_the_rest(tmp_path):
     import pyterrier as pt
+
     import pyterrier_sci as ps
     from pyterrier_sci.pipeline import build_all
     ds = pt.get_dataset(DS)

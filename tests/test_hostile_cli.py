@@ -4,7 +4,6 @@ is one line on stderr (plus the expression picture for pipeline errors) and exit
 import errno
 import time
 
-import pandas as pd
 import pyterrier as pt
 import pytest
 

@@ -9,11 +9,10 @@ import threading
 import time
 
 import pytest
+from conftest import popen_python, wait_for_file
 
 from pyterrier_sci import artifacts
 from pyterrier_sci.artifacts import build_atomically, remove_stale_partials
-
-from conftest import popen_python, wait_for_file
 
 HOST = artifacts.host_tag()
 
@@ -200,12 +199,33 @@ def test_an_artifact_moved_aside_by_a_killed_overwrite_is_put_back(tmp_path):
     assert (path / "pt_meta.json").read_text() == "{}" and sorted(p.name for p in tmp_path.iterdir()) == ["idx"]
 
 
+def test_partials_named_by_earlier_versions_are_removed_when_their_builder_is_dead(tmp_path):
+    path = tmp_path / "idx"
+    dead, live = tmp_path / f".idx.building-{_dead_pid()}-x", tmp_path / f".idx.building-{os.getpid()}-y"
+    dead.mkdir()
+    live.mkdir()
+    build_atomically(path, lambda tmp: artifacts.write_pt_meta(tmp.mkdir() or tmp, type="t", format="f", n=1))
+    assert sorted(p.name for p in tmp_path.iterdir()) == [live.name, "idx"]
+    assert json.loads((path / "pt_meta.json").read_text()) == {"type": "t", "format": "f", "n": 1}
+
+
+def test_write_pt_meta_takes_type_format_and_hint_from_the_artifact_class(tmp_path):
+    class Index:
+        ARTIFACT_TYPE, ARTIFACT_FORMAT, ARTIFACT_PACKAGE_HINT = "sparse_index", "lucene", "pyterrier-sci"
+    meta = artifacts.write_pt_meta(tmp_path, Index, num_docs=3)
+    assert meta == json.loads((tmp_path / "pt_meta.json").read_text()) == {
+        "type": "sparse_index", "format": "lucene", "package_hint": "pyterrier-sci", "num_docs": 3}
+    with pytest.raises(ValueError, match="type and a format"):
+        artifacts.write_pt_meta(tmp_path, num_docs=3)
+
+
 def test_two_dense_builders_of_one_index_encode_the_corpus_once(tmp_path):
     """Two retrievers (threads here; processes take the same lock) that need the same dense index:
     the corpus is encoded once and both search the same index."""
     import pandas as pd
     from ir_datasets.formats import GenericDoc
-    from pyterrier_sci.datasets._base import FnDocs, register
+
+    from pyterrier_sci.irds import FnDocs, register
     from pyterrier_sci.plugins.dense import DenseRetriever
     reads = []
 

@@ -1,6 +1,7 @@
 """Damaged data files: each is one DamagedDataError naming the file (and the line), never a run on
 what is left.  Real files of the data directory are linked (intact) or copied and damaged under
 tmp_path; PYTERRIER_SCI_DATA points there and PYTERRIER_SCI_HOME (where verdicts are cached) too."""
+
 import json
 import os
 import shutil
@@ -8,20 +9,26 @@ from pathlib import Path
 
 import ir_datasets
 import pytest
+from conftest import DATA
 
 import pyterrier_sci  # noqa: F401  (registers the datasets)
 from pyterrier_sci import data as D
 from pyterrier_sci.data import DamagedDataError
 from pyterrier_sci.datasets import acl_fulltext, core_citations, csfcube, doris_mae, mir_multicite, scifullbench
 
-from conftest import DATA
-
 FIXTURES = Path(__file__).parent / "fixtures"
 
 
 def _clear_caches():
-    for fn in (csfcube._docs_by_id, csfcube._annotations, csfcube._splits, doris_mae._release,
-               doris_mae._offline_queries, doris_mae._birco, mir_multicite._read):
+    for fn in (
+        csfcube._docs_by_id,
+        csfcube._annotations,
+        csfcube._splits,
+        doris_mae._release,
+        doris_mae._offline_queries,
+        doris_mae._birco,
+        mir_multicite._read,
+    ):
         fn.cache_clear()
     for source in (core_citations.HEPTH, core_citations.ACL, acl_fulltext.SOURCE, scifullbench.BENCH):
         source.clear()
@@ -60,17 +67,18 @@ def data(tmp_path, monkeypatch):
 
 # -- damage ------------------------------------------------------------------------------------
 
+
 def cut_lines(p: Path, keep: float = 0.9) -> None:
     """Keeps the first ``keep`` share of the lines (a cut at a line boundary)."""
     lines = p.read_bytes().splitlines(keepends=True)
-    p.write_bytes(b"".join(lines[:int(len(lines) * keep)]))
+    p.write_bytes(b"".join(lines[: int(len(lines) * keep)]))
 
 
 def cut_bytes(p: Path, keep: float = 0.5) -> int:
     """Cuts the file in the middle of a line; returns that line's number."""
     b = p.read_bytes()
     n = int(len(b) * keep)
-    while b[n - 1:n] in (b"\n", b""):
+    while b[n - 1 : n] in (b"\n", b""):
         n -= 1
     p.write_bytes(b[:n])
     return b[:n].count(b"\n") + 1
@@ -135,9 +143,15 @@ def test_csfcube_intact_passes_and_the_verdict_is_cached(data, tmp_path):
     edit_line(q, 3, lambda b: b.replace(b"a", b"b"))
     os.utime(q, ns=(st.st_atime_ns, st.st_mtime_ns))
     assert len(_method_topics()) == 17
-    os.utime(q, ns=(st.st_atime_ns, st.st_mtime_ns + 10 ** 9))  # touched: checked again
+    os.utime(q, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))  # touched: checked again
     D.forget_verdicts()
-    damaged(_method_topics, q, "SHA-256", "PYTERRIER_SCI_CHECKSUMS=0", "e-download it from https://raw.githubusercontent.com/iesl/CSFCube")
+    damaged(
+        _method_topics,
+        q,
+        "SHA-256",
+        "PYTERRIER_SCI_CHECKSUMS=0",
+        "e-download it from https://raw.githubusercontent.com/iesl/CSFCube",
+    )
 
 
 def test_csfcube_corpus_cut_at_a_line_boundary(data, monkeypatch):
@@ -188,8 +202,11 @@ def test_csfcube_annotations_list_shaped_or_truncated(data, monkeypatch):
     no_checksums(monkeypatch)
     p = _csf(data, "background")
     p.write_text(json.dumps(list(json.loads((DATA / CSF["background"]).read_text()).values())))
-    damaged(lambda: list(ir_datasets.load("sci/csfcube/background").queries_iter()), p,
-            "expected an object at the top level, found a list")
+    damaged(
+        lambda: list(ir_datasets.load("sci/csfcube/background").queries_iter()),
+        p,
+        "expected an object at the top level, found a list",
+    )
     cut_bytes(p, 0.6)
     _clear_caches()
     damaged(lambda: list(ir_datasets.load("sci/csfcube/background").queries_iter()), p, "malformed JSON", "truncated")
@@ -200,7 +217,7 @@ def test_csfcube_queries_csv_cut_mid_row_or_at_a_row_boundary(data, monkeypatch)
     p = _csf(data, "queries")
     text = (DATA / CSF["queries"]).read_text()
     lines = text.splitlines(keepends=True)
-    half = "".join(lines[:len(lines) // 2])
+    half = "".join(lines[: len(lines) // 2])
     p.write_text(half + lines[len(lines) // 2].split(",")[0])  # the last row keeps only its first field
     damaged(_method_topics, p, "fields, the header", "cut short", line=len(lines) // 2 + 1)
     p.write_text(half)  # rows that are all complete, but only half of them
@@ -213,6 +230,7 @@ def test_csfcube_queries_csv_cut_mid_row_or_at_a_row_boundary(data, monkeypatch)
 
 def test_csfcube_damaged_data_is_one_line_and_exit_2_in_the_cli(data, monkeypatch, capsys, tmp_path):
     from pyterrier_sci.cli import main
+
     no_checksums(monkeypatch)
     p = _csf(data, "method")
     ann = json.loads(p.read_text())
@@ -242,7 +260,10 @@ def _birco_qrels():
 
 def test_doris_offline_intact(data):
     _doris(data)
-    assert len(_birco_qrels()) == 3129 and len(list(ir_datasets.load("sci/doris-mae/subquery-2-texts").queries_iter())) == 1003
+    assert (
+        len(_birco_qrels()) == 3129
+        and len(list(ir_datasets.load("sci/doris-mae/subquery-2-texts").queries_iter())) == 1003
+    )
 
 
 def test_doris_qrels_cut_mid_row_and_corpus_cut_at_a_line_boundary(data, monkeypatch):
@@ -267,8 +288,11 @@ def test_doris_queries_shape_and_subqueries(data, monkeypatch):
     no_checksums(monkeypatch)
     p = _doris(data, "queries")
     p.write_text(json.dumps({"0": json.loads((DATA / DORIS["queries"]).read_text())[0]}))
-    damaged(lambda: list(ir_datasets.load("sci/doris-mae/queries").queries_iter()), p,
-            "expected a list at the top level, found an object")
+    damaged(
+        lambda: list(ir_datasets.load("sci/doris-mae/queries").queries_iter()),
+        p,
+        "expected a list at the top level, found an object",
+    )
     p.write_text(json.dumps([{"query_id": 0, "query_text": "x"}]))
     _clear_caches()
     damaged(lambda: list(ir_datasets.load("sci/doris-mae/queries").queries_iter()), p, "query entry 0 lacks 'aspects'")
@@ -289,7 +313,12 @@ def test_doris_release_truncated_or_pool_outside_the_corpus(data, tmp_path):
     rel["Query"][0]["candidate_pool"].append(999999)
     p.write_text(json.dumps(rel))
     _clear_caches()
-    damaged(lambda: list(ir_datasets.load("sci/doris-mae").scoreddocs_iter()), p, "query 0", "not in the Corpus (e.g. 999999)")
+    damaged(
+        lambda: list(ir_datasets.load("sci/doris-mae").scoreddocs_iter()),
+        p,
+        "query 0",
+        "not in the Corpus (e.g. 999999)",
+    )
 
 
 # -- MIR-MultiCite -------------------------------------------------------------------------------
@@ -307,7 +336,7 @@ def test_mir_intact_and_cut_at_a_row_boundary(data):
     (data.root / MIR_DEV).unlink()
     p = data.copy(MIR_DEV)
     text = p.read_text()
-    p.write_text(text[:text.rindex("\n", 0, len(text) // 2) + 1])  # a CSV row may span lines: cut before one
+    p.write_text(text[: text.rindex("\n", 0, len(text) // 2) + 1])  # a CSV row may span lines: cut before one
     _clear_caches()
     damaged(_mir_qrels, p, "SHA-256", "Methodology-Inspiration-Retrieval")
 
@@ -328,12 +357,17 @@ def test_mir_cut_mid_row_and_non_utf8(data, monkeypatch):
 
 # -- core citations (hep-th, ACL) --------------------------------------------------------------------
 
+
 def test_hepth_edges_truncated(data, monkeypatch):
     data.link(core_citations._HEPTH["papers"].path)
     p = data.copy(core_citations._HEPTH["edges"].path)
     cut_bytes(p, 0.5)
-    damaged(lambda: list(ir_datasets.load("sci/hepth-core-citations/test/c10").qrels_iter()), p, "SHA-256",
-            "snap.stanford.edu")
+    damaged(
+        lambda: list(ir_datasets.load("sci/hepth-core-citations/test/c10").qrels_iter()),
+        p,
+        "SHA-256",
+        "snap.stanford.edu",
+    )
     no_checksums(monkeypatch)
     _clear_caches()
     damaged(lambda: core_citations.HEPTH.graph(), p, "cannot be decompressed")
@@ -349,8 +383,11 @@ def test_acl_edges_malformed_and_papers_incomplete(data, monkeypatch):
     with open(p, "a") as f:
         f.write("A00-1020\tZ99-9999\taan\n")
     _clear_caches()
-    damaged(lambda: core_citations.ACL.graph(), data.root / core_citations._ACL["papers"].path,
-            "in-set links in edges_inset.tsv are not in it (e.g. Z99-9999)")
+    damaged(
+        lambda: core_citations.ACL.graph(),
+        data.root / core_citations._ACL["papers"].path,
+        "in-set links in edges_inset.tsv are not in it (e.g. Z99-9999)",
+    )
 
 
 # -- ACL full text (PRISM) -------------------------------------------------------------------------
@@ -363,7 +400,7 @@ def test_acl_fulltext_queries_damaged(data, monkeypatch):
     p = data.copy(ACL_FILES["queries"])
     assert len(list(ir_datasets.load("sci/acl-fulltext/references").queries_iter())) == 949
     _clear_caches()
-    edit_line(p, 9, lambda b: b[:len(b) // 2])
+    edit_line(p, 9, lambda b: b[: len(b) // 2])
     load = lambda: list(ir_datasets.load("sci/acl-fulltext/references").qrels_iter())  # noqa: E731
     damaged(load, p, "SHA-256")
     no_checksums(monkeypatch)
@@ -376,6 +413,7 @@ def test_acl_fulltext_queries_damaged(data, monkeypatch):
 
 
 # -- SciFullBench ----------------------------------------------------------------------------------
+
 
 def test_scifullbench_corpus_and_query_files_damaged(data):
     root = data.root / "scifullbench"
@@ -394,8 +432,11 @@ def test_scifullbench_corpus_and_query_files_damaged(data):
     bench.clear()
     q = next((root / scifullbench.FINAL / "Benchmark" / "ACL" / "Direct_References").glob("*.json"))
     q.write_text(json.dumps([json.loads(q.read_text())]))
-    damaged(lambda: list(ir_datasets.load("sci/scifullbench/acl/references").queries_iter()), q,
-            "expected an object at the top level, found a list")
+    damaged(
+        lambda: list(ir_datasets.load("sci/scifullbench/acl/references").queries_iter()),
+        q,
+        "expected an object at the top level, found a list",
+    )
     q.write_bytes(b"\xff\xfe{}")
     bench.clear()
     damaged(lambda: bench.queries("acl", "references"), q, "not UTF-8", line=1)
@@ -403,12 +444,13 @@ def test_scifullbench_corpus_and_query_files_damaged(data):
 
 def test_hlm_release_table_truncated_or_misshapen(tmp_path):
     import numpy as np
+
     root = tmp_path / "hlm"
     root.mkdir()
     table = root / "train_table.npy"
     np.save(table, np.arange(22).reshape(2, 11))
     b = table.read_bytes()
-    table.write_bytes(b[:len(b) - 40])
+    table.write_bytes(b[: len(b) - 40])
     damaged(lambda: core_citations.read_hlm_release(root, "train"), table, "not a readable .npy table", "H-LM")
     np.save(table, np.arange(10).reshape(2, 5))
     damaged(lambda: core_citations.read_hlm_release(root, "train"), table, "expected rows of 11 ids", "(2, 5)")

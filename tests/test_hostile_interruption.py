@@ -18,14 +18,13 @@ from pathlib import Path
 import pandas as pd
 import pyterrier as pt
 import pytest
+from conftest import popen_python, wait_for_file
 
 import pyterrier_sci as ps
 from pyterrier_sci import artifacts
 from pyterrier_sci.artifacts import DamagedFileWarning, PathError
 from pyterrier_sci.cli import main
 from pyterrier_sci.experiment import run_experiment, run_pipeline_on, write_run
-
-from conftest import popen_python, wait_for_file
 
 RESULTS = pd.DataFrame({"qid": ["q1", "q1", "q2"], "docno": ["d1", "d2", "d3"], "score": [2.0, 1.0, 3.0],
                         "rank": [0, 1, 0]})

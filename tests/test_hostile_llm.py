@@ -5,6 +5,7 @@ and write files they were not given, and a newcomer's first LLM pipeline.
 Every case runs the real ``openai`` client against the loopback server of ``llm_server.py``.
 The lists below are the hostile inputs tried; each is asserted to be handled (a flagged row, one
 ``LLMError``/``PipelineError`` naming the cause, a withheld or redacted key)."""
+
 import json
 import math
 import os
@@ -15,12 +16,14 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-
 from llm_server import Reply, ScriptedServer, yes_no
+
 from pyterrier_sci.llm import LLMClient, LLMError, Usage, settings_from
 from pyterrier_sci.llm.client import parse_choice
 from pyterrier_sci.llm.text import load_template
-from pyterrier_sci.plugins.llm import HLMAgents, Listwise, MIRAgent, MIRPointwise, PairwiseTournament
+from pyterrier_sci.plugins.hlm_cite import HLMAgents
+from pyterrier_sci.plugins.llm import Listwise, PairwiseTournament
+from pyterrier_sci.plugins.mir import MIRAgent, MIRPointwise
 
 KEY = "sk-test-SECRET-0123456789abcdef"
 RERANKERS = [MIRPointwise, MIRAgent, Listwise, PairwiseTournament, HLMAgents]
@@ -28,21 +31,51 @@ RERANKERS = [MIRPointwise, MIRAgent, Listwise, PairwiseTournament, HLMAgents]
 
 @pytest.fixture(autouse=True)
 def clean_env(monkeypatch):
-    for var in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "PYTERRIER_SCI_LLM_BASE_URL", "PYTERRIER_SCI_LLM_TRUSTED_URLS",
-                "PYTERRIER_SCI_TRUST_CONFIG", "PYTERRIER_SCI_ALLOWED_DIRS", "PYTERRIER_SCI_LLM_CACHE"):
+    for var in (
+        "OPENAI_API_KEY",
+        "OPENAI_BASE_URL",
+        "PYTERRIER_SCI_LLM_BASE_URL",
+        "PYTERRIER_SCI_LLM_TRUSTED_URLS",
+        "PYTERRIER_SCI_TRUST_CONFIG",
+        "PYTERRIER_SCI_ALLOWED_DIRS",
+        "PYTERRIER_SCI_LLM_CACHE",
+    ):
         monkeypatch.delenv(var, raising=False)
 
 
 def cfg(srv, **kw):
-    s = {"base_url": srv.base_url, "model": "m", "cache_dir": "", "backoff": 0.001, "backoff_max": 0.002,
-         "max_retries": 1, "progress": False, "timeout": 5, "mode": "completion", "concurrency": 2}
+    s = {
+        "base_url": srv.base_url,
+        "model": "m",
+        "cache_dir": "",
+        "backoff": 0.001,
+        "backoff_max": 0.002,
+        "max_retries": 1,
+        "progress": False,
+        "timeout": 5,
+        "mode": "completion",
+        "concurrency": 2,
+    }
     s.update(kw)
     return s
 
 
 def frame(n=4, qids=("q1",)):
-    return pd.DataFrame([{"qid": q, "query": f"proposal {q}", "docno": f"d{i}", "title": f"T{i}",
-                          "text": f"paper {i}", "score": 10.0 - i, "rank": i} for q in qids for i in range(n)])
+    return pd.DataFrame(
+        [
+            {
+                "qid": q,
+                "query": f"proposal {q}",
+                "docno": f"d{i}",
+                "title": f"T{i}",
+                "text": f"paper {i}",
+                "score": 10.0 - i,
+                "rank": i,
+            }
+            for q in qids
+            for i in range(n)
+        ]
+    )
 
 
 def header(srv, name, i=-1):
@@ -52,12 +85,25 @@ def header(srv, name, i=-1):
 # -- item 13: malformed responses ------------------------------------------------------------
 def _ok(kind):
     if kind == "chat":
-        return {"choices": [{"index": 0, "message": {"role": "assistant", "content": "Yes"}, "finish_reason": "stop"}],
-                "usage": {"prompt_tokens": 3, "completion_tokens": 1}}
-    return {"choices": [{"index": 0, "text": " Yes", "finish_reason": "stop",
-                         "logprobs": {"tokens": [" Yes"], "token_logprobs": [-0.1],
-                                      "top_logprobs": [{" Yes": -0.1, " No": -2.5}]}}],
-            "usage": {"prompt_tokens": 3, "completion_tokens": 1}}
+        return {
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": "Yes"}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 3, "completion_tokens": 1},
+        }
+    return {
+        "choices": [
+            {
+                "index": 0,
+                "text": " Yes",
+                "finish_reason": "stop",
+                "logprobs": {
+                    "tokens": [" Yes"],
+                    "token_logprobs": [-0.1],
+                    "top_logprobs": [{" Yes": -0.1, " No": -2.5}],
+                },
+            }
+        ],
+        "usage": {"prompt_tokens": 3, "completion_tokens": 1},
+    }
 
 
 def _set(path, value):
@@ -69,6 +115,7 @@ def _set(path, value):
             node = node[k]
         node[keys[-1]] = value
         return body
+
     return make
 
 
@@ -99,11 +146,13 @@ MALFORMED = [
     ("raw deeply nested", "[" * 200000 + "]" * 200000),
     ("raw NaN usage", '{"choices": [{"text": "x", "message": {"content": "x"}}], "usage": {"prompt_tokens": NaN}}'),
 ]
-MALFORMED_LOGPROBS = [   # completion mode only: the log-probabilities a decision is read from
+MALFORMED_LOGPROBS = [  # completion mode only: the log-probabilities a decision is read from
     ("logprob 'high'", _set(lambda k: ["choices", 0, "logprobs", "top_logprobs"], [{" Yes": "high"}])),
     ("logprob 1000.0", _set(lambda k: ["choices", 0, "logprobs", "top_logprobs"], [{" Yes": 1000.0}])),
-    ("logprob -1e400 (-inf) is fine, 1e400 is not", _set(lambda k: ["choices", 0, "logprobs", "top_logprobs"],
-                                                         [{" Yes": 1e400}])),
+    (
+        "logprob -1e400 (-inf) is fine, 1e400 is not",
+        _set(lambda k: ["choices", 0, "logprobs", "top_logprobs"], [{" Yes": 1e400}]),
+    ),
     ("top_logprobs ['a']", _set(lambda k: ["choices", 0, "logprobs", "top_logprobs"], ["a"])),
     ("top_logprobs 'a'", _set(lambda k: ["choices", 0, "logprobs", "top_logprobs"], "a")),
     ("token_logprobs ['x']", _set(lambda k: ["choices", 0, "logprobs", "token_logprobs"], ["x"])),
@@ -115,11 +164,14 @@ MALFORMED_LOGPROBS = [   # completion mode only: the log-probabilities a decisio
 def _reply(spec):
     if isinstance(spec, str):
         return lambda kind, body: Reply(raw=spec)
-    return lambda kind, body: Reply(body=spec(kind) if spec(kind) is not None else None, raw="null" if spec(kind) is None else None)
+    return lambda kind, body: Reply(
+        body=spec(kind) if spec(kind) is not None else None, raw="null" if spec(kind) is None else None
+    )
 
 
-MALFORMED_CASES = ([(m, n, sp) for m in ("chat", "completion") for n, sp in MALFORMED]
-                   + [("completion", n, sp) for n, sp in MALFORMED_LOGPROBS])
+MALFORMED_CASES = [(m, n, sp) for m in ("chat", "completion") for n, sp in MALFORMED] + [
+    ("completion", n, sp) for n, sp in MALFORMED_LOGPROBS
+]
 
 
 @pytest.mark.parametrize("mode,name,spec", MALFORMED_CASES, ids=[f"{m}: {n}" for m, n, _ in MALFORMED_CASES])
@@ -129,16 +181,20 @@ def test_malformed_response_is_retried_then_one_llm_error(mode, name, spec):
         call = c.chat if mode == "chat" else (lambda p: c.complete(p, logprobs=5))
         with pytest.raises(LLMError, match="malformed response") as e:
             call("hi")
-        assert srv.calls == 3 and "after 3 tries" in str(e.value)          # retried, then one error
+        assert srv.calls == 3 and "after 3 tries" in str(e.value)  # retried, then one error
         assert c.usage.prompt_tokens == 0 and c.usage.errors == 1 and c.usage.calls == 0
 
 
 def test_tolerated_oddities_are_not_errors():
     """Shapes that carry a usable answer: no usage, a finish_reason that is no string, -inf logprobs."""
-    bodies = [{"choices": [{"text": " Yes"}]},
-              {"choices": [{"text": " Yes", "finish_reason": 42}], "usage": None},
-              {"choices": [{"text": " Yes", "logprobs": {"top_logprobs": [{" Yes": -0.1, " No": -1e400}]}}],
-               "usage": {"prompt_tokens": 2.0, "completion_tokens": 0}}]
+    bodies = [
+        {"choices": [{"text": " Yes"}]},
+        {"choices": [{"text": " Yes", "finish_reason": 42}], "usage": None},
+        {
+            "choices": [{"text": " Yes", "logprobs": {"top_logprobs": [{" Yes": -0.1, " No": -1e400}]}}],
+            "usage": {"prompt_tokens": 2.0, "completion_tokens": 0},
+        },
+    ]
     with ScriptedServer() as srv:
         srv.script(*[Reply(body=b) for b in bodies])
         c = LLMClient(cfg(srv))
@@ -156,8 +212,18 @@ def test_malformed_then_good_answer_recovers():
 
 
 @pytest.mark.parametrize("cls", RERANKERS)
-@pytest.mark.parametrize("name", ["choices [null]", "choices ['abc']", "content 42", "usage.prompt_tokens 'lots'",
-                                  "logprob 'high'", "logprob 1000.0", "usage.prompt_tokens -5"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "choices [null]",
+        "choices ['abc']",
+        "content 42",
+        "usage.prompt_tokens 'lots'",
+        "logprob 'high'",
+        "logprob 1000.0",
+        "usage.prompt_tokens -5",
+    ],
+)
 def test_every_reranker_flags_malformed_responses(cls, name):
     spec = dict(MALFORMED + MALFORMED_LOGPROBS)[name]
     with ScriptedServer(_reply(spec)) as srv:
@@ -166,7 +232,7 @@ def test_every_reranker_flags_malformed_responses(cls, name):
         assert len(out) == 4 and sorted(out["rank"]) == [0, 1, 2, 3]
         flagged = out[~out.get("llm_fixed", pd.Series(False, index=out.index))]
         assert flagged["llm_unusable"].all()
-        assert list(out.sort_values("rank")["docno"]) == ["d0", "d1", "d2", "d3"]   # first-stage order kept
+        assert list(out.sort_values("rank")["docno"]) == ["d0", "d1", "d2", "d3"]  # first-stage order kept
         assert t.usage.prompt_tokens == 0 and t.usage.unusable >= 1
         t2 = cls(cfg(srv), on_error="raise")
         with pytest.raises(LLMError, match="malformed response"):
@@ -179,7 +245,7 @@ def test_hlm_guider_follows_the_error_policy():
         out = t(frame())
         assert out.loc[~out["llm_fixed"], "llm_unusable"].all()
         assert out["llm_explanation"].str.contains("the guider failed").sum() == 3
-        assert srv.calls == 1                                        # the guider's one call, no other
+        assert srv.calls == 1  # the guider's one call, no other
         with pytest.raises(LLMError, match="HTTP 500"):
             HLMAgents(cfg(srv, max_retries=0), keep_top=1)(frame())
 
@@ -207,8 +273,13 @@ def test_damaged_cache_entries_are_misses(tmp_path):
         c = LLMClient(cfg(srv, cache_dir=str(tmp_path)))
         c.complete("x")
         db = sqlite3.connect(tmp_path / "responses.sqlite3")
-        for value in ('{"text": 42}', '{"text": "a", "prompt_tokens": -9}', '[1]', '{"text": "a", "top_logprobs": "abc"}',
-                      '{"text": "a", "top_logprobs": [{"x": 1000}]}'):
+        for value in (
+            '{"text": 42}',
+            '{"text": "a", "prompt_tokens": -9}',
+            "[1]",
+            '{"text": "a", "top_logprobs": "abc"}',
+            '{"text": "a", "top_logprobs": [{"x": 1000}]}',
+        ):
             db.execute("UPDATE responses SET value=?", (value,))
             db.commit()
             c2 = LLMClient(cfg(srv, cache_dir=str(tmp_path)))
@@ -226,7 +297,7 @@ def test_timeout_is_a_deadline_for_the_whole_request(headers):
         with pytest.raises(LLMError, match="0.6 s deadline"):
             c.complete("x")
         took = time.monotonic() - t0
-    assert srv.calls == 2 and took < 2 * 0.6 + 0.6         # two tries of 0.6 s (each body takes > 10 s)
+    assert srv.calls == 2 and took < 2 * 0.6 + 0.6  # two tries of 0.6 s (each body takes > 10 s)
 
 
 def test_slow_but_complete_answer_within_deadline_is_fine():
@@ -238,11 +309,11 @@ def test_slow_but_complete_answer_within_deadline_is_fine():
 def test_response_bodies_have_a_size_limit(case):
     limit = 64 * 1024
     if case == "gzip bomb":
-        reply = lambda k, b: Reply("x", pad=8 * 2 ** 20, gzip=True)   # noqa: E731 - 8 MiB inflates from ~8 KiB
+        reply = lambda k, b: Reply("x", pad=8 * 2**20, gzip=True)  # noqa: E731 - 8 MiB inflates from ~8 KiB
     elif case == "unsupported encoding":
         reply = lambda k, b: Reply("x", headers={"content-encoding": "br"})  # noqa: E731
     else:
-        reply = lambda k, b: Reply("x", pad=limit * 2)   # noqa: E731
+        reply = lambda k, b: Reply("x", pad=limit * 2)  # noqa: E731
     with ScriptedServer(reply) as srv:
         c = LLMClient(cfg(srv, max_response_bytes=limit))
         with pytest.raises(LLMError, match="malformed response: the body (is larger than max_response_bytes|has an)"):
@@ -251,7 +322,7 @@ def test_response_bodies_have_a_size_limit(case):
 
 
 def test_default_limit_refuses_a_20_mb_answer_and_gzip_within_limit_works():
-    with ScriptedServer(lambda k, b: Reply("x", pad=20 * 10 ** 6)) as srv:
+    with ScriptedServer(lambda k, b: Reply("x", pad=20 * 10**6)) as srv:
         with pytest.raises(LLMError, match="max_response_bytes"):
             LLMClient(cfg(srv, max_retries=0)).complete("x")
     with ScriptedServer(lambda k, b: Reply("fine", pad=1000, gzip=True)) as srv:
@@ -259,12 +330,29 @@ def test_default_limit_refuses_a_20_mb_answer_and_gzip_within_limit_works():
 
 
 # -- item 13: settings -------------------------------------------------------------------------
-BAD_SETTINGS = [{"timeout": -1}, {"timeout": "abc"}, {"timeout": float("nan")}, {"timeout": float("inf")},
-                {"concurrency": 0}, {"concurrency": 2.5}, {"max_retries": 10 ** 9}, {"temperature": "hot"},
-                {"max_tokens": True}, {"max_response_bytes": 0}, {"base_url": 42}, {"base_url": "file:///etc/passwd"},
-                {"base_url": "http://127.0.0.1:8080@evil.example/v1"}, {"base_url": "http://user:pw@host/v1"},
-                {"base_url": "not a url"}, {"model": ""}, {"prices": "free"}, {"prices": {"m": {"prompt": "x"}}},
-                {"sandbox": None}, {"trusted": True}, {"progress": 3}]
+BAD_SETTINGS = [
+    {"timeout": -1},
+    {"timeout": "abc"},
+    {"timeout": float("nan")},
+    {"timeout": float("inf")},
+    {"concurrency": 0},
+    {"concurrency": 2.5},
+    {"max_retries": 10**9},
+    {"temperature": "hot"},
+    {"max_tokens": True},
+    {"max_response_bytes": 0},
+    {"base_url": 42},
+    {"base_url": "file:///etc/passwd"},
+    {"base_url": "http://127.0.0.1:8080@evil.example/v1"},
+    {"base_url": "http://user:pw@host/v1"},
+    {"base_url": "not a url"},
+    {"model": ""},
+    {"prices": "free"},
+    {"prices": {"m": {"prompt": "x"}}},
+    {"sandbox": None},
+    {"trusted": True},
+    {"progress": 3},
+]
 
 
 @pytest.mark.parametrize("bad", BAD_SETTINGS, ids=[repr(b) for b in BAD_SETTINGS])
@@ -280,7 +368,7 @@ def test_echoed_key_is_redacted_from_rows_errors_and_cache(monkeypatch, tmp_path
     with ScriptedServer(lambda k, b: Reply(echo_headers=True)) as srv:
         c = LLMClient(cfg(srv, cache_dir=str(tmp_path)))
         text = c.chat("hi").text
-        assert header(srv, "authorization") == f"Bearer {KEY}"           # the user's own server gets the key
+        assert header(srv, "authorization") == f"Bearer {KEY}"  # the user's own server gets the key
         assert KEY not in text and "Bearer [redacted]" in text
         t = MIRPointwise(cfg(srv, mode="chat"), on_error="flag")
         out = t(frame())
@@ -300,6 +388,7 @@ def test_echoed_key_is_redacted_from_rows_errors_and_cache(monkeypatch, tmp_path
 # -- item 14: the key goes only where the user configured ------------------------------------
 def _pipeline(expr, config=None, **kw):
     import pyterrier_sci as ps
+
     return ps.pipeline(expr, config=config, **kw)
 
 
@@ -312,10 +401,18 @@ def test_pipeline_base_url_gets_no_key(monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
     with ScriptedServer(lambda k, b: yes_no(True)) as srv:
         llm = repr(cfg(srv))
-        for t in (_pipeline(f"mir_pointwise(llm={llm})"),                   # in the expression
-                  _pipeline("mir_pointwise", config={"llm": cfg(srv)}),     # in the config's llm: section
-                  _pipeline("judge", config={"llm": cfg(srv), "trusted": True,   # a config cannot trust itself
-                                             "components": {"judge": {"component": "mir_pointwise"}}})):
+        for t in (
+            _pipeline(f"mir_pointwise(llm={llm})"),  # in the expression
+            _pipeline("mir_pointwise", config={"llm": cfg(srv)}),  # in the config's llm: section
+            _pipeline(
+                "judge",
+                config={
+                    "llm": cfg(srv),
+                    "trusted": True,  # a config cannot trust itself
+                    "components": {"judge": {"component": "mir_pointwise"}},
+                },
+            ),
+        ):
             srv.reset()
             assert _auth_after(srv, t) == {"Bearer no-key"}
         # the user's own Python argument is trusted
@@ -337,15 +434,24 @@ def test_prism_agents_from_a_pipeline_are_confined(monkeypatch, tmp_path):
     with ScriptedServer(lambda k, b: "a query") as srv:
         for expr in (f"prism_agents(llm={cfg(srv)!r})", f"prism_single_agent(llm={cfg(srv)!r})"):
             t = _pipeline(expr)
-            assert t.settings.sandbox is not None, expr          # confined: no key for its base_url, no outside files
+            assert t.settings.sandbox is not None, expr  # confined: no key for its base_url, no outside files
         trusted = _pipeline(f"prism_agents(llm={cfg(srv)!r})", trusted=True)
         assert trusted.settings.sandbox is None
 
 
-@pytest.mark.parametrize("how", ["PYTERRIER_SCI_LLM_BASE_URL", "OPENAI_BASE_URL", "PYTERRIER_SCI_LLM_TRUSTED_URLS",
-                                 "PYTERRIER_SCI_TRUST_CONFIG", "context.trusted"])
+@pytest.mark.parametrize(
+    "how",
+    [
+        "PYTERRIER_SCI_LLM_BASE_URL",
+        "OPENAI_BASE_URL",
+        "PYTERRIER_SCI_LLM_TRUSTED_URLS",
+        "PYTERRIER_SCI_TRUST_CONFIG",
+        "context.trusted",
+    ],
+)
 def test_user_can_allow_the_key(monkeypatch, how):
     from pyterrier_sci.registry import Context
+
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
     with ScriptedServer(lambda k, b: yes_no(True)) as srv:
         ctx = None
@@ -364,10 +470,17 @@ def test_user_can_allow_the_key(monkeypatch, how):
 
 def test_a_lookalike_url_is_not_allowed(monkeypatch):
     from pyterrier_sci.llm.trust import url_allowed
+
     monkeypatch.setenv("PYTERRIER_SCI_LLM_TRUSTED_URLS", "https://api.example.com/v1")
     assert url_allowed("https://API.example.com:443/v1/") and url_allowed("https://api.example.com/v1/x")
-    for bad in ("https://api.example.com.evil.org/v1", "http://api.example.com/v1", "https://api.example.com/v10",
-                "https://api.example.com:444/v1", "https://evil.org/api.example.com/v1", "https://api.example.com/"):
+    for bad in (
+        "https://api.example.com.evil.org/v1",
+        "http://api.example.com/v1",
+        "https://api.example.com/v10",
+        "https://api.example.com:444/v1",
+        "https://evil.org/api.example.com/v1",
+        "https://api.example.com/",
+    ):
         assert not url_allowed(bad), bad
 
 
@@ -381,12 +494,16 @@ def test_withheld_key_and_401_says_why(monkeypatch):
 
 def test_guider_llm_from_a_pipeline_gets_no_key(monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
-    with ScriptedServer(lambda k, b: "Paper 1: x\nRanking: 1, 2") as guider, \
-            ScriptedServer(lambda k, b: "Ranking: 2, 1") as main:
-        monkeypatch.setenv("PYTERRIER_SCI_LLM_BASE_URL", main.base_url)     # the user's server
+    with (
+        ScriptedServer(lambda k, b: "Paper 1: x\nRanking: 1, 2") as guider,
+        ScriptedServer(lambda k, b: "Ranking: 2, 1") as main,
+    ):
+        monkeypatch.setenv("PYTERRIER_SCI_LLM_BASE_URL", main.base_url)  # the user's server
         example = _work() / f"hostile-example-{os.getpid()}.txt"
-        t = _pipeline(f"hlm_agents(keep_top=0, guider_llm={cfg(guider)!r}, example_path={str(example)!r})",
-                      config={"llm": cfg(main)})
+        t = _pipeline(
+            f"hlm_agents(keep_top=0, guider_llm={cfg(guider)!r}, example_path={str(example)!r})",
+            config={"llm": cfg(main)},
+        )
         t(frame(2))
         assert example.is_file() and guider.calls == 2
         example.unlink()
@@ -410,32 +527,36 @@ def outside():
 
 def _work():
     from pyterrier_sci.data import work_dir
+
     return Path(work_dir())
 
 
 def test_pipeline_cannot_read_or_write_outside_allowed_dirs(outside, tmp_path):
     from pyterrier_sci.pipeline import PipelineError
+
     secret = str(outside / "secret.txt")
-    rel = os.path.relpath(secret, Path(__file__).resolve().parents[1] / "plugins" / "llm" / "templates")
+    rel = os.path.relpath(secret, Path(__file__).resolve().parents[1] / "plugins" / "mir" / "templates")
     work = _work()
     (work / "links").mkdir(parents=True, exist_ok=True)
     link = work / "links" / f"to-secret-{os.getpid()}.txt"
     if not link.is_symlink():
         link.symlink_to(secret)
-    cases = [f"mir_pointwise(template={secret!r})",
-             f"mir_pointwise(template={rel!r})",                        # ../../ out of the package templates
-             f"mir_pointwise(template={'~/' + os.path.relpath(secret, Path.home())!r})",
-             f"mir_pointwise(template={str(link)!r})",                  # a link inside the work dir to outside
-             f"mir_pointwise(template={str(outside / 'missing.txt')!r})",  # refused whether or not it exists
-             f"mir_pointwise(answer_templates={{'chat': {secret!r}}})",
-             f"mir_agent(proposal_template={secret!r})",
-             f"listwise(template={secret!r})",
-             f"pairwise_tournament(template={secret!r})",
-             f"hlm_agents(analyzer_system={secret!r})",
-             f"hlm_agents(example_path={str(outside / 'evil.txt')!r})",
-             f"hlm_agents(guider_task={str(outside / 'task.json')!r})",
-             f"facet_label(system_template={secret!r})"]
-    if not str(outside).startswith(os.path.realpath(tempfile.gettempdir())):   # a cache may go under /tmp
+    cases = [
+        f"mir_pointwise(template={secret!r})",
+        f"mir_pointwise(template={rel!r})",  # ../../ out of the package templates
+        f"mir_pointwise(template={'~/' + os.path.relpath(secret, Path.home())!r})",
+        f"mir_pointwise(template={str(link)!r})",  # a link inside the work dir to outside
+        f"mir_pointwise(template={str(outside / 'missing.txt')!r})",  # refused whether or not it exists
+        f"mir_pointwise(answer_templates={{'chat': {secret!r}}})",
+        f"mir_agent(proposal_template={secret!r})",
+        f"listwise(template={secret!r})",
+        f"pairwise_tournament(template={secret!r})",
+        f"hlm_agents(analyzer_system={secret!r})",
+        f"hlm_agents(example_path={str(outside / 'evil.txt')!r})",
+        f"hlm_agents(guider_task={str(outside / 'task.json')!r})",
+        f"facet_label(system_template={secret!r})",
+    ]
+    if not str(outside).startswith(os.path.realpath(tempfile.gettempdir())):  # a cache may go under /tmp
         cases.append(f"mir_pointwise(llm={{'cache_dir': {str(outside / 'cache')!r}}})")
     for expr in cases:
         with pytest.raises(PipelineError, match="outside the directories a pipeline may use") as e:
@@ -459,7 +580,7 @@ def test_allowed_places_work(outside, tmp_path, monkeypatch):
         t = _pipeline(f"mir_pointwise(template={str(mine)!r})", config={"llm": cfg(srv, cache_dir=str(tmp_path / "c"))})
         t(frame(1))
         assert srv.requests[0][1]["prompt"].startswith("Mine: proposal q1 / paper 0")
-        assert (tmp_path / "c" / "responses.sqlite3").exists()          # a cache under the temp dir is allowed
+        assert (tmp_path / "c" / "responses.sqlite3").exists()  # a cache under the temp dir is allowed
         monkeypatch.setenv("PYTERRIER_SCI_ALLOWED_DIRS", str(outside))
         t = _pipeline(f"mir_pointwise(template={str(outside / 'secret.txt')!r})", config={"llm": cfg(srv)})
         t(frame(1))
@@ -468,10 +589,11 @@ def test_allowed_places_work(outside, tmp_path, monkeypatch):
         monkeypatch.setenv("PYTERRIER_SCI_TRUST_CONFIG", "1")
         _pipeline(f"hlm_agents(guider_task={str(outside / 'task.json')!r})", config={"llm": cfg(srv)})
     # the user's own Python code reads any file; a template name never leaves the package
-    assert load_template(str(outside / "secret.txt")).startswith("TOP SECRET")
-    assert load_template("pointwise") and load_template("Rate $paper / 10") == "Rate $paper / 10"
+    mir = "pyterrier_sci.plugins.mir"
+    assert load_template(str(outside / "secret.txt"), mir).startswith("TOP SECRET")
+    assert load_template("pointwise", mir) and load_template("Rate $paper / 10", mir) == "Rate $paper / 10"
     with pytest.raises(FileNotFoundError):
-        load_template("../../../../../../../../etc/nonexistent-template")
+        load_template("../../../../../../../../etc/nonexistent-template", mir)
 
 
 def test_example_path_never_replaces_a_non_regular_file(tmp_path):
@@ -485,6 +607,7 @@ def test_example_path_never_replaces_a_non_regular_file(tmp_path):
 
 def test_pipeline_llm_section_must_be_a_mapping():
     from pyterrier_sci.pipeline import PipelineError
+
     for bad in ("mir_pointwise(llm='http://evil/v1')", "mir_pointwise(llm=[1])"):
         with pytest.raises(PipelineError, match="llm"):
             _pipeline(bad)
@@ -493,28 +616,34 @@ def test_pipeline_llm_section_must_be_a_mapping():
 # -- item 15: a newcomer's first LLM pipeline ---------------------------------------------------
 def test_pool_text_mir_pointwise_end_to_end_on_csfcube():
     import pyterrier as pt
+
     try:
         topics = pt.get_dataset("irds:sci/csfcube/method").get_topics().sort_values("qid").head(2)
     except Exception as e:  # noqa: BLE001
         pytest.skip(f"CSFCube data not available ({e}); set PYTERRIER_SCI_DATA")
 
-    def oracle(kind, body):    # relevant when the abstract mentions "model"
+    def oracle(kind, body):  # relevant when the abstract mentions "model"
         paper = body["prompt"].rsplit("Candidate paper", 1)[-1]
         return yes_no("model" in paper.lower(), 0.8)
+
     with ScriptedServer(oracle) as srv:
-        pipe = _pipeline("pool % 5 >> text >> mir_pointwise", config={"llm": cfg(srv)}, dataset="irds:sci/csfcube/method")
+        pipe = _pipeline(
+            "pool % 5 >> text >> mir_pointwise", config={"llm": cfg(srv)}, dataset="irds:sci/csfcube/method"
+        )
         out = pipe(topics)
         assert srv.calls == 10 and len(out) == 10 and not out["llm_unusable"].any()
         assert {"title", "abstract", "llm_relevant", "llm_confidence"} <= set(out.columns)
         for (_, body), (_, row) in zip(srv.requests, out.sort_values(["qid", "docno"]).iterrows()):
             assert "Abstract" in body["prompt"]
         prompts = "\n".join(b["prompt"] for _, b in srv.requests)
-        for _, row in out.iterrows():                                  # title and abstract reach the prompt
+        for _, row in out.iterrows():  # title and abstract reach the prompt
             assert row["title"].strip()[:40] in prompts and row["abstract"].strip()[:40] in prompts
-        for _, g in out.groupby("qid"):                                # relevant first, pool order inside
+        for _, g in out.groupby("qid"):  # relevant first, pool order inside
             g = g.sort_values("rank")
             assert list(g["llm_relevant"]) == sorted(g["llm_relevant"], reverse=True)
-            assert list(g["llm_relevant"]) == [float("model" in f"{t} {a}".lower()) for t, a in zip(g["title"], g["abstract"])]
+            assert list(g["llm_relevant"]) == [
+                float("model" in f"{t} {a}".lower()) for t, a in zip(g["title"], g["abstract"])
+            ]
 
 
 def test_rerankers_read_abstract_without_text_column():
@@ -525,4 +654,4 @@ def test_rerankers_read_abstract_without_text_column():
             assert list(out.sort_values("rank")["docno"]) == ["d1", "d0"] and "text" not in out.columns
         assert "alpha abstract" in srv.requests[0][1]["prompt"]
         with pytest.raises(Exception, match="text"):
-            Listwise(cfg(srv))(frame(2).drop(columns=["text"]))       # neither text nor abstract
+            Listwise(cfg(srv))(frame(2).drop(columns=["text"]))  # neither text nor abstract

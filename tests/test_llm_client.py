@@ -1,17 +1,21 @@
 """The LLM client against a scripted OpenAI-compatible server on loopback (real ``openai`` client)."""
-import os
+
 import pickle
 import subprocess
 import sys
 import textwrap
 import time
-from pathlib import Path
 
 import pytest
-
 from llm_server import Reply, ScriptedServer, yes_no
-from pyterrier_sci.llm import (LLMClient, LLMError, LLMSettings, ResponseCache, Usage, settings_from, truncate,
-                               usage_report)
+
+from pyterrier_sci.llm import (
+    LLMClient,
+    LLMError,
+    ResponseCache,
+    settings_from,
+    truncate,
+)
 
 
 @pytest.fixture
@@ -21,8 +25,16 @@ def server():
 
 
 def client_for(srv, tmp_path=None, **kw):
-    cfg = {"base_url": srv.base_url, "model": "test-model", "cache_dir": str(tmp_path / "cache") if tmp_path else "",
-           "backoff": 0.01, "backoff_max": 0.05, "max_retries": 3, "progress": False, "timeout": 5}
+    cfg = {
+        "base_url": srv.base_url,
+        "model": "test-model",
+        "cache_dir": str(tmp_path / "cache") if tmp_path else "",
+        "backoff": 0.01,
+        "backoff_max": 0.05,
+        "max_retries": 3,
+        "progress": False,
+        "timeout": 5,
+    }
     cfg.update(kw)
     return LLMClient(cfg)
 
@@ -36,7 +48,7 @@ def test_settings_env_and_config(monkeypatch):
     assert (s.base_url, s.model, s.concurrency, s.temperature) == ("http://a/v1", "m-env", 7, 0.5)
     monkeypatch.setenv("PYTERRIER_SCI_LLM_BASE_URL", "http://b/v1")
     assert settings_from().base_url == "http://b/v1"
-    assert settings_from({"base_url": "http://c/v1"}).base_url == "http://c/v1"   # config wins
+    assert settings_from({"base_url": "http://c/v1"}).base_url == "http://c/v1"  # config wins
 
 
 def test_api_key_never_a_setting(monkeypatch):
@@ -84,9 +96,11 @@ def test_choose_completion_mode_uses_logprobs(server):
 
 
 def test_choose_chat_json_and_plain(server):
-    server.script(Reply('```json\n{"reasoning": "shares the method", "confidence": 0.8, "relevant": 1}\n```'),
-                  Reply("No. The domains are unrelated."),
-                  Reply('{"reasoning": "x", "relevant": "maybe"}'))
+    server.script(
+        Reply('```json\n{"reasoning": "shares the method", "confidence": 0.8, "relevant": 1}\n```'),
+        Reply("No. The domains are unrelated."),
+        Reply('{"reasoning": "x", "relevant": "maybe"}'),
+    )
     c = client_for(server, mode="chat")
     a = c.choose("q")
     assert (a.answer, a.confidence, a.reasoning) == ("Yes", 0.8, "shares the method")
@@ -159,12 +173,20 @@ def test_timeout_is_retried(server):
 
 def test_connection_refused_clear_error():
     import socket
+
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
     s.close()
-    c = LLMClient({"base_url": f"http://127.0.0.1:{port}/v1", "cache_dir": "", "max_retries": 1,
-                   "backoff": 0.01, "progress": False})
+    c = LLMClient(
+        {
+            "base_url": f"http://127.0.0.1:{port}/v1",
+            "cache_dir": "",
+            "max_retries": 1,
+            "backoff": 0.01,
+            "progress": False,
+        }
+    )
     with pytest.raises(LLMError, match=f"127.0.0.1:{port}.*connection error"):
         c.complete("x")
 
@@ -173,7 +195,7 @@ def test_backoff_grows_and_honours_retry_after(server):
     c = client_for(server, backoff=1.0, backoff_max=30)
     d = [c._delay(i, None) for i in range(4)]
     for i, x in enumerate(d):
-        assert 0.5 * 2 ** i <= x < 1.5 * 2 ** i
+        assert 0.5 * 2**i <= x < 1.5 * 2**i
     assert c._delay(0, 7.0) == 7.0
     assert client_for(server, backoff=1.0, backoff_max=3)._delay(5, None) == 3
 
@@ -185,10 +207,10 @@ def test_cache_hit_on_rerun(server, tmp_path):
     for _ in range(2):
         assert c.chat("same prompt").text == "answer"
     assert server.calls == 1 and c.usage.cache_hits == 1
-    c2 = client_for(server, tmp_path)                   # a new process-like client, same cache dir
+    c2 = client_for(server, tmp_path)  # a new process-like client, same cache dir
     assert c2.chat("same prompt").text == "answer" and server.calls == 1
-    c2.chat("same prompt", temperature=0.7)             # other generation parameters: a new key
-    client_for(server, tmp_path, model="other").chat("same prompt")   # other model: a new key
+    c2.chat("same prompt", temperature=0.7)  # other generation parameters: a new key
+    client_for(server, tmp_path, model="other").chat("same prompt")  # other model: a new key
     assert server.calls == 3
 
 
@@ -213,6 +235,7 @@ def test_cache_concurrent_writers_threads_and_processes(tmp_path):
     """)
     procs = [subprocess.Popen([sys.executable, "-c", code, str(p)]) for p in range(3)]
     from concurrent.futures import ThreadPoolExecutor
+
     with ThreadPoolExecutor(8) as ex:
         list(ex.map(lambda i: cache.put(f"t{i % 40}", {"text": str(i)}), range(400)))
     assert all(p.wait(60) == 0 for p in procs)
@@ -229,7 +252,7 @@ def test_cache_survives_kill_9(tmp_path):
             c = LLMClient({{"base_url": {srv.base_url!r}, "cache_dir": {str(cache_dir)!r}, "progress": False, "model": "test-model"}})
             for i in range(1000):
                 c.complete(f"prompt {{i}}")
-        """)
+        """)  # noqa: E501
         proc = subprocess.Popen([sys.executable, "-c", code])
         deadline = time.time() + 60
         while srv.calls < 12 and time.time() < deadline:
@@ -251,12 +274,12 @@ def test_concurrency_speedup(server):
     server.latency = 0.2
     server.responder = lambda k, b: "x"
     c = client_for(server, concurrency=8)
-    c.complete("warm-up")            # imports openai and opens the client outside the timing
+    c.complete("warm-up")  # imports openai and opens the client outside the timing
     t0 = time.time()
     out = c.map(lambda i: c.complete(f"p{i}").text, range(8))
     took = time.time() - t0
     assert out == ["x"] * 8
-    assert took < 0.8, took          # sequential would take 8 x 0.2 = 1.6 s
+    assert took < 0.8, took  # sequential would take 8 x 0.2 = 1.6 s
     c1 = client_for(server, concurrency=1)
     c1.complete("warm-up")
     t0 = time.time()
@@ -273,6 +296,7 @@ def test_map_keeps_order_and_raises_first_error(server):
         if i == 3:
             raise LLMError("down")
         return i
+
     with pytest.raises(LLMError):
         c.map(boom, range(10))
 

@@ -38,6 +38,7 @@ def test_gemma_completion_logprobs(llama_url):
 
 def test_pipeline_end_to_end_on_csfcube(llama_url, tmp_path):
     import pyterrier as pt
+
     import pyterrier_sci  # noqa: F401
     import pyterrier_sci.datasets  # noqa: F401
     from pyterrier_sci.llm import usage_report

@@ -1,18 +1,20 @@
 """The LLM re-rankers against the scripted loopback server: ordering rules, repair, unusable
 output, caching, interruption, accounting, registry and pickling."""
+
 import math
 import pickle
 import re
 
 import pandas as pd
-import pytest
 import pyterrier as pt
-
+import pytest
 from llm_server import Reply, ScriptedServer, choice_reply, prompt_of, yes_no
+
 from pyterrier_sci.llm import LLMError, add_usage_columns, reset_usage, usage_report, usage_totals
-from pyterrier_sci.plugins.llm import (HLMAgents, Listwise, MIRAgent, MIRPointwise, PairwiseTournament,
-                                       parse_permutation, swiss_pairs)
-from pyterrier_sci.plugins.llm.hlm import default_keep_top, parse_decision, split_analyses
+from pyterrier_sci.plugins.hlm_cite import HLMAgents
+from pyterrier_sci.plugins.hlm_cite.agents import default_keep_top, parse_decision, split_analyses
+from pyterrier_sci.plugins.llm import Listwise, PairwiseTournament, parse_permutation, swiss_pairs
+from pyterrier_sci.plugins.mir import MIRAgent, MIRPointwise
 
 # six candidates per query; grade in the text drives the scripted "oracle"
 GRADES = {"d0": 0, "d1": 3, "d2": 0, "d3": 1, "d4": 2, "d5": 0}
@@ -22,9 +24,18 @@ def frame(qids=("q1", "q2")):
     rows = []
     for q in qids:
         for i, (d, g) in enumerate(GRADES.items()):
-            rows.append({"qid": q, "query": f"proposal {q} about graph neural networks", "docno": d,
-                         "title": f"Title {d}", "text": f"paper {d} grade={g}" + (" [rel]" if g >= 2 else ""),
-                         "score": 10.0 - i, "rank": i, "extra": f"keep-{d}"})
+            rows.append(
+                {
+                    "qid": q,
+                    "query": f"proposal {q} about graph neural networks",
+                    "docno": d,
+                    "title": f"Title {d}",
+                    "text": f"paper {d} grade={g}" + (" [rel]" if g >= 2 else ""),
+                    "score": 10.0 - i,
+                    "rank": i,
+                    "extra": f"keep-{d}",
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -42,9 +53,18 @@ def judge_oracle(kind, body):
 
 
 def settings(srv, tmp_path=None, **kw):
-    s = {"base_url": srv.base_url, "model": "test-model", "cache_dir": str(tmp_path / "cache") if tmp_path else "",
-         "backoff": 0.01, "backoff_max": 0.02, "max_retries": 2, "progress": False, "timeout": 5,
-         "mode": "completion", "concurrency": 4}
+    s = {
+        "base_url": srv.base_url,
+        "model": "test-model",
+        "cache_dir": str(tmp_path / "cache") if tmp_path else "",
+        "backoff": 0.01,
+        "backoff_max": 0.02,
+        "max_retries": 2,
+        "progress": False,
+        "timeout": 5,
+        "mode": "completion",
+        "concurrency": 4,
+    }
     s.update(kw)
     return s
 
@@ -77,7 +97,7 @@ def test_pointwise_order_relevant_first_keeps_first_stage_order(server):
     assert (out.groupby("qid")["score"].apply(lambda s: s.is_monotonic_decreasing)).all()
     row = out.set_index(["qid", "docno"]).loc[("q1", "d1")]
     assert row["llm_relevant"] == 1.0 and row["llm_confidence"] == pytest.approx(0.8) and not row["llm_unusable"]
-    assert row["extra"] == "keep-d1"                     # input columns kept
+    assert row["extra"] == "keep-d1"  # input columns kept
     assert server.calls == 12 and t.usage.calls == 12
     assert all(k == "completion" and b["prompt"].rstrip().endswith("Answer (Yes or No):") for k, b in server.requests)
 
@@ -86,10 +106,11 @@ def test_pointwise_chat_mode_json_and_malformed(server):
     def responder(kind, body):
         p = candidate_section(prompt_of(kind, body))
         if "paper d2 " in p:
-            return Reply('{"reasoning": "unfinished", "relevant": ')      # malformed JSON
+            return Reply('{"reasoning": "unfinished", "relevant": ')  # malformed JSON
         if "paper d3 " in p:
-            return Reply("")                                                # empty output
+            return Reply("")  # empty output
         return judge_oracle(kind, body)
+
     server.responder = responder
     t = MIRPointwise(settings(server, mode="chat"))
     out = t(frame(["q1"])).set_index("docno")
@@ -108,7 +129,17 @@ def test_pointwise_empty_input_and_validation(server):
     empty = frame().iloc[:0]
     out = t(empty)
     assert len(out) == 0
-    for c in ["qid", "docno", "extra", "score", "rank", "llm_relevant", "llm_confidence", "llm_reasoning", "llm_unusable"]:
+    for c in [
+        "qid",
+        "docno",
+        "extra",
+        "score",
+        "rank",
+        "llm_relevant",
+        "llm_confidence",
+        "llm_reasoning",
+        "llm_unusable",
+    ]:
         assert c in out.columns
     with pytest.raises(Exception):
         t(frame().drop(columns=["text"]))
@@ -134,6 +165,7 @@ def test_pointwise_interrupted_run_resumes_from_cache(server, tmp_path):
             return Reply(status=500)
         n_ok += 1
         return judge_oracle(kind, body)
+
     server.responder = flaky
     t = MIRPointwise(settings(server, tmp_path, concurrency=1))
     with pytest.raises(LLMError, match="500"):
@@ -157,22 +189,48 @@ def test_on_error_flag_keeps_first_stage_order(server):
 
 
 def test_pointwise_few_shot_contrastive_exemplars(server):
-    train = pd.DataFrame([
-        {"qid": "t1", "query": "graph neural networks for molecules", "docno": "a", "title": "GNN A",
-         "text": "message passing EXEMPLAR-POS", "label": 1},
-        {"qid": "t1", "query": "graph neural networks for molecules", "docno": "b", "title": "Poetry",
-         "text": "sonnets EXEMPLAR-NEG", "label": 0},
-        {"qid": "t2", "query": "speech recognition with transducers", "docno": "c", "title": "ASR",
-         "text": "UNRELATED-PROPOSAL-PAPER", "label": 1},
-        {"qid": "q1", "query": "proposal q1 about graph neural networks", "docno": "d1", "title": "leak",
-         "text": "LEAK", "label": 1},
-    ])
+    train = pd.DataFrame(
+        [
+            {
+                "qid": "t1",
+                "query": "graph neural networks for molecules",
+                "docno": "a",
+                "title": "GNN A",
+                "text": "message passing EXEMPLAR-POS",
+                "label": 1,
+            },
+            {
+                "qid": "t1",
+                "query": "graph neural networks for molecules",
+                "docno": "b",
+                "title": "Poetry",
+                "text": "sonnets EXEMPLAR-NEG",
+                "label": 0,
+            },
+            {
+                "qid": "t2",
+                "query": "speech recognition with transducers",
+                "docno": "c",
+                "title": "ASR",
+                "text": "UNRELATED-PROPOSAL-PAPER",
+                "label": 1,
+            },
+            {
+                "qid": "q1",
+                "query": "proposal q1 about graph neural networks",
+                "docno": "d1",
+                "title": "leak",
+                "text": "LEAK",
+                "label": 1,
+            },
+        ]
+    )
     t = MIRPointwise(settings(server), exemplars=train, num_shots=1)
     out = t(frame(["q1"]))
     assert order(out) == ["d1", "d4", "d0", "d2", "d3", "d5"]
     prompt = server.requests[0][1]["prompt"]
     assert "EXEMPLAR-POS" in prompt and "EXEMPLAR-NEG" in prompt
-    assert prompt.index("EXEMPLAR-POS") < prompt.index("EXEMPLAR-NEG")   # relevant, then non-relevant
+    assert prompt.index("EXEMPLAR-POS") < prompt.index("EXEMPLAR-NEG")  # relevant, then non-relevant
     assert "UNRELATED-PROPOSAL-PAPER" not in prompt and "LEAK" not in prompt
     assert "Relevant" in prompt and "Not relevant" in prompt
 
@@ -194,6 +252,7 @@ def test_mir_agent_three_steps(server):
         if "Read the research proposal below" in p:
             return Reply("Core problem: X. Sub-problems: Y.")
         return Reply("The paper could solve sub-problem Y.")
+
     server.responder = responder
     t = MIRAgent(settings(server))
     out = t(frame())
@@ -208,7 +267,7 @@ def test_mir_agent_three_steps(server):
         else:
             kinds["paper"] += 1
             assert "Core problem: X." in p
-    assert kinds == {"proposal": 2, "paper": 12, "judge": 12}     # proposal analysis once per query
+    assert kinds == {"proposal": 2, "paper": 12, "judge": 12}  # proposal analysis once per query
     assert order(out, "q2") == ["d1", "d4", "d0", "d2", "d3", "d5"]
     assert (out["llm_proposal_analysis"] == "Core problem: X. Sub-problems: Y.").all()
     assert out["llm_reasoning"].str.contains("sub-problem Y").all()
@@ -267,14 +326,14 @@ def test_pairwise_tournament(server):
     server.responder = pairwise_oracle
     t = PairwiseTournament(settings(server))
     out = t(frame(["q1"]))
-    assert server.calls == 3 * 3                           # 3 rounds x k/2 pairs
+    assert server.calls == 3 * 3  # 3 rounds x k/2 pairs
     got = order(out)
     assert got[0] == "d1"
     wins = out.set_index("docno")["llm_wins"]
     assert wins.sum() == 9 and wins["d1"] == 3
     assert list(out.sort_values("rank")["llm_wins"]) == sorted(wins, reverse=True)
     pairs = [frozenset(re.findall(r"paper (d\d) grade", prompt_of(k, b))) for k, b in server.requests]
-    assert len(set(pairs)) == 9                            # no pair met twice
+    assert len(set(pairs)) == 9  # no pair met twice
 
 
 def test_pairwise_unusable_flags_rows(server):
@@ -291,8 +350,12 @@ def hlm_oracle(kind, body):
         part = p.split("Candidates:")[-1]
         items = re.findall(r"Paper (\d+): Title: Title (d\d)", part)
         ranked = sorted(items, key=lambda x: (-GRADES.get(x[1], 0), int(x[0])))
-        return Reply(" " + ", ".join(f"paper {i}" if j else i for j, (i, _) in enumerate(ranked))
-                     + "\nExplanations:\n" + "\n".join(f"Paper {i}: because {d}" for i, d in ranked))
+        return Reply(
+            " "
+            + ", ".join(f"paper {i}" if j else i for j, (i, _) in enumerate(ranked))
+            + "\nExplanations:\n"
+            + "\n".join(f"Paper {i}: because {d}" for i, d in ranked)
+        )
     items = re.findall(r"Paper (\d+): Title: (.*)", p.split("Candidate papers:")[-1])
     return Reply(" analysis one\n" + "\n".join(f"Paper {i}: analysis of {t}" for i, t in items[1:]))
 
@@ -308,7 +371,7 @@ def test_hlm_keep_top_and_rerank_lower_part(server, tmp_path):
     assert o.loc["d0", "llm_fixed"] and not o.loc["d4", "llm_fixed"]
     assert o.loc["d4", "llm_explanation"] == "because d4" and o.loc["d3", "llm_analysis"] == "analysis of Title d3"
     assert path.is_file() and "=== DECIDER EXAMPLE ===" in path.read_text()
-    assert server.calls == 2 + 2                           # guider (analyzer+decider) + one query
+    assert server.calls == 2 + 2  # guider (analyzer+decider) + one query
     # the stored example is reused (and editable): no guider calls, the edit reaches the prompts
     path.write_text(path.read_text().replace("Query paper:", "Query paper (EDITED):", 1))
     server.reset()
@@ -319,8 +382,12 @@ def test_hlm_keep_top_and_rerank_lower_part(server, tmp_path):
 
 
 def test_hlm_malformed_decider_output(server, tmp_path):
-    server.script(Reply("Paper 1: a\nPaper 2: b"), Reply(" 3, paper 3, paper 9\nExplanations:\nPaper 3: x"),
-                  Reply("analysis"), Reply("nothing useful here"))
+    server.script(
+        Reply("Paper 1: a\nPaper 2: b"),
+        Reply(" 3, paper 3, paper 9\nExplanations:\nPaper 3: x"),
+        Reply("analysis"),
+        Reply("nothing useful here"),
+    )
     t = HLMAgents(settings(server), keep_top=1, guider=False)
     out = t(frame(["q1"]).iloc[:4])
     assert order(out) == ["d0", "d3", "d1", "d2"] and t.usage.repaired == 1
@@ -355,9 +422,15 @@ def test_usage_report_walks_pipeline(server, tmp_path):
 
 def test_registry_components_use_llm_config(server, tmp_path):
     from pyterrier_sci.registry import Context, get
+
     ctx = Context(settings={"llm": settings(server)}, work_dir=tmp_path)
-    for name, cls in [("mir_pointwise", MIRPointwise), ("mir_agent", MIRAgent), ("listwise", Listwise),
-                      ("pairwise_tournament", PairwiseTournament), ("hlm_agents", HLMAgents)]:
+    for name, cls in [
+        ("mir_pointwise", MIRPointwise),
+        ("mir_agent", MIRAgent),
+        ("listwise", Listwise),
+        ("pairwise_tournament", PairwiseTournament),
+        ("hlm_agents", HLMAgents),
+    ]:
         t = get(name).build(context=ctx)
         assert isinstance(t, cls) and t.settings.base_url == server.base_url
     t = get("listwise").build(context=ctx, window=10, stride=5, llm={"model": "other"})

@@ -1,15 +1,14 @@
+import json
 import math
 
 import ir_measures
 import pandas as pd
 import pyterrier as pt
 import pytest
+from conftest import needs_data, popen_python, specter_run
 
 import pyterrier_sci as ps
 from pyterrier_sci import measures as M
-
-from conftest import needs_data, specter_run
-
 
 # ---------------------------------------------------------------- primitives, by hand
 
@@ -88,6 +87,28 @@ def test_parse_names_and_aliases():
     with pytest.raises(ValueError, match="unknown measure 'NDCG%21'"):
         M.get("NDCG%21")
     assert "csfcube.RP" in M.names()
+
+
+def test_dataset_modules_register_no_measure_and_the_plugins_register_them_when_looked_up():
+    """The benchmark modules hold data only: importing them (every one, through ``import pyterrier_sci``)
+    registers no measure; the paper plugins' ``pyterrier_sci.measures`` entry points do, on first lookup."""
+    proc = popen_python("""
+        import json
+        import pyterrier_sci.datasets.csfcube, pyterrier_sci.datasets.doris_mae, pyterrier_sci.datasets.mir_multicite
+        import pyterrier_sci.datasets.core_citations, pyterrier_sci.datasets.acl_fulltext
+        from pyterrier_sci import measures
+        before = (sorted(measures._REGISTRY), sorted(measures._DATASET_ALIASES), measures._PLUGINS_LOADED)
+        names = measures.names()
+        print(json.dumps({"before": before, "names": names,
+                          "MAP": str(measures.get("MAP", dataset="irds:sci/csfcube/method")),
+                          "Recall": str(measures.get("Recall@50", dataset="irds:sci/scifullbench/acl/references"))}))
+    """)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err[-3000:]
+    got = json.loads(out.strip().splitlines()[-1])
+    assert got["before"] == [[], [], False]
+    assert {"csfcube.NDCG%20", "NDCG%20", "doris.R@5", "mir.mAP", "hlm.NDCG@3", "PREC@3"} <= set(got["names"])
+    assert got["MAP"] == "csfcube.MAP" and got["Recall"] == "R@50"
 
 
 # ---------------------------------------------------------------- CSFCube: the published SPECTER figures

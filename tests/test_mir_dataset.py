@@ -1,5 +1,6 @@
 """MIR-MultiCite as ir_datasets (sci/mir-multicite/...): the dev split, both corpus settings, the
 chronological protocol, the official splits' missing-data error, and the §6.2 measures."""
+
 import math
 
 import ir_datasets
@@ -7,12 +8,12 @@ import ir_measures
 import pandas as pd
 import pyterrier as pt
 import pytest
+from conftest import needs_data
 
 import pyterrier_sci as ps
 from pyterrier_sci.data import MissingDataError
 from pyterrier_sci.datasets import mir_multicite as M
-
-from conftest import needs_data
+from pyterrier_sci.plugins.mir import measures as mir_measures
 
 pytestmark = needs_data("mir-multicite", "mir_dev_chronological.csv")
 
@@ -24,10 +25,10 @@ def test_dev_split_counts_match_the_release():
     assert len(topics) == 86 and topics["qid"].is_unique
     assert ir_datasets.load("sci/mir-multicite/dev").docs_count() == 179
     assert len(qrels) == 210 and int(qrels["label"].sum()) == 108
-    assert qrels.groupby("qid")["label"].max().sum() == 68          # proposals with ground truth
+    assert qrels.groupby("qid")["label"].max().sum() == 68  # proposals with ground truth
     assert "ACL:W19-0804" in set(topics["qid"]) and topics["query"].str.startswith("The research problem").any()
     cites = list(ir_datasets.load("sci/mir-multicite/dev").citations_iter())
-    assert len(cites) == 1004 and sum(c.methodological for c in cites) == 328   # Table 1: MI 328 of 1004
+    assert len(cites) == 1004 and sum(c.methodological for c in cites) == 328  # Table 1: MI 328 of 1004
     assert {c.intent for c in cites if c.methodological} == {"Uses", "Extention"}
     # restricted pool: every corpus paper for every proposal
     pool = ds.get_results()
@@ -64,23 +65,31 @@ def test_extended_pool_is_training_papers_plus_own_ground_truth():
     # the documents are the union; texts come from the release
     docs = {d.doc_id: d for d in ir_datasets.load("sci/mir-multicite/dev/chrono-test/extended").docs_iter()}
     assert set(docs) == train_docs | set().union(*gt.values())
-    assert all(d.abstract for d in docs.values() if d.doc_id != "") and docs[other].default_text() == docs[other].abstract
+    assert (
+        all(d.abstract for d in docs.values() if d.doc_id != "") and docs[other].default_text() == docs[other].abstract
+    )
 
 
 def test_official_splits_name_the_missing_file(monkeypatch, tmp_path):
     monkeypatch.setenv("PYTERRIER_SCI_DATA", str(tmp_path))
-    for split, name in (("test", "test_chronological_df.csv"), ("train", "train_chronological_df.csv"),
-                        ("train-aug", "augmented_train_chronological_df.csv")):
+    for split, name in (
+        ("test", "test_chronological_df.csv"),
+        ("train", "train_chronological_df.csv"),
+        ("train-aug", "augmented_train_chronological_df.csv"),
+    ):
         with pytest.raises(MissingDataError) as e:
             list(ir_datasets.load(f"sci/mir-multicite/{split}").queries_iter())
         assert name in str(e.value) and "PYTERRIER_SCI_DATA" in str(e.value)
-    assert M.FILES["test"].url.startswith("https://raw.githubusercontent.com/Anikethh/Methodology-Inspiration-Retrieval/")
+    assert M.FILES["test"].url.startswith(
+        "https://raw.githubusercontent.com/Anikethh/Methodology-Inspiration-Retrieval/"
+    )
     with pytest.raises(MissingDataError):
-        pt.get_dataset("irds:sci/mir-multicite/dev/extended").get_results()   # needs the train split
+        pt.get_dataset("irds:sci/mir-multicite/dev/extended").get_results()  # needs the train split
 
 
 def test_registry_status_lists_the_ids():
-    from pyterrier_sci.datasets import registry_status
+    from pyterrier_sci.data import registry_status
+
     rows = {r["id"]: r for r in registry_status() if "mir-multicite" in r["id"]}
     assert rows["irds:sci/mir-multicite/dev/chrono-test"]["present"]
     assert not rows["irds:sci/mir-multicite/test/extended"]["present"]
@@ -98,11 +107,16 @@ def test_read_csv_rejects_a_foreign_file(tmp_path):
 # measures (§6.2)
 # ---------------------------------------------------------------------------------------------
 
-QRELS = pd.DataFrame({"qid": ["a", "a", "a", "b", "b", "c"], "docno": ["d1", "d2", "d3", "d1", "d4", "d2"],
-                      "label": [1, 0, 1, 0, 0, 1]})
-RUN = pd.DataFrame({"qid": ["a"] * 6 + ["b"] * 2 + ["c"] * 2,
-                    "docno": ["d2", "x", "d1", "y", "z", "d3", "d1", "d4", "d9", "d2"],
-                    "score": [9, 8, 7, 6, 5, 4, 2, 1, 2, 1]})
+QRELS = pd.DataFrame(
+    {"qid": ["a", "a", "a", "b", "b", "c"], "docno": ["d1", "d2", "d3", "d1", "d4", "d2"], "label": [1, 0, 1, 0, 0, 1]}
+)
+RUN = pd.DataFrame(
+    {
+        "qid": ["a"] * 6 + ["b"] * 2 + ["c"] * 2,
+        "docno": ["d2", "x", "d1", "y", "z", "d3", "d1", "d4", "d9", "d2"],
+        "score": [9, 8, 7, 6, 5, 4, 2, 1, 2, 1],
+    }
+)
 
 
 def test_measures_follow_section_6_2():
@@ -130,8 +144,10 @@ def test_per_query_values_equal_ir_measures_but_means_differ():
         for qid in ("a", "c"):
             assert mine[qid] == pytest.approx(ref[qid])
         assert ref["b"] == 0.0 and math.isnan(mine["b"])
-        assert ir_measures.calc_aggregate([ir_measures.parse_measure(theirs)], q, r)[ir_measures.parse_measure(theirs)] \
+        assert (
+            ir_measures.calc_aggregate([ir_measures.parse_measure(theirs)], q, r)[ir_measures.parse_measure(theirs)]
             < ir_measures.calc_aggregate([ps.measures.get(ours)], q, r)[ps.measures.get(ours)]
+        )
 
 
 def test_measures_in_pt_experiment_with_dataset_aliases():
@@ -139,12 +155,13 @@ def test_measures_in_pt_experiment_with_dataset_aliases():
     topics, qrels = ds.get_topics(), ds.get_qrels()
     oracle = qrels.assign(score=qrels["label"].astype(float))[["qid", "docno", "score"]]
     oracle = pt.Transformer.from_df(pt.model.add_ranks(oracle))
-    res = ps.Experiment([oracle], topics, qrels, ["R@3", "R@5", "mAP"], dataset="irds:sci/mir-multicite/dev",
-                        names=["oracle"])
+    res = ps.Experiment(
+        [oracle], topics, qrels, ["R@3", "R@5", "mAP"], dataset="irds:sci/mir-multicite/dev", names=["oracle"]
+    )
     # every test proposal has at most 3 ground-truth papers ranked first: all measures are 1
     assert res[["R@3", "R@5", "mAP"]].iloc[0].tolist() == pytest.approx([1.0, 1.0, 1.0])
     # pt.Experiment's plain mean cannot leave proposals out: it is NaN, never a made-up figure
     plain = pt.Experiment([oracle], topics, qrels, ps.measures.parse(["mAP"], dataset="irds:sci/mir-multicite/dev"))
     assert math.isnan(plain["mir.mAP"].iloc[0])
-    table = M.evaluate({"oracle": oracle(topics)}, "irds:sci/mir-multicite/dev/chrono-test")
+    table = mir_measures.evaluate({"oracle": oracle(topics)}, "irds:sci/mir-multicite/dev/chrono-test")
     assert table.loc[0, "mAP"] == pytest.approx(100.0) and table.loc[0, "n"] == 19

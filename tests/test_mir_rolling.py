@@ -3,7 +3,6 @@ rolling-origin folds, per-proposal evaluation (pinned to the registered ids' fig
 rolling-origin example end to end."""
 import pandas as pd
 import pytest
-
 from conftest import load_example
 
 #: docs/mir.md, "Rolling origin": the base model's six figures and their mean on the 37 proposals
@@ -55,7 +54,7 @@ def test_evaluate_part_reproduces_the_chronological_split_figures(mir_dev):
     (README / docs/mir.md: 70.18 / 71.93 / 69.36 and 67.54 / 74.56 / 60.10)."""
     from pyterrier_sci.datasets import mir_multicite as M
     from pyterrier_sci.plugins.dense import DEFAULT_MODEL, load_sentence_transformer
-    from pyterrier_sci.plugins.dense.mir import evaluate_part, table2_figures
+    from pyterrier_sci.plugins.mir.training import evaluate_part, table2_figures
     train_q, test_q = M.chrono_parts(mir_dev)
     rows = evaluate_part(load_sentence_transformer(DEFAULT_MODEL, "cpu"), mir_dev, train_q, test_q)
     assert set(rows.columns) == {"corpus", "measure", "qid", "value"}

@@ -1,5 +1,6 @@
 """The Methodology Adjacency Graph, MAG-guided sampling (Eqs. 2-4), the joint triplet loss
 (Algorithm 1) and the saved MIR model, on a 28-row fixture of the real dev split."""
+
 import json
 from pathlib import Path
 
@@ -8,13 +9,22 @@ import pandas as pd
 import pyterrier as pt
 import pytest
 
-from pyterrier_sci.plugins.dense import mir
-from pyterrier_sci.plugins.dense.mag import MethodologyAdjacencyGraph
+from pyterrier_sci.plugins.mir import training as mir
+from pyterrier_sci.plugins.mir.mag import MethodologyAdjacencyGraph
 
 FIXTURE = Path(__file__).parent / "fixtures" / "mir" / "tiny_mir.csv"
-S2175, S1008, X1906, N1061, CID = "ACL:S19-2175", "ACL:S19-1008", "ARXIV:1906.11085", "ACL:N19-1061", "CorpusID:118697759"
-DF2B, F3EB, D5833 = "df2b0e26d0599ce3e70df8a9da02e51594e0e992", "3febb2bed8865945e7fddc99efd791887bb7e14f", \
-    "5d833331b0e22ff359db05c62a8bca18c4f04b68"
+S2175, S1008, X1906, N1061, CID = (
+    "ACL:S19-2175",
+    "ACL:S19-1008",
+    "ARXIV:1906.11085",
+    "ACL:N19-1061",
+    "CorpusID:118697759",
+)
+DF2B, F3EB, D5833 = (
+    "df2b0e26d0599ce3e70df8a9da02e51594e0e992",
+    "3febb2bed8865945e7fddc99efd791887bb7e14f",
+    "5d833331b0e22ff359db05c62a8bca18c4f04b68",
+)
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +36,7 @@ def test_graph_queries(graph):
     assert len(graph.proposals) == 5 and len(graph.papers) == 11
     assert graph.methodological(S2175) == [DF2B]
     assert set(graph.non_methodological(S2175)) == {"2fe7dba5a58aee5156594b4d78634ecd6c7dcabd", F3EB}
-    assert graph.methodological(S1008) == [D5833]            # intent "Extention" (sic) is methodological
+    assert graph.methodological(S1008) == [D5833]  # intent "Extention" (sic) is methodological
     assert graph.methodological(N1061) == [] and graph.methodological(CID) == []
     assert set(graph.overlapping_proposals(S2175)) == {S1008, X1906, CID}
     assert set(graph.citing(DF2B)) == {S2175, X1906, CID}
@@ -45,7 +55,8 @@ def test_graph_queries(graph):
 
 
 def test_exemplar_frame_feeds_the_few_shot_selector(graph):
-    from pyterrier_sci.plugins.llm import MIRPointwise
+    from pyterrier_sci.plugins.mir import MIRPointwise
+
     frame = graph.exemplar_frame()
     assert set(frame.columns) >= {"qid", "query", "docno", "text", "label"} and frame["label"].sum() == 3
     judge = MIRPointwise({"base_url": "http://127.0.0.1:9/v1", "cache_dir": ""}, exemplars=frame, num_shots=1)
@@ -56,13 +67,22 @@ def test_exemplar_frame_feeds_the_few_shot_selector(graph):
 def test_keyword_extractor_is_a_sorted_phrase_list():
     ex = mir.KeywordExtractor(n_keywords=4)
     assert ex.phrases("We propose a novel neural machine translation model.") == [
-        "neural", "machine", "translation", "neural machine", "machine translation", "neural machine translation"]
-    texts = ["Neural machine translation for low-resource languages.", "Speech recognition with neural networks.",
-             "Sentiment analysis of product reviews."]
+        "neural",
+        "machine",
+        "translation",
+        "neural machine",
+        "machine translation",
+        "neural machine translation",
+    ]
+    texts = [
+        "Neural machine translation for low-resource languages.",
+        "Speech recognition with neural networks.",
+        "Sentiment analysis of product reviews.",
+    ]
     kw = ex.fit(texts).keyword_text(texts)
     assert all(k.split(", ") == sorted(k.split(", ")) for k in kw)
     assert "low-resource languages" in kw[0].split(", ") and len(kw[1].split(", ")) == 4
-    for text, k in zip(texts, kw):   # every keyword is a phrase of its own text
+    for text, k in zip(texts, kw):  # every keyword is a phrase of its own text
         assert set(k.split(", ")) <= set(ex.phrases(text))
 
 
@@ -85,7 +105,14 @@ def test_hard_negatives_follow_eqs_2_to_4(graph, domain):
         assert r.t3_negative_id in graph.non_methodological(r.proposal)
         assert r.t3_negative_id in cited and r.t3_negative_id not in graph.methodological(r.proposal)
     assert list(rows.columns[:5]) == ["proposal", "paper", "proposal_text", "paper_text", "context_text"]
-    assert s.text_columns() == ["proposal_text", "paper_text", "context_text", "t1_negative", "t2_negative", "t3_negative"]
+    assert s.text_columns() == [
+        "proposal_text",
+        "paper_text",
+        "context_text",
+        "t1_negative",
+        "t2_negative",
+        "t3_negative",
+    ]
 
 
 def test_soft_negatives_and_the_ablation_switches(graph, domain):
@@ -115,8 +142,10 @@ def test_soft_negatives_and_the_ablation_switches(graph, domain):
 
 def test_missing_hard_negatives_fall_back_to_soft_and_are_counted():
     g = MethodologyAdjacencyGraph.from_citations(
-        {"p": "graph parsing", "q": "speech synthesis"}, {"a": "parsing graphs", "b": "speech", "c": "vision"},
-        [("p", "a", "we use a", "Uses"), ("q", "b", "we extend b", "Extention")])
+        {"p": "graph parsing", "q": "speech synthesis"},
+        {"a": "parsing graphs", "b": "speech", "c": "vision"},
+        [("p", "a", "we use a", "Uses"), ("q", "b", "we extend b", "Extention")],
+    )
     s = mir.MAGSampler(g, alpha=1.0, domain=mir.DomainIndex(g, "tfidf"))
     rows = s.epoch(0)
     assert set(rows["t2_negative_kind"]) == {"soft"} and set(rows["t3_negative_kind"]) == {"soft"}
@@ -129,13 +158,16 @@ def test_sampling_does_not_depend_on_the_string_hash_seed():
     import os
     import subprocess
     import sys
-    code = ("import json, sys\n"
-            "from pyterrier_sci.plugins.dense import mir\n"
-            "from pyterrier_sci.plugins.dense.mag import MethodologyAdjacencyGraph\n"
-            f"g = MethodologyAdjacencyGraph.from_csv({str(FIXTURE)!r})\n"
-            "s = mir.MAGSampler(g, alpha=0.5, domain=mir.DomainIndex(g, 'tfidf'), seed=3)\n"
-            "cols = ['t1_negative_id', 't2_negative_id', 't3_negative_id']\n"
-            "print(json.dumps([list(g.papers)] + [s.epoch(e)[cols].values.tolist() for e in range(2)]))\n")
+
+    code = (
+        "import json, sys\n"
+        "from pyterrier_sci.plugins.mir import training as mir\n"
+        "from pyterrier_sci.plugins.mir.mag import MethodologyAdjacencyGraph\n"
+        f"g = MethodologyAdjacencyGraph.from_csv({str(FIXTURE)!r})\n"
+        "s = mir.MAGSampler(g, alpha=0.5, domain=mir.DomainIndex(g, 'tfidf'), seed=3)\n"
+        "cols = ['t1_negative_id', 't2_negative_id', 't3_negative_id']\n"
+        "print(json.dumps([list(g.papers)] + [s.epoch(e)[cols].values.tolist() for e in range(2)]))\n"
+    )
     outs = set()
     for hash_seed in ("1", "2", "3"):
         env = {**os.environ, "PYTHONHASHSEED": hash_seed}
@@ -145,7 +177,8 @@ def test_sampling_does_not_depend_on_the_string_hash_seed():
     assert len(outs) == 1
     papers = json.loads(outs.pop())[0]
     from pyterrier_sci.datasets.mir_multicite import read_csv
-    assert papers == list(dict.fromkeys(c.doc_id for c in read_csv(FIXTURE).citations))   # first-citation order
+
+    assert papers == list(dict.fromkeys(c.doc_id for c in read_csv(FIXTURE).citations))  # first-citation order
 
 
 def test_epoch_batches_never_straddle_epochs():
@@ -156,6 +189,7 @@ def test_epoch_batches_never_straddle_epochs():
 @pytest.fixture(scope="module")
 def st_model():
     from pyterrier_sci.plugins.dense import load_sentence_transformer
+
     m = load_sentence_transformer("default", "cpu")
     m.max_seq_length = 64
     return m
@@ -163,17 +197,25 @@ def st_model():
 
 def test_joint_loss_is_the_sum_of_three_euclidean_triplet_losses(st_model):
     import torch
-    texts = {"P": ["graph parsing", "speech synthesis"], "L": ["a parser for graphs", "a vocoder"],
-             "C": ["we use the parser of", "we extend the vocoder of"], "n1": ["image captioning", "translation"],
-             "n2": ["question answering", "summarisation"], "n3": ["a tagger", "a treebank"]}
+
+    texts = {
+        "P": ["graph parsing", "speech synthesis"],
+        "L": ["a parser for graphs", "a vocoder"],
+        "C": ["we use the parser of", "we extend the vocoder of"],
+        "n1": ["image captioning", "translation"],
+        "n2": ["question answering", "summarisation"],
+        "n3": ["a tagger", "a treebank"],
+    }
     loss = mir.JointTripletLoss(st_model, margin=1.0)
     feats = [st_model.tokenize(texts[k]) for k in ("P", "L", "C", "n1", "n2", "n3")]
     with torch.no_grad():
         value = float(loss(feats, None))
         e = {k: st_model.encode(v, convert_to_tensor=True) for k, v in texts.items()}
     d = lambda a, b: torch.norm(a - b, dim=1)
-    expected = sum(float(torch.relu(d(e[a], e[p]) - d(e[a], e[n]) + 1.0).mean())
-                   for a, p, n in (("P", "L", "n1"), ("C", "P", "n2"), ("C", "L", "n3")))
+    expected = sum(
+        float(torch.relu(d(e[a], e[p]) - d(e[a], e[n]) + 1.0).mean())
+        for a, p, n in (("P", "L", "n1"), ("C", "P", "n2"), ("C", "L", "n3"))
+    )
     assert value == pytest.approx(expected, rel=1e-4)
     with pytest.raises(ValueError):
         loss(feats[:5], None)
@@ -181,9 +223,18 @@ def test_joint_loss_is_the_sum_of_three_euclidean_triplet_losses(st_model):
 
 def test_train_save_load_and_retrieve(graph, tmp_path):
     out = tmp_path / "mir-model"
-    model = mir.train_mir(graph, out, epochs=1, max_steps=2, batch_size=2, max_seq_length=48, domain_model="tfidf",
-                          learning_rate=1e-4, margin=1.0)
-    assert mir.MIRTrainingConfig().margin == 0.2     # the default (docs/mir.md); 1.0 keeps every toy triplet active
+    model = mir.train_mir(
+        graph,
+        out,
+        epochs=1,
+        max_steps=2,
+        batch_size=2,
+        max_seq_length=48,
+        domain_model="tfidf",
+        learning_rate=1e-4,
+        margin=1.0,
+    )
+    assert mir.MIRTrainingConfig().margin == 0.2  # the default (docs/mir.md); 1.0 keeps every toy triplet active
     assert isinstance(model, mir.MIRModel) and (out / "modules.json").exists()
     assert not list(tmp_path.glob("*.partial-*"))
     loaded = pt.Artifact.load(str(out))
@@ -194,12 +245,19 @@ def test_train_save_load_and_retrieve(graph, tmp_path):
     assert sum(v for k, v in meta["sampling_stats"].items() if not k.endswith("missing")) == 15
     # the weights moved, and the model works as mir_dense / dense (re-scoring a frame's text)
     from pyterrier_sci.plugins.dense import load_sentence_transformer
+
     base = load_sentence_transformer("default", "cpu").encode(["graph parsing"])
     tuned = loaded.sentence_transformer().encode(["graph parsing"])
     assert not np.allclose(base, tuned)
     t = mir.mir_dense_component(model=str(out))
-    frame = pd.DataFrame({"qid": ["1", "1"], "query": ["graph parsing", "graph parsing"], "docno": ["a", "b"],
-                          "text": ["a parser for graphs", "a vocoder for speech"]})
+    frame = pd.DataFrame(
+        {
+            "qid": ["1", "1"],
+            "query": ["graph parsing", "graph parsing"],
+            "docno": ["a", "b"],
+            "text": ["a parser for graphs", "a vocoder for speech"],
+        }
+    )
     res = t(frame)
     assert list(res["docno"]) == ["a", "b"] and list(res["rank"]) == [0, 1]
     with pytest.raises(FileExistsError):
@@ -212,9 +270,19 @@ def test_train_save_load_and_retrieve(graph, tmp_path):
 
 def test_lora_training_merges_the_adapters(graph, tmp_path):
     out = tmp_path / "mir-lora"
-    model = mir.train_mir(graph, out, epochs=1, max_steps=1, batch_size=2, max_seq_length=32, sampling=False,
-                          triplets="T1", lora={"r": 4, "target_modules": ["query", "value"]}, learning_rate=1e-3)
-    assert not (out / "adapter_config.json").exists()          # merged into the weights
+    model = mir.train_mir(
+        graph,
+        out,
+        epochs=1,
+        max_steps=1,
+        batch_size=2,
+        max_seq_length=32,
+        sampling=False,
+        triplets="T1",
+        lora={"r": 4, "target_modules": ["query", "value"]},
+        learning_rate=1e-3,
+    )
+    assert not (out / "adapter_config.json").exists()  # merged into the weights
     st = model.sentence_transformer()
     assert not any("lora" in n for n, _ in st.named_parameters())
     assert model.training["lora"] == {"r": 4, "target_modules": ["query", "value"]}
@@ -222,15 +290,28 @@ def test_lora_training_merges_the_adapters(graph, tmp_path):
 
 def test_frozen_layers_keep_the_base_weights_below_and_train_above(graph, tmp_path):
     from pyterrier_sci.plugins.dense import load_sentence_transformer
+
     base = load_sentence_transformer("default", "cpu").state_dict()
     out = tmp_path / "mir-frozen"
-    model = mir.train_mir(graph, out, epochs=1, max_steps=2, batch_size=2, max_seq_length=32, domain_model="tfidf",
-                          learning_rate=1e-3, margin=1.0, frozen_layers=4)
+    model = mir.train_mir(
+        graph,
+        out,
+        epochs=1,
+        max_steps=2,
+        batch_size=2,
+        max_seq_length=32,
+        domain_model="tfidf",
+        learning_rate=1e-3,
+        margin=1.0,
+        frozen_layers=4,
+    )
     tuned = model.sentence_transformer().state_dict()
+
     def moved(prefix):
         keys = [k for k in base if prefix in k and base[k].is_floating_point()]
         assert keys, prefix
         return any(not np.allclose(base[k].numpy(), tuned[k].numpy()) for k in keys)
+
     assert not moved("embeddings.")
     assert not any(moved(f"encoder.layer.{i}.") for i in range(4))
     assert moved("encoder.layer.4.") and moved("encoder.layer.5.")
@@ -240,11 +321,14 @@ def test_frozen_layers_keep_the_base_weights_below_and_train_above(graph, tmp_pa
     # the key before frozen_layers existed (the model slug depends on where the offline model is installed)
     import hashlib
     from dataclasses import asdict
+
     old = asdict(mir.MIRTrainingConfig(triplets="T1+T2"))
     del old["device"], old["frozen_layers"]
     old["base_model"] = mir.model_slug(old["base_model"])
-    assert mir.MIRTrainingConfig(triplets="T1+T2").key() == \
-        hashlib.sha1(json.dumps(old, sort_keys=True, default=str).encode()).hexdigest()[:12]
+    assert (
+        mir.MIRTrainingConfig(triplets="T1+T2").key()
+        == hashlib.sha1(json.dumps(old, sort_keys=True, default=str).encode()).hexdigest()[:12]
+    )
     with pytest.raises(ValueError, match="6 layers"):
         mir.train_mir(graph, tmp_path / "too-many", epochs=1, max_steps=1, domain_model="tfidf", frozen_layers=7)
     with pytest.raises(ValueError, match="exclude"):

@@ -3,7 +3,6 @@
 figures) and the weight interpolation it scores."""
 import pytest
 import torch
-
 from conftest import load_example
 
 

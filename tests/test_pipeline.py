@@ -4,7 +4,7 @@ import pytest
 
 import pyterrier_sci as ps
 from pyterrier_sci.pipeline import BinOp, Num, PipelineError, Ref, parse
-from pyterrier_sci.registry import REGISTRY, Context
+from pyterrier_sci.registry import REGISTRY
 
 
 class Const(pt.Transformer):

@@ -1,24 +1,39 @@
 """PRISM's LLM query optimisers against a deterministic OpenAI-compatible server on loopback."""
+
 import json
 
 import pandas as pd
 import pytest
+from llm_server import Reply, ScriptedServer, prompt_of
 
 import pyterrier_sci as ps
 from pyterrier_sci.llm import LLMError
 from pyterrier_sci.plugins.prism import AspectAgents, SingleAgent, parse_single_agent
-from llm_server import Reply, ScriptedServer, prompt_of
 
-SECTIONS = [("1 Introduction", "We motivate the problem of citation recommendation."),
-            ("2 Model", "A bi-encoder embeds papers."), ("3 Experiments", "Recall on ACL papers.")]
-FRAME = pd.DataFrame({"qid": ["p1", "p2"], "query": ["x", "y"], "title": ["Paper One", "Paper Two"],
-                      "abstract": ["abstract one", "abstract two"], "full_text": ["full text one " * 50, "full text two"],
-                      "sections": [SECTIONS, SECTIONS]})
+SECTIONS = [
+    ("1 Introduction", "We motivate the problem of citation recommendation."),
+    ("2 Model", "A bi-encoder embeds papers."),
+    ("3 Experiments", "Recall on ACL papers."),
+]
+FRAME = pd.DataFrame(
+    {
+        "qid": ["p1", "p2"],
+        "query": ["x", "y"],
+        "title": ["Paper One", "Paper Two"],
+        "abstract": ["abstract one", "abstract two"],
+        "full_text": ["full text one " * 50, "full text two"],
+        "sections": [SECTIONS, SECTIONS],
+    }
+)
 
 
 def _aspect_of(kind, body):
     text = prompt_of(kind, body)
-    for word, aspect in (("METHOD wise", "method"), ("EXPERIMENT wise", "experiment"), ("RESEARCH QUESTION wise", "rq")):
+    for word, aspect in (
+        ("METHOD wise", "method"),
+        ("EXPERIMENT wise", "experiment"),
+        ("RESEARCH QUESTION wise", "rq"),
+    ):
         if word in text:
             return aspect
     return "?"
@@ -57,7 +72,9 @@ def test_aspect_agents_one_call_per_paper_and_aspect(server):
     assert kind == "chat" and body["messages"][0]["role"] == "system" and body["max_tokens"] == 300
     user = body["messages"][1]["content"]
     assert "Title: Paper One" in user or "Title: Paper Two" in user
-    assert all(len(prompt_of(k, b).split("Full text of the paper:")[1]) < 200 for k, b in server.requests)  # cut to ~20 tokens
+    assert all(
+        len(prompt_of(k, b).split("Full text of the paper:")[1]) < 200 for k, b in server.requests
+    )  # cut to ~20 tokens
     assert agents.usage.calls == 6
 
 
@@ -80,8 +97,12 @@ def test_aspect_agents_subset_completion_mode_and_errors(server):
 
 
 def test_single_agent_json_and_fallback():
-    answers = iter([json.dumps({"method_query": "M1", "experiment_query": ["E1", "E2"], "research_question_query": "R1"}),
-                    "I cannot produce JSON."])
+    answers = iter(
+        [
+            json.dumps({"method_query": "M1", "experiment_query": ["E1", "E2"], "research_question_query": "R1"}),
+            "I cannot produce JSON.",
+        ]
+    )
     with ScriptedServer(lambda k, b: next(answers)) as srv:
         out = SingleAgent(_llm(srv, concurrency=1))(FRAME)
         assert srv.calls == 2
@@ -99,8 +120,10 @@ def test_parse_single_agent_keys():
 
 
 def test_components_take_the_llm_section(server):
-    cfg = {"llm": _llm(server), "pipelines": {"Q": "prism_agents(aspects=['method'], max_tokens=50)",
-                                              "S": "prism_single_agent(max_tokens=60)"}}
+    cfg = {
+        "llm": _llm(server),
+        "pipelines": {"Q": "prism_agents(aspects=['method'], max_tokens=50)", "S": "prism_single_agent(max_tokens=60)"},
+    }
     q = ps.pipeline("Q", config=cfg)
     assert q.settings.base_url == server.base_url and q.aspects == ("method",) and q.max_tokens == 50
     out = q(FRAME.iloc[:1])

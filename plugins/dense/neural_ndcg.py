@@ -55,7 +55,8 @@ def neural_sort(scores: torch.Tensor, tau: float = 1.0, mask: Optional[torch.Ten
     return torch.softmax(p_max / tau, dim=-1)
 
 
-def sinkhorn(p: torch.Tensor, mask: Optional[torch.Tensor] = None, tol: float = 1e-6, max_iter: int = 50) -> torch.Tensor:
+def sinkhorn(p: torch.Tensor, mask: Optional[torch.Tensor] = None, tol: float = 1e-6,
+             max_iter: int = 50) -> torch.Tensor:
     """Alternating column/row normalisation until doubly stochastic (within ``tol``), as allRank's
     ``sinkhorn_scaling``.  ``p`` must have no all-zero row or column (:func:`neural_sort`'s padded
     block guarantees it); with a padding ``mask`` the padded items' columns and the padded positions'

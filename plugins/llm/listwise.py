@@ -7,7 +7,7 @@ import pandas as pd
 
 from pyterrier_sci.llm.text import one_line, render
 
-from ._base import Failed, LLMReranker, is_repaired, parse_permutation
+from .base import Failed, LLMReranker, is_repaired, parse_permutation
 
 
 class Listwise(LLMReranker):
@@ -91,7 +91,8 @@ class Listwise(LLMReranker):
                     from pyterrier_sci.llm import LLMError
                     if not isinstance(e, LLMError) or self.on_error == "raise":
                         raise
-                    perm, stats = list(range(len(ids))), {"valid": 0, "duplicates": 0, "unknown": 0, "missing": len(ids)}
+                    perm = list(range(len(ids)))
+                    stats = {"valid": 0, "duplicates": 0, "unknown": 0, "missing": len(ids)}
                 if stats["valid"] == 0:
                     self.usage.add(unusable=1)
                     for i in ids:

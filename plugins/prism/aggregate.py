@@ -8,6 +8,7 @@ import pandas as pd
 import pyterrier as pt
 import pyterrier_alpha as pta
 
+from pyterrier_sci.corpus import sorted_results
 from pyterrier_sci.text import SEPARATOR
 
 AGGREGATIONS = ("max", "kmaxavg", "mean", "sum", "count")
@@ -75,7 +76,8 @@ class ChunkToPaper(pt.Transformer):
             scores = g.sum()
         elif self.agg == "kmaxavg":
             df = df.sort_values("score", ascending=False, kind="stable")
-            scores = df.groupby(["qid", "docno"], sort=False).head(self.k).groupby(["qid", "docno"], sort=False)["score"].mean()
+            top = df.groupby(["qid", "docno"], sort=False).head(self.k)
+            scores = top.groupby(["qid", "docno"], sort=False)["score"].mean()
         else:  # count, ties broken by the best chunk (scaled below one count)
             best = g.max()
             span = float(best.max() - best.min()) or 1.0
@@ -109,7 +111,7 @@ class ExcludeQueryPaper(pt.Transformer):
         keep = _papers(inp["docno"]).to_numpy() != own
         out = inp[keep].copy()
         if "score" in out.columns:
-            return pt.model.add_ranks(out.reset_index(drop=True)).sort_values(["qid", "rank"], kind="stable").reset_index(drop=True)
+            return sorted_results(pt.model.add_ranks(out.reset_index(drop=True))).reset_index(drop=True)
         return out.reset_index(drop=True)
 
     def fuse_rank_cutoff(self, k: int):
@@ -140,7 +142,8 @@ class AspectScoreFusion(pt.Transformer):
         if not transformers:
             raise ValueError("AspectScoreFusion needs at least one aspect retrieval pipeline")
         if method not in FUSIONS:
-            raise ValueError(f"unknown fusion {method!r}: use one of {', '.join(FUSIONS)} (or rrf(...) for rank fusion)")
+            raise ValueError(f"unknown fusion {method!r}: use one of {', '.join(FUSIONS)} "
+                             "(or rrf(...) for rank fusion)")
         self.transformers = tuple(transformers)
         self.method = method
         self.num_results = num_results

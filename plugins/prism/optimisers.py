@@ -10,6 +10,7 @@ import pandas as pd
 import pyterrier as pt
 import pyterrier_alpha as pta
 
+from pyterrier_sci.corpus import irds_id
 from pyterrier_sci.llm import LLMError, LLMSettings, Usage, extract_json, settings_from
 from pyterrier_sci.llm.client import UsesLLM
 from pyterrier_sci.llm.text import load_template, render, truncate
@@ -57,7 +58,7 @@ class PaperFields(pt.Transformer):
 
     def _irds(self):
         import ir_datasets
-        return ir_datasets.load(self.dataset[5:] if self.dataset.startswith("irds:") else self.dataset)
+        return ir_datasets.load(irds_id(self.dataset))
 
     def _lookup(self, qids: Sequence[str]) -> Dict[str, Any]:
         ds = self._irds()
@@ -138,7 +139,8 @@ class QueryField(pt.Transformer):
                 values = [v or _text(w) for v, w in zip(values, out[col])]
         empty = [q for q, v in zip(out["qid"], values) if not v]
         if empty:
-            raise ValueError(f"empty query field {self.field!r} (fallback: {list(self.fallback)}) for qid(s) {empty[:5]}")
+            raise ValueError(f"empty query field {self.field!r} (fallback: {list(self.fallback)}) "
+                             f"for qid(s) {empty[:5]}")
         out["query"] = values
         return out.drop(columns=[c for c in self.drop if c in out.columns])
 
@@ -192,9 +194,9 @@ def classify_sections(headings: Sequence[str]) -> List[Optional[str]]:
             labels.append("method")
         else:
             labels.append(None)
-    first_exp = next((i for i, l in enumerate(labels) if l == "experiment"), None)
-    for i, l in enumerate(labels):
-        if l is not None:
+    first_exp = next((i for i, label in enumerate(labels) if label == "experiment"), None)
+    for i, label in enumerate(labels):
+        if label is not None:
             continue
         if i == 0:
             labels[i] = "research_question"  # the opening section is the introduction
@@ -289,7 +291,7 @@ class SectionAspectQueries(AspectOptimiser):
         labels = classify_sections([h for h, _ in secs])
         out = {}
         for a in self.aspects:
-            texts = [t for (_, t), l in zip(secs, labels) if l == a]
+            texts = [t for (_, t), label in zip(secs, labels) if label == a]
             if texts:
                 out[a] = _take_words(texts, self.max_words)
         return out
@@ -417,8 +419,9 @@ class AspectAgents(_LLMOptimiser):
     """
     schematic = {"label": "aspect agents"}
 
-    def __init__(self, llm=None, *, aspects: Sequence[str] = ASPECTS, system_templates: Optional[Mapping[str, str]] = None,
-                 template: str = "prism_aspect", paper_field: str = "full_text", title_field: Optional[str] = "title",
+    def __init__(self, llm=None, *, aspects: Sequence[str] = ASPECTS,
+                 system_templates: Optional[Mapping[str, str]] = None, template: str = "prism_aspect",
+                 paper_field: str = "full_text", title_field: Optional[str] = "title",
                  max_paper_tokens: Optional[int] = 6000, max_tokens: int = 2000, fallback_words: int = 256,
                  on_error: str = "raise", drop: Sequence[str] = CONSUMED):
         self.system_templates = dict(system_templates or {})
@@ -434,7 +437,8 @@ class AspectAgents(_LLMOptimiser):
         title, paper = self._paper(row)
         prompt = render(self._template(self.template), title=title, paper=paper, aspect=ASPECT_NAMES[aspect])
         try:
-            return clean_answer(self.client.generate(prompt, system=self._system(aspect), max_tokens=self.max_tokens).text)
+            answer = self.client.generate(prompt, system=self._system(aspect), max_tokens=self.max_tokens)
+            return clean_answer(answer.text)
         except LLMError:
             if self.on_error == "raise":
                 raise
@@ -496,7 +500,8 @@ class SingleAgent(_LLMOptimiser):
         title, paper = self._paper(row)
         prompt = render(self._template(self.template), title=title, paper=paper)
         try:
-            text = self.client.generate(prompt, system=self._template(self.system_template), max_tokens=self.max_tokens).text
+            text = self.client.generate(prompt, system=self._template(self.system_template),
+                                        max_tokens=self.max_tokens).text
         except LLMError:
             if self.on_error == "raise":
                 raise

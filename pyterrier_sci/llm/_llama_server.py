@@ -1,20 +1,7 @@
-"""Launcher of llama-cpp-python's OpenAI-compatible server (``python -m llama_cpp.server``) with
-two run-time adjustments (the server's options are passed through unchanged):
-
-1. llama.cpp's *extra buffer types* (weight repacking and the AMX kernels) are off unless
-   ``PYTERRIER_SCI_LLAMA_EXTRA_BUFTS=1`` (see below).
-2. Fast log-probabilities (unless ``PYTERRIER_SCI_LLAMA_FAST_LOGPROBS=0``): llama-cpp-python
-   answers ``logprobs`` only for models loaded with ``logits_all``, which computes and copies the
-   logits of *every prompt token* (262k-word vocabulary: ~17 s for an 800-token prompt on two
-   cores) and then normalises the whole matrix.  Log-probabilities of generated tokens need only
-   the logits after the last prompt token and after each generated token, so the launcher loads
-   the model without ``logits_all``, keeps the last logits of each evaluated batch, and
-   normalises only the rows the response reads.  The answers are the same.
-
-Why: on CPUs with AMX inside containers or VMs that do not grant the AMX tile state, a source
-build of llama.cpp crashes (segmentation fault in ``llama_decode``) on the first request.  Without
-the extra buffer types llama.cpp uses its portable CPU kernels: a little slower, same results.
-The server's own command-line options are passed through unchanged.
+"""Launcher of llama-cpp-python's OpenAI-compatible server (``python -m llama_cpp.server``, options
+passed through) with llama.cpp's extra buffer types off (``PYTERRIER_SCI_LLAMA_EXTRA_BUFTS=1`` turns
+them on) and log-probabilities without ``logits_all`` (``PYTERRIER_SCI_LLAMA_FAST_LOGPROBS=0`` turns
+that off); why: ``docs/llm.md``.
 """
 import os
 import sys
@@ -33,13 +20,13 @@ def _disable_extra_bufts() -> None:
 
 def _fast_logprobs() -> None:
     import numpy as np
-    from llama_cpp import llama as L
+    from llama_cpp import llama as L  # noqa: N812
 
-    Llama = L.Llama
+    Llama = L.Llama  # noqa: N806
     orig_init = Llama.__init__
     orig_l2l = Llama.logits_to_logprobs
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, **kwargs):  # noqa: N807
         kwargs["logits_all"] = False
         orig_init(self, *args, **kwargs)
         self._logits_all = True          # lets requests with logprobs through

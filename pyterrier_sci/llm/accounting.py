@@ -1,9 +1,6 @@
-"""Token and call accounting per component, without global state.
-
-Each LLM component owns a :class:`Usage` (``component.usage``); its client adds to it.  After a
-run, :func:`usage_report` walks a pipeline (or several) and collects the usage of every LLM
-component inside; :func:`add_usage_columns` puts the totals beside the measures of a
-``pt.Experiment`` result frame.
+"""Token and call accounting per component, without global state: each LLM component owns a
+:class:`Usage`; :func:`usage_report` collects those of a pipeline and :func:`add_usage_columns` puts
+the totals beside an experiment's measures.
 """
 from __future__ import annotations
 
@@ -69,7 +66,8 @@ class Usage:
         p = prices[self.model]
         prompt, completion = float(p.get("prompt", 0.0)), float(p.get("completion", 0.0))
         if not (prompt >= 0 and completion >= 0) or not (prompt < float("inf") and completion < float("inf")):
-            raise ValueError(f"prices of {self.model!r} must be finite and >= 0 (USD per million tokens), not {dict(p)!r}")
+            raise ValueError(f"prices of {self.model!r} must be finite and >= 0 (USD per million tokens), "
+                             f"not {dict(p)!r}")
         return (self.prompt_tokens * prompt + self.completion_tokens * completion) / 1e6
 
     def __iadd__(self, other: "Usage") -> "Usage":

@@ -1,15 +1,6 @@
-"""A persistent cache of LLM responses: one SQLite file in WAL mode.
-
-* Key: SHA-256 of the canonical JSON of (endpoint kind, model, prompt or messages, generation
-  parameters).  The API key and the base URL are not part of it (the same model answers the same
-  prompt alike wherever it is served) and nothing secret is stored.
-* Each response is committed on its own as soon as it arrives, so a run that is interrupted
-  (Ctrl-C, a crash, ``kill -9``) keeps every finished call and a rerun repeats none of them.
-  WAL journaling makes a commit atomic and durable against process death.
-* Safe under concurrent writers: threads of one process (one connection per thread) and several
-  processes (SQLite file locking, ``busy_timeout``).  ``INSERT OR REPLACE`` of the same key by two
-  writers leaves one complete entry.
-* Picklable: only the path is pickled; connections are reopened lazily.
+"""A persistent cache of LLM responses: one SQLite file in WAL mode, keyed by the SHA-256 of the
+request (never the key or the URL), each response committed as it arrives, safe under concurrent
+threads and processes, picklable.  See ``docs/llm.md``, "Cache".
 """
 from __future__ import annotations
 

@@ -1,13 +1,5 @@
-"""``pyterrier-sci llm ...`` commands.  Hook into the main parser with::
-
-    sub = parser.add_subparsers(dest="command")
-    add_llm_commands(sub)          # adds "llm" with its own sub-commands; sets func=llm_main
-    args = parser.parse_args()
-    return args.func(args)
-
-Commands:
-    pyterrier-sci llm serve [--port 8080] [--model PATH.gguf] [--host 127.0.0.1] [--n-ctx 8192] [--threads N]
-    pyterrier-sci llm settings          # prints the settings in effect (never the key)
+"""``pyterrier-sci llm serve`` (a local llama.cpp server) and ``pyterrier-sci llm settings`` (the
+settings in effect, never the key); :func:`add_llm_commands` hooks them into a parser.
 """
 from __future__ import annotations
 
@@ -41,7 +33,8 @@ def llm_main(args: argparse.Namespace) -> int:
     if cmd == "serve":
         from .serve import ServerUnavailable, serve
         try:
-            return serve(port=args.port, model_path=args.model, host=args.host, n_ctx=args.n_ctx, n_threads=args.threads)
+            return serve(port=args.port, model_path=args.model, host=args.host, n_ctx=args.n_ctx,
+                         n_threads=args.threads)
         except ServerUnavailable as e:
             print(f"pyterrier-sci llm serve: {e}", file=sys.stderr)
             return 2

@@ -1,21 +1,7 @@
-"""The one LLM client of the toolkit: any OpenAI-compatible server through the ``openai`` package.
-
-* :meth:`LLMClient.chat` and :meth:`LLMClient.complete` (plain completions), with log-probabilities;
-* :meth:`LLMClient.generate`: free text in the configured mode (chat, completion, auto);
-* :meth:`LLMClient.choose`: a decision between fixed answers (``Yes``/``No``, ``A``/``B``) -
-  from chat output (JSON or the first word) or from the top log-probabilities of a plain
-  completion (base models);
-* :meth:`LLMClient.map`: runs calls concurrently, up to ``settings.concurrency`` at once.
-
-Every call goes through the persistent :class:`~pyterrier_sci.llm.cache.ResponseCache` and through
-bounded retries: 429, 408, 5xx, timeouts, connection errors and malformed responses (no choices,
-a choice that is no object, text that is not a string, a log-probability that is not a number
-<= 0, token counts that are not whole numbers >= 0, a body over ``max_response_bytes``) are
-retried ``max_retries`` times with exponential backoff and jitter; then one :class:`LLMError`
-names the endpoint and the cause.  An error is never returned as if it were model output.
-``timeout`` is a deadline per request (connecting, sending, the headers and the whole body), not a
-limit per read.  The API key is sent only where :mod:`pyterrier_sci.llm.trust` allows, and is
-redacted from answers and error messages.
+"""The one LLM client of the toolkit: any OpenAI-compatible server through the ``openai`` package -
+chat, plain completions and log-probabilities, decisions between fixed answers, concurrent calls -
+every call through the response cache and bounded retries (then one :class:`LLMError`, never an
+error passed off as output), the API key sent only where :mod:`pyterrier_sci.llm.trust` allows.
 """
 from __future__ import annotations
 
@@ -37,11 +23,11 @@ from .settings import LLMSettings, settings_from
 from .trust import api_key_for, key_withheld, redact, withheld_hint
 
 
-class _BadResponse(Exception):
+class _BadResponse(Exception):  # noqa: N818
     pass
 
 
-class _TooLarge(Exception):
+class _TooLarge(Exception):  # noqa: N818
     pass
 
 
@@ -392,7 +378,8 @@ class LLMClient:
             aliases = YES_NO_ALIASES
         prompts = dict(prompt) if isinstance(prompt, Mapping) else {"chat": prompt, "completion": prompt}
         if self.mode == "chat":
-            msgs = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompts["chat"]}]
+            msgs = (([{"role": "system", "content": system}] if system else [])
+                    + [{"role": "user", "content": prompts["chat"]}])
             comp = self.chat(msgs, max_tokens=chat_max_tokens)
             ch = parse_choice(comp.text, options, aliases)
             ch.mode = "chat"
@@ -603,6 +590,7 @@ def _http_libs():
     """The HTTP packages the installed ``openai`` uses: (``httpx``, ``httpcore``) or their
     successors (``httpx2``, ``httpcore2``)."""
     import importlib
+
     from openai import _base_client
     httpx = getattr(_base_client, "httpx2", None) or getattr(_base_client, "httpx")
     return httpx, importlib.import_module(httpx.__name__.replace("httpx", "httpcore", 1))

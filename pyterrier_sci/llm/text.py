@@ -7,16 +7,16 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Optional, Sequence, Tuple, Union
 
-TEMPLATE_PACKAGE = "pyterrier_sci.plugins.llm"
 CHARS_PER_TOKEN = 4
 
 
-def load_template(spec: Union[str, Path], package: str = TEMPLATE_PACKAGE,
+def load_template(spec: Union[str, Path], package: Union[str, Sequence[str]],
                   sandbox: Optional[Tuple[str, ...]] = None, what: str = "prompt template") -> str:
     """The text of a prompt template.
 
-    ``spec`` is (tried in this order) the name of a template shipped in ``package``'s
-    ``templates/`` folder (``"pointwise"`` or ``"pointwise.txt"``; a plain file name, no folders),
+    ``package``: the caller's package (or several, searched in order), whose ``templates/`` folder
+    holds its shipped templates.  ``spec`` is (tried in this order) the name of a template shipped
+    in a ``package``'s ``templates/`` folder (``"pointwise"`` or ``"pointwise.txt"``; a plain file name, no folders),
     a path to a file, or the template text itself (anything containing a newline or a ``$``
     placeholder).  Templates use :class:`string.Template` syntax: ``$name`` / ``${name}``; ``$$``
     is a dollar.
@@ -26,6 +26,7 @@ def load_template(spec: Union[str, Path], package: str = TEMPLATE_PACKAGE,
     :class:`~pyterrier_sci.llm.UntrustedConfigError`, whether it exists or not.
     """
     from .trust import check_path
+    packages = (package,) if isinstance(package, str) else tuple(package)
     if isinstance(spec, Path):
         return check_path(spec, sandbox, what).read_text(encoding="utf8")
     if not isinstance(spec, str):
@@ -33,9 +34,10 @@ def load_template(spec: Union[str, Path], package: str = TEMPLATE_PACKAGE,
     if "\n" not in spec and len(spec) < 200:
         name = spec if spec.endswith(".txt") else spec + ".txt"
         if re.fullmatch(r"[\w][\w.-]*", name) and ".." not in name:
-            res = resources.files(package).joinpath("templates", name)
-            if res.is_file():
-                return res.read_text(encoding="utf8")
+            for one in packages:
+                res = resources.files(one).joinpath("templates", name)
+                if res.is_file():
+                    return res.read_text(encoding="utf8")
         p = Path(spec).expanduser()
         if sandbox is not None and not _inside(p, sandbox):
             # outside the sandbox: refused without looking whether it exists
@@ -45,8 +47,17 @@ def load_template(spec: Union[str, Path], package: str = TEMPLATE_PACKAGE,
             return p.read_text(encoding="utf8")
     if "\n" in spec or "$" in spec:
         return spec
-    raise FileNotFoundError(f"{what} {spec!r} is neither a template of {package} "
+    raise FileNotFoundError(f"{what} {spec!r} is neither a template of {' or '.join(packages)} "
                             f"(templates/*.txt), nor a file, nor template text")
+
+
+def template_or_text(spec: Optional[str], default: str, package: Union[str, Sequence[str]], sandbox=None) -> str:
+    """A prompt template that may be given loosely: ``None`` -> the shipped ``default``; else
+    :func:`load_template`'s lookup, and any other string is taken as the template text itself."""
+    try:
+        return load_template(default if spec is None else spec, package, sandbox=sandbox)
+    except FileNotFoundError:
+        return spec
 
 
 def _inside(p: Path, sandbox) -> bool:

@@ -1,26 +1,7 @@
-"""Who may send the API key where, and which files a pipeline may read and write.
-
-A pipeline expression or a pipeline file (YAML) may be written by someone else.  Its parameters
-and its ``llm:`` section are therefore **untrusted** unless the user says otherwise:
-
-* **The API key** (``OPENAI_API_KEY``) is sent only to base URLs the user configured outside the
-  pipeline: the default local server, ``OPENAI_BASE_URL`` / ``PYTERRIER_SCI_LLM_BASE_URL``, and
-  the URL prefixes listed in ``PYTERRIER_SCI_LLM_TRUSTED_URLS`` (comma separated).  A pipeline
-  that names another ``base_url`` (in ``llm:``, in a component's ``llm={...}`` or in
-  ``guider_llm``) still runs, but its requests carry no key; a server that then answers 401/403
-  ends in an :class:`~pyterrier_sci.llm.LLMError` that says why and how to allow it.
-* **Files**: a pipeline's templates, guider tasks and example files must lie under the work
-  directory (``PYTERRIER_SCI_HOME``, or the ``work_dir`` of the :class:`~pyterrier_sci.registry.Context`)
-  or a directory listed in ``PYTERRIER_SCI_ALLOWED_DIRS`` (``os.pathsep`` separated); a
-  ``cache_dir`` may also lie under the system's temporary directory.  Templates shipped with the
-  package are always allowed; anything else is one :class:`UntrustedConfigError` at build time.
-* **Trusted pipelines**: ``PYTERRIER_SCI_TRUST_CONFIG=1`` in the environment, or a
-  :class:`~pyterrier_sci.registry.Context` whose ``trusted`` attribute is ``True``, lifts both
-  limits.  Settings and components made in Python code (``MIRPointwise(llm={...})``,
-  ``LLMClient({...})``) are the user's own and always trusted.
-
-The key is also **redacted** (:func:`redact`) from every model answer, reasoning column, cache
-entry and error message, in case a server echoes it.
+"""Who may send the API key where, and which files a pipeline may read and write: a pipeline's
+parameters and ``llm:`` section are untrusted unless the user trusts it (the key goes only to base
+URLs configured outside the pipeline; its files must lie under the work directory or an allowed
+one), and the key is redacted from answers, caches and errors.  See ``docs/llm.md``, "Trust".
 """
 from __future__ import annotations
 

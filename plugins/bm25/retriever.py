@@ -1,0 +1,253 @@
+"""BM25 over PISA (default, native) or Lucene: :func:`corpus_index` builds (once, atomically) the
+index of an ir_datasets corpus under the work directory, and :class:`BM25` (the ``bm25`` component)
+retrieves given a query frame or re-scores exactly the input documents given a result frame (those
+the backend does not return score 0, after the scored ones, in input order).
+"""
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Iterable, Optional, Sequence, Union
+
+import numpy as np
+import pandas as pd
+import pyterrier as pt
+import pyterrier_alpha as pta
+
+from pyterrier_sci.artifacts import build_atomically
+from pyterrier_sci.corpus import corpus_texts, dataset_of, index_path
+from pyterrier_sci.quiet import quiet_native
+from pyterrier_sci.registry import DATASET, MAX_RESULTS, PATH, Param, check_artifact, check_fields, params
+
+BACKENDS = ("pisa", "lucene")
+
+
+def build_index(docs: Iterable[dict], path: Union[str, Path], backend: str = "pisa", threads: int = 1,
+                verbose: bool = False):
+    """Indexes ``{'docno', 'text'}`` dicts into a new BM25 index at ``path`` (atomically: an
+    interrupted build leaves nothing at ``path``) and returns the index artifact."""
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown BM25 backend {backend!r}: use one of {', '.join(BACKENDS)}")
+    path = Path(path)
+    if backend == "pisa":
+        from pyterrier_pisa import PisaIndex
+
+        def build(tmp):
+            with quiet_native(not verbose):
+                PisaIndex(str(tmp), text_field="text", threads=threads).index(docs)
+        build_atomically(path, build)
+        return PisaIndex(str(path), threads=threads)
+    from .lucene import LuceneIndex
+    build_atomically(path, lambda tmp: LuceneIndex(str(tmp)).indexer(text_field="text", threads=threads).index(docs))
+    return LuceneIndex(str(path))
+
+
+def corpus_index(dataset: str, backend: str = "pisa", fields: Optional[Sequence[str]] = None,
+                 work_dir: Optional[Path] = None, threads: int = 1, verbose: bool = False):
+    """The BM25 index (an artifact) of a dataset's corpus, built on first use."""
+    from pyterrier_sci.data import work_dir as default_work_dir
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown BM25 backend {backend!r}: use one of {', '.join(BACKENDS)}")
+    path = index_path(work_dir or default_work_dir(), dataset, backend, fields)
+    if not path.exists():
+        docs = pt.tqdm(corpus_texts(dataset, fields), desc=f"indexing {dataset} ({backend})", unit="doc",
+                       disable=not verbose)
+        build_index(docs, path, backend, threads, verbose)
+    return _load_index(path, backend)
+
+
+_PISA_DERIVED = re.compile(r"bm25\.k1-(.+?)\.b-(.+?)\.q\d+\.bmw\.\d+(?:\.[A-Za-z0-9_]+)?$")
+
+
+def pisa_derived_files(index_dir: Union[str, Path], k1: float, b: float) -> list:
+    """The files PISA derives inside an index on the first BM25 retrieval with ``k1``, ``b``: the
+    block-max data ``bm25.k1-<k1>.b-<b>.q0.bmw.<block>`` and the index compressed with it
+    (``….bmw.<block>.<encoding>``)."""
+    from pyterrier_sci import artifacts
+    out = []
+    for p in Path(index_dir).glob("bm25.k1-*"):
+        m = not p.name.endswith(artifacts.CHECKSUM_SUFFIX) and _PISA_DERIVED.match(p.name)
+        try:
+            if m and float(m[1]) == float(k1) and float(m[2]) == float(b):
+                out.append(p)
+        except ValueError:
+            continue
+    return sorted(out)
+
+
+def pisa_bm25(index, k1: float, b: float, verbose: bool = False, **kwargs) -> pt.Transformer:
+    """``index.bm25(k1=k1, b=b, ...)`` for a :class:`pyterrier_pisa.PisaIndex`, with the files PISA
+    derives for ``k1``/``b`` checked first.
+
+    PISA writes them in place on first use and maps them unchecked afterwards: a truncated one
+    crashes the process (SIGSEGV).  They are derived here under the index's lock (concurrent first
+    uses derive once), their checksums are recorded beside them, and a file that does not match its
+    checksum (or was derived without one being recorded, e.g. by a killed process) is removed with a
+    :class:`~pyterrier_sci.artifacts.DamagedFileWarning` so that PISA derives it again."""
+    from pyterrier_sci import artifacts
+    d = Path(index.path)
+    files = pisa_derived_files(d, k1, b)
+    if len(files) >= 2 and all(artifacts.verify_checksum(f) for f in files):
+        with quiet_native(not verbose):
+            return index.bm25(k1=k1, b=b, verbose=verbose, **kwargs)
+    with artifacts.lock(d / f"bm25.k1-{k1}.b-{b}", what=f"PISA's BM25 data (k1={k1}, b={b}) in {d}"):
+        derived = pisa_derived_files(d, k1, b)
+        if any([artifacts.discard_if_damaged(f, "PISA's derived file") for f in derived]):
+            for f in derived:  # derived together: the compressed index is built with the block-max data
+                artifacts.discard(f)
+        with quiet_native(not verbose):
+            retriever = index.bm25(k1=k1, b=b, verbose=verbose, **kwargs)
+        for f in pisa_derived_files(d, k1, b):
+            if artifacts.verify_checksum(f) is None:
+                artifacts.record_checksum(f)
+    return retriever
+
+
+def _load_index(index, backend: Optional[str]):
+    if not isinstance(index, (str, os.PathLike)):
+        return index
+    p = Path(index)
+    if not p.exists():
+        raise FileNotFoundError(f"BM25 index not found: {p}")
+    meta = p / "pt_meta.json"
+    fmt = None
+    if meta.exists():
+        import json
+        fmt = json.loads(meta.read_text()).get("format")
+    if backend == "lucene" or fmt == "lucene":
+        from .lucene import LuceneIndex
+        return LuceneIndex(str(p))
+    from pyterrier_pisa import PisaIndex
+    return PisaIndex(str(p))
+
+
+class BM25(pt.Transformer):
+    """BM25 retrieval and re-scoring over a PISA or Lucene index.
+
+    Args:
+        index: a :class:`pyterrier_pisa.PisaIndex`, a :class:`LuceneIndex`, or the path of either.
+        k1, b: BM25 parameters (defaults 0.9 / 0.4, the Anserini/PISA defaults).
+        num_results: results per query when retrieving.
+        rerank_depth: how deep the backend retrieves when re-scoring given documents (default: all
+            documents of the index, so every input document that matches a query term is scored).
+        threads: retrieval threads.
+        verbose: show a progress bar.
+    """
+
+    def __init__(self, index, k1: float = 0.9, b: float = 0.4, num_results: int = 1000,
+                 rerank_depth: Optional[int] = None, threads: int = 1, verbose: bool = False):
+        self.index = _load_index(index, None)
+        self.k1 = k1
+        self.b = b
+        self.num_results = num_results
+        self.rerank_depth = rerank_depth
+        self.threads = threads
+        self.verbose = verbose
+        self._retrievers = {}
+
+    @property
+    def backend(self) -> str:
+        return "pisa" if type(self.index).__name__ == "PisaIndex" else "lucene"
+
+    def _retriever(self, k: int) -> pt.Transformer:
+        if k not in self._retrievers:
+            if self.backend == "pisa":
+                self._retrievers[k] = pisa_bm25(self.index, k1=self.k1, b=self.b, num_results=k,
+                                                threads=self.threads, verbose=self.verbose)
+            else:
+                self._retrievers[k] = self.index.bm25(k1=self.k1, b=self.b, num_results=k, threads=self.threads,
+                                                      verbose=self.verbose)
+        return self._retrievers[k]
+
+    def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
+        with pta.validate.any(inp) as v:
+            v.query_frame(extra_columns=["query"], mode="retrieve")
+            v.result_frame(extra_columns=["query"], mode="rerank")
+        if v.mode == "retrieve":
+            return self._retrieve(inp)
+        return self._rescore(inp)
+
+    def _retrieve(self, inp: pd.DataFrame) -> pd.DataFrame:
+        cols = list(inp.columns) + [c for c in ("docno", "score", "rank") if c not in inp.columns]
+        if len(inp) == 0:
+            return pd.DataFrame(columns=cols)
+        inp = inp.drop(columns=[c for c in ("docno", "score", "rank") if c in inp.columns])
+        cleaned = inp["query"].map(_clean_query)
+        if (cleaned == inp["query"]).all():
+            return self._retriever(self.num_results)(inp)
+        # the backend sees the cleaned query; the caller gets its own back
+        res = self._retriever(self.num_results)(inp.assign(query=cleaned, _row=np.arange(len(inp))))
+        res["query"] = inp["query"].to_numpy()[res["_row"].to_numpy()]
+        return res.drop(columns="_row")
+
+    def _rescore(self, inp: pd.DataFrame) -> pd.DataFrame:
+        if len(inp) == 0:
+            return inp.assign(score=pd.Series(dtype=float), rank=pd.Series(dtype=int))
+        depth = self.rerank_depth or len(self.index)
+        queries = inp[["qid", "query"]].drop_duplicates("qid")
+        queries = queries.assign(query=queries["query"].map(_clean_query))
+        scored = self._retriever(depth)(queries)[["qid", "docno", "score"]]
+        out = inp.drop(columns=[c for c in ("score", "rank") if c in inp.columns])
+        out = out.assign(_order=np.arange(len(out))).merge(scored, on=["qid", "docno"], how="left")
+        out["score"] = out["score"].fillna(0.0).astype(float)
+        out = out.sort_values(["qid", "score", "_order"], ascending=[True, False, True], kind="stable")
+        out = out.drop(columns="_order").reset_index(drop=True)
+        out["rank"] = out.groupby("qid").cumcount()
+        return out
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state["_retrievers"] = {}  # native retrieval contexts are rebuilt where unpickled
+        return state
+
+    def fuse_rank_cutoff(self, k: int) -> Optional["BM25"]:
+        if k < self.num_results:
+            return BM25(self.index, self.k1, self.b, k, self.rerank_depth, self.threads, self.verbose)
+        return None
+
+    def __repr__(self) -> str:
+        return f"BM25({str(self.index.path)!r}, k1={self.k1}, b={self.b}, num_results={self.num_results})"
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, BM25) and (
+            (str(self.index.path), self.k1, self.b, self.num_results, self.rerank_depth)
+            == (str(other.index.path), other.k1, other.b, other.num_results, other.rerank_depth))
+
+    def __hash__(self) -> int:
+        return hash(("BM25", str(self.index.path), self.k1, self.b, self.num_results, self.rerank_depth))
+
+
+def _clean_query(q) -> str:
+    """Whitespace-normalised query text (control characters and newlines become spaces); the
+    backends tokenise the rest themselves."""
+    if not isinstance(q, str):
+        return ""
+    return " ".join("".join(ch if ch.isprintable() else " " for ch in q).split())
+
+
+@params(backend=Param(str, min_len=1), index=Param(PATH, optional=True), dataset=Param(DATASET, optional=True),
+        fields=Param(list, item=str, min_len=1, optional=True), k1=Param(float, min=0, max=100),
+        b=Param(float, min=0, max=1), num_results=Param(int, min=1, max=MAX_RESULTS),
+        rerank_depth=Param(int, min=1, max=MAX_RESULTS, optional=True), threads=Param(int, min=1, max=1024))
+def bm25_component(*, context=None, backend: str = "pisa", index: Optional[str] = None, dataset: Optional[str] = None,
+                   fields: Optional[Sequence[str]] = None, k1: float = 0.9, b: float = 0.4, num_results: int = 1000,
+                   rerank_depth: Optional[int] = None, threads: int = 1, verbose: bool = False) -> BM25:
+    """``bm25``: BM25 over ``index`` or the dataset's corpus (index built on first use); backend ``pisa``
+    or ``lucene``."""
+    dataset = dataset_of(dataset, context, "bm25", required=False)
+    if isinstance(index, (str, os.PathLike)):
+        check_artifact(index, {"sparse_index": [backend] if backend == "lucene" else ["pisa", "lucene"]}, "bm25")
+    elif index is None and fields:
+        check_fields(dataset or "", fields, "bm25")
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown BM25 backend {backend!r}: use one of {', '.join(BACKENDS)}")
+    if index is None:
+        if not dataset:
+            raise ValueError("bm25 needs an index path or a dataset (set 'dataset' in the config or pass dataset=...)")
+        work = context.workdir() if context is not None else None
+        index_obj = corpus_index(dataset, backend, fields, work, threads=threads, verbose=verbose)
+    else:
+        index_obj = _load_index(index, backend)
+    return BM25(index_obj, k1=k1, b=b, num_results=num_results, rerank_depth=rerank_depth, threads=threads,
+                verbose=verbose)

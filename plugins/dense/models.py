@@ -1,0 +1,55 @@
+"""The ``pt.Artifact`` of a fine-tuned sentence-transformers model on disk (type ``dense_model``,
+format ``sentence_transformers``); model loading itself is the core's (:mod:`pyterrier_sci.models`,
+re-exported here)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional, Union
+
+import pyterrier as pt
+
+from pyterrier_sci.models import DEFAULT_MODEL, ModelNotFoundError, load_sentence_transformer, model_slug, resolve_model  # noqa: F401
+
+ARTIFACT_TYPE = "dense_model"
+ARTIFACT_FORMAT = "sentence_transformers"
+#: files in which earlier versions recorded how a model was trained (read by ``training``)
+LEGACY_TRAINING_FILES = ("doris_contrastive.json", "mir_training.json")
+
+
+class SentenceTransformerModel(pt.Artifact):
+    """A fine-tuned sentence-transformers model on disk (a ``pt.Artifact``): the directory loads with
+    ``SentenceTransformer(path)`` and works as ``model=<path>`` for ``dense``; ``training`` holds
+    how it was trained.  The papers' trainers (DORIS-MAE, MIR, HLM-Cite) all write this type."""
+
+    ARTIFACT_TYPE = ARTIFACT_TYPE
+    ARTIFACT_FORMAT = ARTIFACT_FORMAT
+    #: the file holding how the model was trained, as its trainer names it
+    TRAINING_FILE: Optional[str] = None
+
+    def __init__(self, path: Union[str, Path]):
+        super().__init__(path)
+        if not (Path(path) / "modules.json").exists():
+            raise FileNotFoundError(f"{path} is not a sentence-transformers model directory (no modules.json)")
+
+    @property
+    def training(self) -> dict:
+        """How the model was trained: the trainer's own file (``pt_meta.json``'s ``training_file``,
+        the class's ``TRAINING_FILE`` or one that earlier versions wrote), else the training fields of
+        ``pt_meta.json`` (HLM-Cite's curriculum writes them there)."""
+        meta = json.loads((Path(self.path) / "pt_meta.json").read_text())
+        for name in (meta.get("training_file"), self.TRAINING_FILE, *LEGACY_TRAINING_FILES):
+            if name and (Path(self.path) / name).exists():
+                return json.loads((Path(self.path) / name).read_text())
+        return {k: v for k, v in meta.items() if k not in ("type", "format", "package_hint", "training_file")}
+
+    def sentence_transformer(self, device: Optional[str] = None):
+        return load_sentence_transformer(str(self.path), device or "cpu")
+
+    def dense(self, **kwargs):
+        """The ``dense`` component's transformer with this model."""
+        from .retriever import DenseRetriever
+        return DenseRetriever(str(self.path), **kwargs)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({str(self.path)!r})"

@@ -1,0 +1,286 @@
+"""Dense bi-encoder retrieval with sentence-transformers models over a ``pyterrier_dr.FlexIndex``
+(built on first use under the work directory, one per dataset, model and fields): the ``dense``
+component retrieves given a query frame and re-scores a result frame (``first_stage >> dense``) with
+the stored vectors, or, without an index, by encoding the frame's ``text`` column.
+
+Search and re-scoring read the index through pyterrier_dr's public API (``payload()``, ``docnos()``,
+``sim_fn``) and do the numpy work here in blocks, without a per-query loop: the results of
+``FlexIndex.np_retriever()`` / ``scorer()``, faster on many queries.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional, Sequence, Union
+
+import pandas as pd
+import pyterrier as pt
+import pyterrier_alpha as pta
+
+from pyterrier_sci.corpus import dataset_of
+from pyterrier_sci.registry import DATASET, MAX_RESULTS, PATH, Param, check_artifact, check_fields, params
+
+from .models import DEFAULT_MODEL, load_sentence_transformer, model_slug
+
+
+class DenseRetriever(pt.Transformer):
+    """A sentence-transformers bi-encoder over a flat index.
+
+    Args:
+        model: a sentence-transformers hub id, a local path, or ``"default"`` (offline MiniLM).
+        index: path of a :class:`pyterrier_dr.FlexIndex`; built from ``corpus`` on first use if missing.
+        corpus: an ir_datasets id whose documents fill the index (when it is not built yet).
+        fields: document fields joined for encoding (default: the dataset's ``default_text()``).
+        num_results: results per query when retrieving.
+        batch_size: encoding batch size.
+        verbose: progress bars while encoding (on by default: encoding is the long part).
+        device: torch device (default ``cpu``).
+    """
+
+    def __init__(self, model: str = DEFAULT_MODEL, index: Optional[str] = None, corpus: Optional[str] = None,
+                 fields: Optional[Sequence[str]] = None, num_results: int = 1000, batch_size: int = 32,
+                 verbose: bool = True, device: Optional[str] = None):
+        self.model = model
+        self.index = None if index is None else str(index)
+        self.corpus = corpus
+        self.fields = tuple(fields) if fields else None
+        self.num_results = num_results
+        self.batch_size = batch_size
+        self.verbose = verbose
+        self.device = device
+        self._encoder = None
+        self._flex = None
+
+    # -- the pieces, loaded lazily so that building a pipeline costs nothing ----------------------
+    @property
+    def encoder(self):
+        """The ``SentenceTransformer``."""
+        if self._encoder is None:
+            self._encoder = load_sentence_transformer(self.model, self.device or "cpu")
+        return self._encoder
+
+    def encode(self, texts: Sequence[str], desc: Optional[str] = None):
+        """Embeddings (float32 rows) of ``texts``; one progress bar when ``desc`` is given and verbose."""
+        import numpy as np
+        texts = list(texts)
+        if not texts:
+            return np.zeros((0, self.encoder.get_sentence_embedding_dimension()), dtype=np.float32)
+        show = desc == "documents" and self.verbose and len(texts) > 10 * self.batch_size
+        return self.encoder.encode(texts, batch_size=self.batch_size, show_progress_bar=show,
+                                   convert_to_numpy=True).astype(np.float32, copy=False)
+
+    def _encode_docs(self, docs, chunk: int = 2048):
+        """Adds ``doc_vec`` to a stream of ``{'docno', 'text'}``, encoding ``chunk`` documents at a time
+        under one progress bar."""
+        import itertools
+
+        from pyterrier_sci.corpus import corpus_id
+        bar = pt.tqdm(desc=f"encoding {corpus_id(self.corpus) if self.corpus else 'documents'}", unit="doc",
+                      disable=not self.verbose)
+        it = iter(docs)
+        while batch := list(itertools.islice(it, chunk)):
+            vecs = self.encoder.encode([d["text"] for d in batch], batch_size=self.batch_size,
+                                       show_progress_bar=False, convert_to_numpy=True)
+            for d, v in zip(batch, vecs):
+                yield {"docno": d["docno"], "doc_vec": v.astype("float32", copy=False)}
+            bar.update(len(batch))
+        bar.close()
+
+    def flex_index(self):
+        """The FlexIndex, built from ``corpus`` first if needed (atomically)."""
+        if self.index is None:
+            return None
+        if self._flex is None:
+            from pyterrier_dr import FlexIndex
+
+            from pyterrier_sci.artifacts import build_atomically
+            from pyterrier_sci.corpus import corpus_texts
+            path = Path(self.index)
+            if not (path / "pt_meta.json").exists():
+                if not self.corpus:
+                    raise FileNotFoundError(f"dense index not found: {path} (and no corpus given to build it)")
+                def build(tmp):
+                    docs = self._encode_docs(corpus_texts(self.corpus, self.fields))
+                    FlexIndex(str(tmp), verbose=False).indexer().index(docs)
+                build_atomically(path, build)
+            self._flex = FlexIndex(str(path), verbose=False)
+        return self._flex
+
+    def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
+        with pta.validate.any(inp) as v:
+            v.query_frame(extra_columns=["query"], mode="retrieve")
+            v.result_frame(extra_columns=["query"], mode="rerank")
+        if v.mode == "retrieve":
+            cols = list(inp.columns) + [c for c in ("docno", "score", "rank") if c not in inp.columns]
+            if len(inp) == 0:
+                return pd.DataFrame(columns=cols)
+            flex = self.flex_index()
+            if flex is None:
+                raise ValueError("dense retrieval needs an index (index=... or a dataset); "
+                                 "to re-score a first stage, write first_stage >> dense")
+            inp = inp.drop(columns=[c for c in ("docno", "score", "rank") if c in inp.columns]).reset_index(drop=True)
+            qvecs = self.encode(inp["query"].astype(str).tolist(), desc="queries")
+            return _search(flex, inp, qvecs, self.num_results)
+        if len(inp) == 0:
+            return inp.assign(score=pd.Series(dtype=float), rank=pd.Series(dtype=int))
+        flex = self.flex_index()
+        qvecs, pos = self._query_vecs(inp)
+        if flex is not None:
+            scores = _score_with_index(flex, inp, qvecs, pos)
+        else:
+            scores = _rowwise_dot(qvecs, pos, self.encode(self._frame_texts(inp), desc="documents"))
+        return _ranked(inp, scores)
+
+    def _frame_texts(self, inp: pd.DataFrame) -> list:
+        """Document texts of a result frame without an index: ``fields`` joined by a space (as
+        in the corpus index), else the ``text`` column."""
+        fields = list(self.fields) if self.fields else ["text"]
+        missing = [f for f in fields if f not in inp.columns]
+        if missing:
+            raise ValueError(f"dense re-scoring without an index reads the column(s) {missing}, which the input lacks "
+                             f"(columns: {list(inp.columns)}); add them (e.g. '>> text') or set fields=[...]")
+        if len(fields) == 1:
+            return inp[fields[0]].fillna("").astype(str).tolist()
+        return inp[fields].fillna("").astype(str).agg(" ".join, axis=1).tolist()
+
+    def _query_vecs(self, inp: pd.DataFrame):
+        """``(vecs, pos)``: each distinct query of ``inp`` encoded once, and per row of ``inp`` the
+        row of ``vecs`` holding its query."""
+        import numpy as np
+        codes, _ = pd.factorize(inp["qid"], sort=False)
+        first = np.unique(codes, return_index=True)[1]  # the first row of each query, in code order
+        vecs = self.encode(inp["query"].iloc[first].astype(str).tolist(), desc="queries")
+        return vecs, codes
+
+    def fuse_rank_cutoff(self, k: int) -> Optional["DenseRetriever"]:
+        # only retrieval can stop early; re-scoring must score every input document
+        return None
+
+    def __repr__(self) -> str:
+        return f"DenseRetriever({self.model!r}, index={self.index!r}, num_results={self.num_results})"
+
+    def _key(self):
+        return (self.model, self.index, self.corpus, self.fields, self.num_results)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, DenseRetriever) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(("DenseRetriever",) + self._key())
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state["_encoder"] = None  # reloaded where it is unpickled
+        state["_flex"] = None
+        return state
+
+
+def _search(flex, inp: pd.DataFrame, qvecs, k: int, batch_size: int = 8192) -> pd.DataFrame:
+    """Exhaustive top-``k`` search of the index's stored vectors (its similarity function), one
+    matrix product per document block, and the result frame built without a per-query loop
+    (the same results as ``FlexIndex.np_retriever()``, at the cost of the raw numpy work)."""
+    import numpy as np
+    from pyterrier_dr import SimFn
+    docnos, dvecs, _ = flex.payload()
+    qvecs = np.asarray(qvecs, dtype=np.float32)
+    cos = flex.sim_fn == SimFn.cos
+    if cos:
+        qvecs = qvecs / np.linalg.norm(qvecs, axis=1, keepdims=True)
+    n, nq = dvecs.shape[0], qvecs.shape[0]
+    k = min(k, n)
+    best_s = np.empty((nq, 0), dtype=np.float32)
+    best_i = np.empty((nq, 0), dtype=np.int64)
+    for start in range(0, n, batch_size):
+        block = np.asarray(dvecs[start:start + batch_size])
+        if cos:
+            block = block / np.linalg.norm(block, axis=1, keepdims=True)
+        s = np.concatenate([best_s, qvecs @ block.T], axis=1)
+        ids = np.broadcast_to(np.arange(start, start + block.shape[0]), (nq, block.shape[0]))
+        i = np.concatenate([best_i, ids], axis=1)
+        if s.shape[1] > k:
+            top = np.argpartition(-s, k - 1, axis=1)[:, :k]
+            s, i = np.take_along_axis(s, top, 1), np.take_along_axis(i, top, 1)
+        best_s, best_i = s, i
+    order = np.argsort(-best_s, axis=1, kind="stable")
+    best_s, best_i = np.take_along_axis(best_s, order, 1), np.take_along_axis(best_i, order, 1)
+    out = inp.iloc[np.repeat(np.arange(nq), k)].reset_index(drop=True)
+    uniq, inverse = np.unique(best_i.ravel(), return_inverse=True)  # docno lookups are per element
+    out["docno"] = np.asarray(docnos.fwd[uniq], dtype=object)[inverse]
+    out["score"] = best_s.ravel()
+    out["rank"] = np.tile(np.arange(k), nq)
+    return out
+
+
+def _score_with_index(flex, inp: pd.DataFrame, qvecs, pos, block: int = 65536):
+    """Scores of ``inp``'s (qid, docno) rows with the index's stored vectors and similarity
+    (the scores of ``FlexIndex.scorer()``): one docno lookup for the whole frame, then the stored
+    rows gathered and dotted with their query's vector ``block`` rows at a time, with no per-query
+    loop, progress bar or per-row vector column."""
+    import numpy as np
+    from pyterrier_dr import SimFn
+    docids = np.asarray(flex.docnos().inv[inp["docno"].astype(str).to_numpy()], dtype=np.int64)
+    if (docids < 0).any():
+        missing = inp["docno"].to_numpy()[docids < 0][:5].tolist()
+        raise KeyError(f"dense re-scoring: docno(s) {missing} are not in the index {flex.index_path}")
+    dvecs, _ = flex.payload(return_docnos=False)
+    qvecs = np.asarray(qvecs, dtype=np.float32)
+    cos = flex.sim_fn == SimFn.cos
+    if cos:
+        qvecs = qvecs / np.linalg.norm(qvecs, axis=1, keepdims=True)
+    scores = np.empty(len(docids), dtype=np.float32)
+    for start in range(0, len(docids), block):
+        ids = docids[start:start + block]
+        order = np.argsort(ids, kind="stable")  # gathers from the memory map in file order
+        d = np.empty((len(ids), qvecs.shape[1]), dtype=np.float32)
+        d[order] = dvecs[ids[order]]
+        if cos:
+            d /= np.linalg.norm(d, axis=1, keepdims=True)
+        scores[start:start + block] = _rowwise_dot(qvecs, pos[start:start + block], d)
+    return scores
+
+
+def _rowwise_dot(qvecs, pos, dvecs):
+    """Per row i, ``qvecs[pos[i]] . dvecs[i]``."""
+    import numpy as np
+    return np.einsum("ij,ij->i", np.asarray(qvecs, dtype=np.float32)[pos], dvecs).astype(np.float32, copy=False)
+
+
+def _ranked(inp: pd.DataFrame, scores) -> pd.DataFrame:
+    """``inp`` with ``score``, sorted by qid then score (descending, ties in input order), ranked per qid."""
+    import numpy as np
+    qid_codes, _ = pd.factorize(inp["qid"], sort=True)
+    order = np.lexsort((-np.asarray(scores, dtype=np.float64), qid_codes))  # lexsort is stable
+    out = inp.iloc[order].reset_index(drop=True)
+    out["score"] = np.asarray(scores)[order]
+    starts = np.r_[0, np.flatnonzero(np.diff(qid_codes[order])) + 1]
+    out["rank"] = np.arange(len(out)) - np.repeat(starts, np.diff(np.r_[starts, len(out)]))
+    return out
+
+
+@params(model=Param(str, min_len=1), index=Param(bool, PATH, optional=True), dataset=Param(DATASET, optional=True),
+        fields=Param(list, item=str, min_len=1, optional=True), num_results=Param(int, min=1, max=MAX_RESULTS),
+        batch_size=Param(int, min=1, max=65536), device=Param(str, min_len=1, optional=True))
+def dense_component(*, context=None, model: str = DEFAULT_MODEL, index: Union[None, bool, str] = None,
+                    dataset: Optional[str] = None, fields: Optional[Sequence[str]] = None, num_results: int = 1000,
+                    batch_size: int = 32, verbose: bool = True, device: Optional[str] = None) -> DenseRetriever:
+    """``dense``: a sentence-transformers bi-encoder (default: offline all-MiniLM-L6-v2) over a flat index.
+
+    ``index``: a FlexIndex path; by default the dataset's corpus index (built on first use);
+    ``false``: no index, the input's ``text`` column is encoded (re-scoring small candidate sets
+    costs less than encoding a whole corpus)."""
+    corpus = dataset_of(dataset, context, "dense", required=False)
+    if isinstance(index, str):  # built there on first use when missing
+        check_artifact(index, {"dense_index": ["flex"]}, "dense", must_exist=False)
+    elif fields and index is not False:
+        check_fields(corpus, fields, "dense")
+    if index is False:
+        return DenseRetriever(model, index=None, corpus=None, fields=fields, num_results=num_results,
+                              batch_size=batch_size, verbose=verbose, device=device)
+    if index is True:
+        index = None
+    if index is None and corpus:
+        from pyterrier_sci.corpus import index_path
+        work = context.workdir() if context is not None else None
+        from pyterrier_sci.data import work_dir
+        index = str(index_path(work or work_dir(), corpus, "dense-" + model_slug(model), fields))
+    return DenseRetriever(model, index=index, corpus=corpus, fields=fields, num_results=num_results,
+                          batch_size=batch_size, verbose=verbose, device=device)

@@ -1,0 +1,56 @@
+"""The pipeline components of the generic LLM re-rankers (``listwise``, ``pairwise_tournament``) and
+the two helpers every LLM component factory uses (:func:`declare_llm_params`,
+:func:`build_llm_component`).  See ``docs/llm.md``.
+"""
+from __future__ import annotations
+
+from pyterrier_sci.llm.trust import pipeline_settings
+from pyterrier_sci.registry import MAX_RESULTS, PATH, Param, params
+
+from .listwise import Listwise, PairwiseTournament
+
+__all__ = ["declare_llm_params", "build_llm_component", "listwise_component", "pairwise_tournament_component"]
+
+
+_TOKENS = Param(int, min=1, max=1_000_000, optional=True)
+#: ranges of the re-rankers' numeric and choice parameters (the types come from their signatures)
+_RANGES = {"llm": Param(dict, optional=True), "on_error": Param(str, choices=("raise", "flag")),
+           "num_shots": Param(int, min=0, max=100), "per_label": Param(int, min=1, max=100),
+           "relevance_threshold": Param(int, min=0, max=10), "window": Param(int, min=2, max=1000),
+           "stride": Param(int, min=1, max=1000), "passes": Param(int, min=1, max=100),
+           "rounds": Param(int, min=1, max=100),
+           "keep_top": Param(int, min=0, max=MAX_RESULTS), "example_path": Param(PATH, optional=True),
+           "guider_task": Param(PATH, optional=True)}
+
+
+def declare_llm_params(cls):
+    """``@params`` for a factory passing its parameters on to ``cls``."""
+    import inspect
+    names = inspect.signature(cls.__init__).parameters
+    ranges = {k: v for k, v in _RANGES.items() if k in names}
+    ranges.update({k: _TOKENS for k in names if k.endswith("_tokens")})
+    return params(cls, **ranges)
+
+
+def build_llm_component(cls, inputs, context, params):
+    """A component built by the pipeline language: its settings come from the config's ``llm:``
+    section and its own ``llm={...}``, confined unless the pipeline is trusted
+    (:func:`pyterrier_sci.llm.trust.pipeline_settings`)."""
+    llm = pipeline_settings(context, params)
+    params.pop("llm", None)
+    if len(inputs) > 1:
+        raise ValueError(f"{cls.component_name} takes at most one input pipeline")
+    t = cls(llm, **params)
+    return inputs[0] >> t if inputs else t
+
+
+@declare_llm_params(Listwise)
+def listwise_component(*inputs, context=None, **params):
+    """``listwise``: RankGPT-style sliding-window listwise re-ranking (window 20, stride 10)."""
+    return build_llm_component(Listwise, inputs, context, params)
+
+
+@declare_llm_params(PairwiseTournament)
+def pairwise_tournament_component(*inputs, context=None, **params):
+    """``pairwise_tournament``: MIR B.4 tournament of pairwise comparisons over 3 rounds."""
+    return build_llm_component(PairwiseTournament, inputs, context, params)

@@ -1,0 +1,147 @@
+"""Corpus access every plugin shares: dataset-id normalisation, the corpus id and texts of a
+dataset, where a corpus index lives in the work directory, and the two corpus components ``pool``
+(a benchmark's candidate pool as a first stage) and ``text`` (document fields from the docstore)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterator, Optional, Sequence
+
+import pandas as pd
+import pyterrier as pt
+import pyterrier_alpha as pta
+
+from pyterrier_sci.registry import DATASET, Param, check_fields, params
+
+
+def irds_id(dataset: str) -> str:
+    """The ir_datasets id of a dataset named either way (``irds:sci/csfcube`` -> ``sci/csfcube``)."""
+    return dataset[5:] if dataset.startswith("irds:") else dataset
+
+
+def pt_dataset_id(dataset: str) -> str:
+    """The PyTerrier name of an ir_datasets id (``sci/csfcube`` -> ``irds:sci/csfcube``)."""
+    return dataset if dataset.startswith("irds:") else "irds:" + dataset
+
+
+def dataset_of(dataset: Optional[str], context=None, component: str = "this component",
+               required: bool = True) -> Optional[str]:
+    """``dataset``, else the pipeline context's dataset; one clear error when neither is set (None
+    instead when not ``required``: a component that can also work from an index path)."""
+    dataset = dataset or (getattr(context, "dataset", None) if context is not None else None)
+    if not dataset and required:
+        raise ValueError(f"{component} needs a dataset: set one in the pipeline config "
+                         f"or write {component}(dataset='irds:...')")
+    return dataset or None
+
+
+def corpus_texts(dataset: str, fields: Optional[Sequence[str]] = None) -> Iterator[dict]:
+    """``{'docno', 'text'}`` for each document of an ir_datasets corpus; ``text`` joins ``fields``
+    (default: the dataset's ``default_text()``)."""
+    import ir_datasets
+    ds = ir_datasets.load(irds_id(dataset))
+    if not ds.has_docs():
+        raise ValueError(f"dataset {dataset} has no documents")
+    for doc in ds.docs_iter():
+        if fields:
+            text = " ".join(str(getattr(doc, f) or "") for f in fields)
+        else:
+            text = doc.default_text()
+        yield {"docno": doc.doc_id, "text": text}
+
+
+def corpus_id(dataset: str) -> str:
+    """The shortest ancestor id of ``dataset`` with the same documents (``sci/csfcube/method/fold1-test``
+    -> ``sci/csfcube``), so that the subsets of a benchmark share one index."""
+    import ir_datasets
+    ds_id = irds_id(dataset)
+    try:
+        docs = ir_datasets.load(ds_id).docs_handler()
+    except Exception:
+        return ds_id
+    parts = ds_id.split("/")
+    for i in range(1, len(parts)):
+        anc = "/".join(parts[:i])
+        try:
+            anc_ds = ir_datasets.load(anc)
+        except KeyError:
+            continue
+        if anc_ds.has_docs() and anc_ds.docs_handler() is docs:
+            return anc
+    return ds_id
+
+
+def index_path(work_dir: Path, dataset: str, kind: str, fields: Optional[Sequence[str]] = None) -> Path:
+    """``<work>/indexes/<corpus>/<kind>[-<fields>]``: where a corpus index of the toolkit lives."""
+    suffix = "" if not fields else "-" + "+".join(fields)
+    return Path(work_dir) / "indexes" / corpus_id(dataset).replace("/", "__") / f"{kind}{suffix}"
+
+
+def sorted_results(df: pd.DataFrame) -> pd.DataFrame:
+    """A result frame in ranking order: by ``qid``, then ``rank`` when present, else ``score``
+    descending (a stable sort: ties keep the frame's order)."""
+    if "rank" in df.columns:
+        return df.sort_values(["qid", "rank"], kind="stable")
+    return df.sort_values(["qid", "score"], ascending=[True, False], kind="stable")
+
+
+class PoolRetriever(pt.Transformer):
+    """Returns each query's candidate pool from a dataset's ``scoreddocs`` (pool benchmarks such as
+    CSFCube and DORIS-MAE re-rank a fixed pool).  Input columns are kept; ``score`` is the pool's
+    own score (0 for CSFCube) and ranks follow the pool order.  Queries without a pool get no rows.
+
+    Args:
+        dataset: an ir_datasets id (``irds:`` prefix optional) that has scoreddocs.
+    """
+
+    def __init__(self, dataset: str):
+        self.dataset = dataset
+        self._pool: Optional[pd.DataFrame] = None
+
+    def _load(self) -> pd.DataFrame:
+        if self._pool is None:
+            import ir_datasets
+            ds = ir_datasets.load(irds_id(self.dataset))
+            if not ds.has_scoreddocs():
+                raise ValueError(f"dataset {self.dataset} has no candidate pool (scoreddocs)")
+            pool = pd.DataFrame(ds.scoreddocs_iter(), columns=["qid", "docno", "score"])
+            pool["qid"] = pool["qid"].astype(str)
+            pool["docno"] = pool["docno"].astype(str)
+            pool["rank"] = pool.groupby("qid").cumcount()
+            self._pool = pool
+        return self._pool
+
+    def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
+        pta.validate.query_frame(inp)
+        if len(inp) == 0:
+            return pd.DataFrame(columns=list(inp.columns) + ["docno", "score", "rank"])
+        pool = self._load()
+        out = inp.merge(pool, on="qid", how="inner")
+        return out.sort_values(["qid", "rank"], kind="stable").reset_index(drop=True)
+
+    def __repr__(self) -> str:
+        return f"PoolRetriever({self.dataset!r})"
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, PoolRetriever) and other.dataset == self.dataset
+
+    def __hash__(self) -> int:
+        return hash(("PoolRetriever", self.dataset))
+
+
+@params(dataset=Param(DATASET, optional=True))
+def pool_component(*, context=None, dataset: Optional[str] = None) -> PoolRetriever:
+    """``pool``: the experiment dataset's candidate pool (or ``pool(dataset="irds:...")``)."""
+    dataset = dataset_of(dataset, context, "pool")
+    return PoolRetriever(dataset)
+
+
+@params(dataset=Param(DATASET, optional=True), fields=Param(str, list, item=str, min_len=1))
+def text_component(*, context=None, dataset: Optional[str] = None, fields=("title", "abstract"),
+                   verbose: bool = False) -> pt.Transformer:
+    """``text``: adds document fields (default ``title`` and ``abstract``) from the dataset's docstore,
+    for re-rankers that read text (``pool >> text >> mir_pointwise``)."""
+    dataset = dataset_of(dataset, context, "text")
+    fields = [fields] if isinstance(fields, str) else list(fields)
+    check_fields(dataset, fields, "text")
+    ds = pt.get_dataset(pt_dataset_id(dataset))
+    return pt.text.get_text(ds, fields, verbose=verbose)
