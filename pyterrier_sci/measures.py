@@ -337,7 +337,8 @@ def get(name: str, dataset: Optional[str] = None) -> Measure:
     """The measure called ``name``: a toolkit measure, a dataset alias, or any ir_measures name."""
     _load_plugin_measures()
     if dataset is not None:
-        ds = dataset[len("irds:"):] if dataset.startswith("irds:") else dataset
+        from pyterrier_sci.corpus import irds_id
+        ds = irds_id(dataset)
         for prefix, aliases in _DATASET_ALIASES.items():
             if (ds == prefix or ds.startswith(prefix + "/")) and name in aliases:
                 name = aliases[name]
