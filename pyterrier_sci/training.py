@@ -180,7 +180,7 @@ def save_model_artifact(tmp_dir: Union[str, Path], artifact_type: str, artifact_
             raise ValueError(f"training fields {clash} would overwrite pt_meta.json's own fields")
         meta.update(training)
     from pyterrier_sci.artifacts import write_pt_meta
-    write_pt_meta(tmp, **json.loads(json.dumps(meta, default=str)))
+    write_pt_meta(tmp, **meta)
     return tmp / "pt_meta.json"
 
 
