@@ -9,17 +9,26 @@ export PYTERRIER_SCI_DATA ?= $(abspath ../shared/data)
 export PYTHONSAFEPATH := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install run test lint bench clean
+.PHONY: install install-locked run test lint bench clean
 
 $(BIN)/.installed: setup.cfg pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	# the CPU build of torch first: an unpinned torch would pull gigabytes of CUDA wheels
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -c constraints.txt -e ".[lucene,llm-server,colbert,test]"
+	$(BIN)/pip install -q -c constraints.txt -e ".[lucene,llm-server,colbert,scale,report,test]"
 	touch $@
 
 install: $(BIN)/.installed
+
+# the exact versions the documented figures were measured with (requirements-lock.txt, docs/reproducibility.md);
+# CI keeps using the version ranges (install)
+install-locked:
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -r requirements-lock.txt
+	$(BIN)/pip install -q --no-deps -e .
+	touch $(BIN)/.installed
 
 run: install
 	$(BIN)/pyterrier-sci experiment pipelines/csfcube.yaml

@@ -24,7 +24,7 @@ import threading
 import time
 import warnings
 from pathlib import Path
-from typing import Callable, Iterator, Optional, Union
+from typing import Callable, Iterator, Mapping, Optional, Union
 
 from pyterrier_sci.pipeline import PipelineError
 
@@ -277,7 +277,8 @@ def _built(path: Path) -> bool:
 
 
 def build_atomically(path: PathLike, build: Callable[[Path], object], overwrite: bool = False,
-                     what: Optional[str] = None) -> Path:
+                     what: Optional[str] = None,
+                     manifest: Union[None, Mapping, Callable[[Path], Optional[Mapping]]] = None) -> Path:
     """Builds the artifact ``path`` once, atomically, and returns ``path``.
 
     ``build(tmp)`` writes the artifact at ``tmp`` (a path that does not exist yet, beside ``path``:
@@ -286,7 +287,11 @@ def build_atomically(path: PathLike, build: Callable[[Path], object], overwrite:
     first one's result instead of building again (unless ``overwrite``).  An interrupted build leaves
     only its partial directory, which a later build removes once its process is dead; live builds of
     other processes are never touched.  An existing artifact is returned at once (an existing empty
-    directory counts as absent); with ``overwrite`` it is replaced."""
+    directory counts as absent); with ``overwrite`` it is replaced.
+
+    A directory artifact gets a ``manifest.json`` (:data:`MANIFEST_NAME`, written before the rename,
+    unless the builder wrote one): the environment that built it (:mod:`pyterrier_sci.manifest`)
+    and ``manifest`` - a mapping, or a function of ``tmp`` returning one, called after ``build``."""
     path = Path(path)
     if not overwrite and _built(path):
         return path
@@ -304,6 +309,7 @@ def build_atomically(path: PathLike, build: Callable[[Path], object], overwrite:
             build(tmp)
             if not os.path.lexists(tmp):
                 raise RuntimeError(f"building {path} produced nothing at {tmp}")
+            _write_artifact_manifest(tmp, manifest, path)
             if os.path.lexists(path):
                 if path.is_dir() and not path.is_symlink() and not any(path.iterdir()):
                     path.rmdir()
@@ -318,6 +324,23 @@ def build_atomically(path: PathLike, build: Callable[[Path], object], overwrite:
             if os.path.lexists(tmp):
                 _remove(tmp)
     return path
+
+
+#: the file :func:`build_atomically` writes into every directory artifact
+MANIFEST_NAME = "manifest.json"
+
+
+def _write_artifact_manifest(tmp: Path, extra, path: Path) -> None:
+    """``tmp/manifest.json`` for a non-empty directory artifact whose builder wrote none (an empty
+    one stays empty: it counts as not built)."""
+    if tmp.is_symlink() or not tmp.is_dir() or not any(tmp.iterdir()) or os.path.lexists(tmp / MANIFEST_NAME):
+        return
+    from pyterrier_sci.manifest import artifact_manifest
+    if callable(extra):
+        extra = extra(tmp)
+    text = json.dumps(artifact_manifest({"artifact": str(Path(path).absolute()), **dict(extra or {})}), indent=2,
+                      allow_nan=False) + "\n"
+    (tmp / MANIFEST_NAME).write_text(text, encoding="utf-8")
 
 
 # ------------------------------------------------------------------------------------------ files

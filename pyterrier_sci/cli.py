@@ -1,5 +1,6 @@
 """The ``pyterrier-sci`` command line (``datasets``, ``components``, ``measures``, ``run``,
-``evaluate``, ``experiment``, plus the commands of the ``pyterrier_sci.cli`` entry-point group).
+``evaluate``, ``experiment`` (``--replay``), ``manifest diff``, plus the commands of the
+``pyterrier_sci.cli`` entry-point group).
 Every failure is one line on stderr and exit status 2; ``--debug`` shows the traceback.
 """
 from __future__ import annotations
@@ -60,6 +61,12 @@ def cmd_measures(args) -> int:
 
 
 def cmd_run(args) -> int:
+    if args.dry_run:  # no LLM request sent, no run written (docs/llm.md, "Dry runs")
+        from pyterrier_sci.llm.dryrun import dry_run_pipeline
+        return dry_run_pipeline(args.expr, args.dataset, config=args.config, topics_variant=args.topics_variant,
+                                trusted=args.trust_config).print(args.json)
+    if not args.output:
+        raise ValueError("--output is required (except with --dry-run)")
     from pyterrier_sci.artifacts import check_file_target
     from pyterrier_sci.experiment import run_pipeline_on, topics_and_qrels, write_run
     from pyterrier_sci.pipeline import pipeline
@@ -67,9 +74,18 @@ def cmd_run(args) -> int:
     topics, _ = topics_and_qrels(args.dataset, args.topics_variant)
     transformer = pipeline(args.expr, config=args.config, dataset=args.dataset, trusted=args.trust_config)
     res = run_pipeline_on(transformer, topics)
-    write_run(res, args.output, run_name=args.run_name)
+    out = write_run(res, args.output, run_name=args.run_name)
     print(f"wrote {len(res)} results for {res['qid'].nunique() if len(res) else 0} queries to {args.output}",
           file=sys.stderr)
+    from pyterrier_sci import manifest
+    m = manifest.pipeline_manifest({args.expr: transformer}, args.config, [args.dataset], kind="run",
+                                   extra={"run": {"expression": args.expr, "dataset": args.dataset,
+                                                  "config": args.config, "output": str(out),
+                                                  "sha256": manifest.file_sha256(out),
+                                                  "results": len(res), "queries": int(res["qid"].nunique())
+                                                  if len(res) else 0}})
+    where = manifest.write_manifest(m, f"{out}.manifest.json", "the run's manifest")
+    print(f"manifest: {where}", file=sys.stderr)
     return 0
 
 
@@ -96,10 +112,61 @@ def cmd_evaluate(args) -> int:
 
 
 def cmd_experiment(args) -> int:
-    from pyterrier_sci.experiment import run_experiment
-    table = run_experiment(args.file, name=args.name, save_dir=args.save_dir, trusted=args.trust_config)
+    modes = [flag for flag, on in (("--replay", args.replay), ("--dry-run", args.dry_run),
+                                   ("--report", args.report)) if on]
+    if len(modes) > 1:
+        raise ValueError(f"{' and '.join(modes)} cannot be combined: --replay recomputes saved runs, --dry-run "
+                         "sends no LLM request and writes nothing, --report writes a report of a full run")
+    if args.manifest and not args.replay:
+        raise ValueError("--manifest is for --replay")
+    if args.replay:
+        return cmd_replay(args)
+    if args.dry_run:  # no LLM request sent, no run written, nothing evaluated (docs/llm.md, "Dry runs")
+        from pyterrier_sci.llm.dryrun import dry_run_experiment
+        return dry_run_experiment(args.file, name=args.name, save_dir=args.save_dir,
+                                  trusted=args.trust_config).print(args.json)
+    from pyterrier_sci.experiment import experiment_outcome
+    if args.report:  # refused before anything runs (not a directory, no matplotlib)
+        from pyterrier_sci.report import check_target
+        check_target(args.report)
+    outcome = experiment_outcome(args.file, name=args.name, save_dir=args.save_dir, trusted=args.trust_config)
+    table = outcome.table
     _print_table(table, args.json)
+    print(f"manifest: {outcome.manifest_path}", file=sys.stderr)
+    if args.report:  # report.html, results.tex, perquery.csv (docs/evaluation.md, "Reports")
+        from pyterrier_sci.report import write_report
+        written = write_report(outcome, args.report)
+        print(f"report: {written['report.html']}", file=sys.stderr)
     return 0
+
+
+def cmd_replay(args) -> int:
+    """``experiment FILE --replay``: exit status 0 when every figure equals the recorded one, 1 when
+    some differ."""
+    from pyterrier_sci.manifest import replay
+    rep = replay(args.file, name=args.name, save_dir=args.save_dir, manifest=args.manifest,
+                 trusted=args.trust_config)
+    if args.json:
+        print(json.dumps(rep.as_dict(), indent=2))
+    else:
+        print("\n".join(rep.lines()))
+    return 0 if rep.identical else 1
+
+
+def cmd_manifest_diff(args) -> int:
+    """``manifest diff A B``: exit status 0 when nothing differs, 1 otherwise (like diff(1))."""
+    from pyterrier_sci.manifest import diff_manifests, format_changes, read_manifest
+    a, b = read_manifest(args.a), read_manifest(args.b)
+    changes = diff_manifests(a, b)
+    if args.json:
+        print(json.dumps([{"section": c.section, "key": c.key, "a": c.a, "b": c.b} for c in changes], indent=2,
+                         default=str))
+    elif changes:
+        print(f"{len(changes)} differences from {args.a} to {args.b}:")
+        print("\n".join(format_changes(changes)))
+    else:
+        print(f"no differences between {args.a} and {args.b}")
+    return 1 if changes else 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -123,12 +190,16 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("expr", help="pipeline expression or the name of a pipeline of --config")
     s.add_argument("--dataset", required=True, help="ir_datasets id, e.g. irds:sci/csfcube")
     s.add_argument("--config", help="pipeline YAML file")
-    s.add_argument("--output", required=True, help="TREC run file to write (.gz allowed)")
+    s.add_argument("--output", help="TREC run file to write (.gz allowed); required unless --dry-run")
     s.add_argument("--run-name", default="pyterrier-sci")
     s.add_argument("--topics-variant", help="query field to use when the dataset has several")
     s.add_argument("--trust-config", action="store_true",
                    help="trust the expression and --config: their LLM base_url gets the API key, "
                         "their paths may lie anywhere")
+    s.add_argument("--dry-run", action="store_true",
+                   help="run the pipeline without sending any LLM request; print per LLM component the calls it "
+                        "would make, how many the cache holds, estimated tokens and cost (docs/llm.md)")
+    s.add_argument("--json", action="store_true", help="with --dry-run: print JSON")
     s.set_defaults(fn=cmd_run)
 
     s = sub.add_parser("evaluate", help="evaluate a TREC run on a dataset")
@@ -144,10 +215,29 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("file")
     s.add_argument("--name", help="which experiment, when the file defines several")
     s.add_argument("--save-dir", help="override the experiment's save_dir")
+    s.add_argument("--report", metavar="DIR",
+                   help="also write report.html, results.tex (booktabs) and perquery.csv into DIR")
     s.add_argument("--json", action="store_true")
     s.add_argument("--trust-config", action="store_true",
                    help="trust FILE: its LLM base_url gets the API key, its paths may lie anywhere (docs/llm.md)")
+    s.add_argument("--replay", action="store_true",
+                   help="recompute the table from the saved runs (runs no pipeline) and report every figure and "
+                        "manifest entry that differs from the recorded manifest; exit status 1 when figures differ")
+    s.add_argument("--manifest", help="with --replay: the manifest to compare with "
+                                      "(default: <save_dir>/<experiment>.manifest.json)")
+    s.add_argument("--dry-run", action="store_true",
+                   help="run the pipelines without sending any LLM request and without writing runs; print per "
+                        "LLM component the calls they would make, how many the cache holds, estimated tokens and "
+                        "cost (docs/llm.md)")
     s.set_defaults(fn=cmd_experiment)
+
+    s = sub.add_parser("manifest", help="run manifests (docs/reproducibility.md)")
+    msub = s.add_subparsers(dest="manifest_command", required=True)
+    d = msub.add_parser("diff", help="what changed between two manifests (exit status 1 when anything did)")
+    d.add_argument("a", help="the older manifest (.manifest.json)")
+    d.add_argument("b", help="the newer manifest")
+    d.add_argument("--json", action="store_true")
+    d.set_defaults(fn=cmd_manifest_diff)
 
     from pyterrier_sci.llm.cli import add_llm_commands
     llm = add_llm_commands(sub)  # "llm serve", "llm settings"

@@ -1,13 +1,15 @@
 """Experiments declared in a pipeline config's ``experiments:`` section, run with
 :func:`pyterrier_sci.evaluation.Experiment`; each finished run is written to ``save_dir`` atomically
-and read back by a rerun, so an interrupted experiment resumes where it stopped.  See README,
-"Pipeline files (YAML)".
+and read back by a rerun, so an interrupted experiment resumes where it stopped; each experiment
+writes a manifest (:mod:`pyterrier_sci.manifest`) and :func:`replay_outcome` recomputes its table
+from the saved runs.  See README, "Pipeline files (YAML)", and docs/reproducibility.md.
 """
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Union
+from typing import Any, Dict, List, Optional, Tuple, Union
 
 import pandas as pd
 import pyterrier as pt
@@ -15,10 +17,12 @@ import pyterrier as pt
 from pyterrier_sci import measures as _measures
 from pyterrier_sci.corpus import pt_dataset_id
 from pyterrier_sci.evaluation import Experiment
-from pyterrier_sci.pipeline import PipelineConfig, PipelineError, build_all, load_config
+from pyterrier_sci.llm.budget import new_ledger_id, with_ledger_id
+from pyterrier_sci.pipeline import PipelineConfig, PipelineError, build_all, load_config, make_context
 from pyterrier_sci.registry import check_dataset
 
-__all__ = ["run_experiment", "run_pipeline_on", "write_run", "topics_and_qrels"]
+__all__ = ["run_experiment", "experiment_outcome", "replay_outcome", "experiment_spec", "ExperimentOutcome",
+           "DatasetOutcome", "run_pipeline_on", "write_run", "topics_and_qrels", "run_path"]
 
 
 def _slug(s: str) -> str:
@@ -92,6 +96,40 @@ def run_pipeline_on(transformer: pt.Transformer, topics: pd.DataFrame, save_to: 
     return res
 
 
+@dataclass
+class DatasetOutcome:
+    """What one dataset of an experiment produced: its topics and qrels, each pipeline's built
+    transformer and its run (a result frame, read back from ``save_dir`` when one was saved), and
+    the dataset's rows of the table."""
+    dataset: str
+    topics: pd.DataFrame
+    qrels: pd.DataFrame
+    systems: Dict[str, Any]
+    runs: Dict[str, pd.DataFrame]
+    table: pd.DataFrame
+    run_paths: Dict[str, Optional[Path]] = field(default_factory=dict)
+
+
+@dataclass
+class ExperimentOutcome:
+    """Everything an experiment produced (:func:`experiment_outcome`): the table
+    :func:`run_experiment` returns, and per dataset the topics, qrels, systems and runs that
+    per-query analyses, reports and manifests need."""
+    name: str
+    config: PipelineConfig
+    spec: Dict[str, Any]
+    pipelines: List[str]
+    measures: List[str]
+    baseline: Optional[str]
+    test: Optional[str]
+    correction: Optional[str]
+    save_root: Optional[str]
+    table: pd.DataFrame
+    datasets: List[DatasetOutcome] = field(default_factory=list)
+    manifest: Optional[Dict[str, Any]] = None       # what the manifest records (pyterrier_sci.manifest)
+    manifest_path: Optional[Path] = None            # where it was written
+
+
 def run_experiment(config: Union[str, Path, dict, PipelineConfig], name: Optional[str] = None,
                    save_dir: Optional[str] = None, report_llm_usage: Optional[bool] = None,
                    trusted: bool = False) -> pd.DataFrame:
@@ -99,7 +137,12 @@ def run_experiment(config: Union[str, Path, dict, PipelineConfig], name: Optiona
     (dataset, pipeline), one column per measure (plus significance columns with a baseline), and
     the LLM usage of each pipeline (``llm_calls``, ``llm_cache_hits``, tokens, cost) when a pipeline
     has LLM components (``report_llm_usage=None``) or when asked (``True``)."""
-    cfg = load_config(config)
+    return experiment_outcome(config, name=name, save_dir=save_dir, report_llm_usage=report_llm_usage,
+                              trusted=trusted).table
+
+
+def experiment_spec(cfg: PipelineConfig, name: Optional[str] = None) -> Tuple[str, Dict[str, Any]]:
+    """``(name, spec)`` of the experiment ``name`` of ``cfg`` (the only one when ``name`` is None)."""
     if not cfg.experiments:
         raise PipelineError("the config defines no experiments", where=str(cfg.path or "config"))
     if name is None:
@@ -108,7 +151,14 @@ def run_experiment(config: Union[str, Path, dict, PipelineConfig], name: Optiona
         name = next(iter(cfg.experiments))
     if name not in cfg.experiments:
         raise PipelineError(f"unknown experiment {name!r} (defined: {', '.join(cfg.experiments)})")
-    exp = dict(cfg.experiments[name])
+    return name, dict(cfg.experiments[name])
+
+
+def _plan(config, name: Optional[str], save_dir: Optional[str]) -> Tuple[ExperimentOutcome, List[str]]:
+    """The experiment ``name`` of ``config``, checked (datasets, pipelines, measures, baseline), as an
+    outcome without results, and its datasets."""
+    cfg = load_config(config)
+    name, exp = experiment_spec(cfg, name)
     where = f"experiment '{name}'"
     datasets = exp.get("datasets") or ([exp["dataset"]] if exp.get("dataset") else
                                        ([cfg.dataset] if cfg.dataset else []))
@@ -126,36 +176,124 @@ def run_experiment(config: Union[str, Path, dict, PipelineConfig], name: Optiona
     measure_names = exp.get("measures")
     if not measure_names:
         raise PipelineError("no measures", where=where)
+    if isinstance(measure_names, str):
+        measure_names = [measure_names]
     baseline = exp.get("baseline")
     if baseline is not None and baseline not in pipelines:
         raise PipelineError(f"baseline {baseline!r} is not one of the pipelines {pipelines}", where=where)
     save_root = save_dir or exp.get("save_dir")  # relative paths are relative to the working directory
+    outcome = ExperimentOutcome(name=name, config=cfg, spec=exp, pipelines=pipelines, measures=list(measure_names),
+                                baseline=baseline, test=exp.get("test", "t") if baseline is not None else None,
+                                correction=exp.get("correction") if baseline is not None else None,
+                                save_root=save_root, table=pd.DataFrame())
+    return outcome, list(datasets)
+
+
+def _table(outcome: ExperimentOutcome, runs: Dict[str, pd.DataFrame], topics, qrels, dataset: str) -> pd.DataFrame:
+    kwargs: Dict[str, Any] = {}
+    if outcome.baseline is not None:
+        kwargs["baseline"] = outcome.pipelines.index(outcome.baseline)
+        kwargs["test"] = outcome.test
+        if outcome.correction:
+            kwargs["correction"] = outcome.correction
+    # the papers' averaging, tests over the queries that count; columns in the order of measure_names
+    return Experiment([runs[p] for p in outcome.pipelines], topics, qrels, outcome.measures, names=outcome.pipelines,
+                      dataset=dataset, **kwargs)
+
+
+def experiment_outcome(config: Union[str, Path, dict, PipelineConfig], name: Optional[str] = None,
+                       save_dir: Optional[str] = None, report_llm_usage: Optional[bool] = None,
+                       trusted: bool = False, write_manifest: bool = True) -> ExperimentOutcome:
+    """Runs one experiment like :func:`run_experiment` and returns an :class:`ExperimentOutcome`.
+
+    With ``write_manifest`` (the default) its manifest (:mod:`pyterrier_sci.manifest`) is written
+    atomically to ``<save_dir>/<experiment>.manifest.json`` (``<work dir>/runs/`` without a
+    ``save_dir``); ``outcome.manifest_path`` says where."""
+    outcome, datasets = _plan(config, name, save_dir)
+    cfg, pipelines, measure_names = outcome.config, outcome.pipelines, outcome.measures
     tables = []
+    llm_ledger = new_ledger_id()   # one LLM budget (llm: budget:) for the whole experiment
     for dataset in datasets:
-        topics, qrels = topics_and_qrels(dataset, exp.get("topics_variant"))
-        systems = build_all(cfg, pipelines, dataset=dataset, trusted=trusted)
+        topics, qrels = topics_and_qrels(dataset, outcome.spec.get("topics_variant"))
+        context = with_ledger_id(make_context(cfg, dataset, None, trusted), llm_ledger)
+        systems = build_all(cfg, pipelines, context=context)
         if report_llm_usage is None:
             from pyterrier_sci.llm import usage_report
             report_llm_usage = len(usage_report([systems[p] for p in pipelines], names=pipelines)) > 0
-        if isinstance(measure_names, str):
-            measure_names = [measure_names]
         _measures.parse(measure_names, dataset=dataset)   # an unknown name fails before any pipeline runs
-        runs = []
+        runs, paths = {}, {}
         for pname in pipelines:
-            save_to = Path(save_root) / _slug(dataset) / f"{_slug(pname)}.res.gz" if save_root else None
-            runs.append(run_pipeline_on(systems[pname], topics, save_to, run_name=_slug(pname)))
-        kwargs: Dict[str, Any] = {}
-        if baseline is not None:
-            kwargs["baseline"] = pipelines.index(baseline)
-            kwargs["test"] = exp.get("test", "t")
-            if exp.get("correction"):
-                kwargs["correction"] = exp["correction"]
-        # the papers' averaging, tests over the queries that count; columns in the order of measure_names
-        table = Experiment(runs, topics, qrels, measure_names, names=pipelines, dataset=dataset, **kwargs)
+            save_to = run_path(outcome.save_root, dataset, pname)
+            runs[pname] = run_pipeline_on(systems[pname], topics, save_to, run_name=_slug(pname))
+            paths[pname] = save_to
+        table = _table(outcome, runs, topics, qrels, dataset)
         if report_llm_usage:
             from pyterrier_sci.llm import add_usage_columns
             table = add_usage_columns(table, [systems[p] for p in pipelines], names=pipelines)
         table.insert(0, "dataset", dataset)
         tables.append(table)
-    return pd.concat(tables, ignore_index=True)
+        outcome.datasets.append(DatasetOutcome(dataset=dataset, topics=topics, qrels=qrels, systems=systems,
+                                               runs=runs, table=table, run_paths=paths))
+    outcome.table = pd.concat(tables, ignore_index=True)
+    if write_manifest:
+        from pyterrier_sci import manifest as _manifest
+        outcome.manifest = _manifest.experiment_manifest(outcome)
+        outcome.manifest_path = _manifest.write_manifest(
+            outcome.manifest, _manifest.experiment_manifest_path(outcome.name, outcome.save_root),
+            "the experiment's manifest")
+    return outcome
 
+
+def _read_for_replay(path: Optional[Path], dataset: str, pipeline_name: str) -> pd.DataFrame:
+    from pyterrier_sci import artifacts
+    if path is None or not path.is_file():
+        raise PipelineError(f"no saved run of pipeline {pipeline_name!r} on {dataset} ({path}): a replay only "
+                            "recomputes the figures from saved runs; run the experiment without --replay first",
+                            where="--replay")
+    if artifacts.verify_checksum(path) is False:
+        raise PipelineError(f"the saved run {path} does not match its checksum ({path.name}"
+                            f"{artifacts.CHECKSUM_SUFFIX}): it changed since it was written; run the experiment "
+                            "without --replay to compute it again", where="--replay")
+    try:
+        return pt.io.read_results(str(path))
+    except Exception as e:  # EOFError (truncated gzip), zlib.error, UnicodeDecodeError, parser errors
+        raise PipelineError(f"the saved run {path} cannot be read ({type(e).__name__}: {e})", where="--replay") from e
+
+
+def replay_outcome(config: Union[str, Path, dict, PipelineConfig], name: Optional[str] = None,
+                   save_dir: Optional[str] = None, trusted: bool = False) -> ExperimentOutcome:
+    """The experiment's table recomputed from its saved runs (``save_dir``) without running any
+    pipeline: the pipelines are built (building loads and computes nothing) only so that the
+    manifest can name their models and templates.  A missing or damaged saved run is one
+    :class:`~pyterrier_sci.registry.PipelineError` naming it; the table has no LLM usage columns
+    (a replay makes no calls)."""
+    outcome, datasets = _plan(config, name, save_dir)
+    if not outcome.save_root:
+        raise PipelineError(f"experiment '{outcome.name}' has no save_dir, so there are no saved runs to replay: "
+                            "give it a save_dir (or --save-dir) and run it without --replay first", where="--replay")
+    for dataset in datasets:  # every saved run is there before anything is read
+        for pname in outcome.pipelines:
+            p = run_path(outcome.save_root, dataset, pname)
+            if p is None or not p.is_file():
+                _read_for_replay(p, dataset, pname)
+    tables = []
+    for dataset in datasets:
+        topics, qrels = topics_and_qrels(dataset, outcome.spec.get("topics_variant"))
+        _measures.parse(outcome.measures, dataset=dataset)
+        paths = {p: run_path(outcome.save_root, dataset, p) for p in outcome.pipelines}
+        runs = {p: _read_for_replay(paths[p], dataset, p) for p in outcome.pipelines}
+        systems = build_all(outcome.config, outcome.pipelines, dataset=dataset, trusted=trusted)
+        table = _table(outcome, runs, topics, qrels, dataset)
+        table.insert(0, "dataset", dataset)
+        tables.append(table)
+        outcome.datasets.append(DatasetOutcome(dataset=dataset, topics=topics, qrels=qrels, systems=systems,
+                                               runs=runs, table=table, run_paths=paths))
+    outcome.table = pd.concat(tables, ignore_index=True)
+    return outcome
+
+
+def run_path(save_root: Optional[Union[str, Path]], dataset: str, pipeline_name: str) -> Optional[Path]:
+    """Where an experiment with ``save_dir`` ``save_root`` keeps the run of a pipeline on a dataset."""
+    if not save_root:
+        return None
+    return Path(save_root) / _slug(dataset) / f"{_slug(pipeline_name)}.res.gz"

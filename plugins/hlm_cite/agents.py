@@ -11,7 +11,7 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 import pandas as pd
 
 from pyterrier_sci.artifacts import atomic_write_text
-from pyterrier_sci.llm import LLMClient, LLMError
+from pyterrier_sci.llm import LLMClient, LLMError, dryrun
 from pyterrier_sci.llm.text import one_line, render
 from pyterrier_sci.llm.trust import check_path, derived_settings
 from pyterrier_sci.plugins.llm.base import Failed, LLMReranker, is_repaired, parse_permutation
@@ -179,6 +179,8 @@ class HLMAgents(LLMReranker):
             raise ValueError(f"hlm_agents example_path {str(path)!r} exists and is not a regular file; "
                              "name a file (it is written once by the guider)")
         text = self.run_guider()
+        if dryrun.active() is not None:   # a dry run's answers are stand-ins: no example is written or kept
+            return parse_example(text)
         if path is not None:
             atomic_write_text(path, text, "hlm_agents example_path")
             log.info("HLM-Cite guider wrote its one-shot example to %s; review and edit it there", path)

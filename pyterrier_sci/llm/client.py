@@ -16,7 +16,9 @@ from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
+from . import dryrun
 from .accounting import Usage
+from .budget import LLMBudgetExceeded, ledger_for, price_of
 from .cache import ResponseCache, cache_key
 from .errors import LLMError, UntrustedConfigError  # noqa: F401 - re-exported
 from .settings import LLMSettings, settings_from
@@ -208,6 +210,7 @@ class LLMClient:
         self._cache = None
         self._lock = threading.Lock()
         self._auto_completion = False
+        self._ledger = ledger_for(self.settings)   # the run's budget, shared with the other components
 
     def __getstate__(self):
         return {"settings": self.settings, "usage": self.usage}
@@ -310,16 +313,40 @@ class LLMClient:
     def _call(self, kind: str, payload: dict) -> Completion:
         payload = {k: v for k, v in payload.items() if v is not None}
         cache = self.cache
+        dry = dryrun.active()
         key = cache_key({"kind": kind, **payload}) if cache is not None else None
         if cache is not None:
             hit = _from_cache(cache.get(key))
             if hit is not None:
-                self.usage.add(cache_hits=1)
-                return hit
-        comp = self._send(kind, payload)
+                if dry is not None:
+                    dry.record(self, kind, payload, cached=True)
+                else:
+                    self.usage.add(cache_hits=1)
+                return hit   # free: a cache hit never counts against the budget
+        if dry is not None:   # a dry run: count the call, send nothing, answer with a neutral stand-in
+            dry.record(self, kind, payload, cached=False, key=key)
+            return Completion(text="", finish_reason="dry_run")
+        ledger, price = self._ledger, None
+        if ledger is not None:   # reserve before sending: the budget is never passed, even by concurrent calls
+            price = price_of(self.settings)
+            reservation = ledger.reserve(dryrun.estimate_prompt_tokens(kind, payload),
+                                         int(payload.get("max_tokens") or self.settings.max_tokens), price)
+            try:
+                comp = self._send(kind, payload)
+            except BaseException:
+                ledger.release(reservation)
+                raise
+        else:
+            comp = self._send(kind, payload)
         if cache is not None:
             cache.put(key, comp.to_json(), model=self.settings.model)
         self.usage.add(calls=1, prompt_tokens=comp.prompt_tokens, completion_tokens=comp.completion_tokens)
+        if ledger is not None:
+            used_prompt, used_completion = comp.prompt_tokens, comp.completion_tokens
+            if not used_prompt and not used_completion:   # a server that reports no usage: our estimates
+                used_prompt = dryrun.estimate_prompt_tokens(kind, payload)
+                used_completion = dryrun.estimate_tokens(comp.text)
+            ledger.settle(reservation, used_prompt, used_completion, price)
         return comp
 
     # -- public calls -----------------------------------------------------------------------
@@ -356,7 +383,7 @@ class LLMClient:
         if self.mode == "chat":
             msgs = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
             comp = self.chat(msgs, max_tokens=max_tokens, stop=stop)
-            if comp.text.strip() or self.settings.mode != "auto":
+            if comp.text.strip() or self.settings.mode != "auto" or comp.finish_reason == "dry_run":
                 return comp
             self._auto_completion = True
         full = f"{system.strip()}\n\n{prompt}" if system else prompt
@@ -383,8 +410,8 @@ class LLMClient:
             comp = self.chat(msgs, max_tokens=chat_max_tokens)
             ch = parse_choice(comp.text, options, aliases)
             ch.mode = "chat"
-            if ch.usable or self.settings.mode != "auto":
-                return ch
+            if ch.usable or self.settings.mode != "auto" or comp.finish_reason == "dry_run":
+                return ch   # a dry run assumes chat answers are usable: no probe as a completion
             # auto: an empty or unreadable chat answer -> ask as a completion; if that one is
             # usable, the rest of the run uses completions (a base model behind a chat endpoint)
             auto_probe = True
@@ -407,10 +434,13 @@ class LLMClient:
     def map(self, fn: Callable[[Any], Any], items: Sequence[Any], desc: Optional[str] = None) -> List[Any]:
         """``[fn(x) for x in items]`` with up to ``settings.concurrency`` calls in flight, in input
         order.  The first exception stops the work not yet started and is raised (finished calls
-        are already in the cache)."""
+        are already in the cache).  Once the run's budget refused a call, :class:`LLMBudgetExceeded`
+        is raised after the calls in flight have finished, also where ``fn`` turned the refusal
+        into a flagged result (``on_error="flag"``): a budget stops the run."""
         items = list(items)
         if not items:
             return []
+        self._check_budget()
         import pyterrier as pt
         bar = pt.tqdm(total=len(items), desc=desc or "llm", unit="call", leave=False,
                       disable=not self.settings.progress or len(items) < 2)
@@ -419,25 +449,45 @@ class LLMClient:
             if n <= 1:
                 out = []
                 for x in items:
-                    out.append(fn(x))
+                    try:
+                        out.append(fn(x))
+                    except LLMBudgetExceeded:
+                        self._check_budget()
+                        raise
                     bar.update(1)
+                    self._check_budget()
                 return out
             results: List[Any] = [None] * len(items)
+            error: Optional[BaseException] = None
             with ThreadPoolExecutor(max_workers=n, thread_name_prefix="pyterrier-sci-llm") as pool:
                 futures = {pool.submit(fn, x): i for i, x in enumerate(items)}
                 pending = set(futures)
-                while pending:
+                while pending and error is None:
                     done, pending = wait(pending, return_when=FIRST_EXCEPTION)
                     for f in done:
                         if f.exception() is not None:
-                            for p in pending:
-                                p.cancel()
-                            raise f.exception()
+                            error = error or f.exception()
+                            continue
                         results[futures[f]] = f.result()
                         bar.update(1)
+                    if error is None and self._ledger is not None and self._ledger.tripped:
+                        error = self._ledger.error()
+                    if error is not None:
+                        for p in pending:
+                            p.cancel()
+            # the pool has waited for the calls in flight: a budget error now reports their spending too
+            if error is not None:
+                if isinstance(error, LLMBudgetExceeded):
+                    self._check_budget()
+                raise error
             return results
         finally:
             bar.close()
+
+    def _check_budget(self) -> None:
+        """Raises :class:`LLMBudgetExceeded` (with what was spent by now) once the budget refused a call."""
+        if self._ledger is not None and self._ledger.tripped and dryrun.active() is None:
+            raise self._ledger.error()
 
 
 def _short(e: BaseException) -> str:

@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any, Dict, Mapping, Optional, Tuple, Union
 from urllib.parse import urlsplit
 
+from .budget import check_budget, new_ledger_id
+
 DEFAULT_PORT = 8080
 DEFAULT_BASE_URL = f"http://127.0.0.1:{DEFAULT_PORT}/v1"
 DEFAULT_MODEL = "gemma3-270m-q4-k-m"
@@ -55,11 +57,18 @@ class LLMSettings:
         progress: show a progress bar over batches of calls.
         max_response_bytes: largest response body accepted (default 16 MiB); a bigger one is
             cut off and treated as a malformed response (retried, then an error).
+        budget: what one run may spend, any of ``{"calls": N, "tokens": N, "dollars": X}``
+            (``dollars`` needs a price for ``model`` in ``prices``); ``{}`` = no limit.  A call that
+            would pass it is refused with :class:`~pyterrier_sci.llm.budget.LLMBudgetExceeded`
+            (:mod:`pyterrier_sci.llm.budget`).
         sandbox: not a setting: ``None`` for settings the user gave (code, environment, a trusted
             pipeline); for settings that come from a pipeline expression or file the user did not
             mark trusted, the directories that pipeline's components may read and write
             (:func:`pyterrier_sci.llm.trust.pipeline_settings`).  Such settings get the API key
             only for base URLs the user configured (:func:`pyterrier_sci.llm.trust.key_allowed`).
+        ledger: not a setting: the id of the ledger the budget is counted on.  Settings made with a
+            budget get a fresh one; every component built from one pipeline config gets the
+            config's (:func:`pyterrier_sci.llm.budget.share_budget`), so they share the budget.
     """
     base_url: str = DEFAULT_BASE_URL
     model: str = DEFAULT_MODEL
@@ -76,7 +85,9 @@ class LLMSettings:
     prices: Mapping[str, Mapping[str, float]] = field(default_factory=dict, hash=False, compare=True)
     progress: bool = True
     max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES
+    budget: Mapping[str, float] = field(default_factory=dict, hash=False, compare=True)
     sandbox: Optional[Tuple[str, ...]] = None
+    ledger: Optional[str] = field(default=None, hash=False, compare=False)
 
     def __post_init__(self):
         if self.mode not in MODES:
@@ -93,11 +104,22 @@ class LLMSettings:
         if self.sandbox is not None and not (isinstance(self.sandbox, tuple)
                                              and all(isinstance(d, str) for d in self.sandbox)):
             raise ValueError("LLMSettings.sandbox must be None or a tuple of directory names")
+        budget = check_budget(self.budget)
+        object.__setattr__(self, "budget", budget)
+        if "dollars" in budget and self.model not in self.prices:
+            raise ValueError(f"llm budget dollars needs a price for model {self.model!r}: add "
+                             f"prices: {{{self.model}: {{prompt: USD per 1M tokens, completion: USD per 1M tokens}}}}")
+        if budget and self.ledger is None:
+            object.__setattr__(self, "ledger", new_ledger_id())
+        elif not budget:
+            object.__setattr__(self, "ledger", None)
 
     def replace(self, **changes) -> "LLMSettings":
         values = dataclasses.asdict(self)
         sandbox = values.pop("sandbox")
-        return dataclasses.replace(settings_from(values, **changes, _env=False), sandbox=sandbox)
+        ledger = values.pop("ledger")
+        new = settings_from(values, **changes, _env=False)
+        return dataclasses.replace(new, sandbox=sandbox, ledger=ledger if new.budget else None)
 
     def resolved_cache_dir(self) -> Optional[Path]:
         off = ("0", "off", "false", "none")
@@ -110,7 +132,9 @@ class LLMSettings:
 
     def public_dict(self) -> Dict[str, Any]:
         """The settings as a plain dict (safe to log: holds no key)."""
-        return dataclasses.asdict(self)
+        values = dataclasses.asdict(self)
+        values.pop("ledger")
+        return values
 
 
 def _check_url(url: Any) -> None:
@@ -127,7 +151,7 @@ def _check_url(url: Any) -> None:
                          f"or password), such as {DEFAULT_BASE_URL!r}; got {url!r}")
 
 
-_FIELDS = {f.name: f for f in dataclasses.fields(LLMSettings) if f.name != "sandbox"}
+_FIELDS = {f.name: f for f in dataclasses.fields(LLMSettings) if f.name not in ("sandbox", "ledger")}
 _ENV = [  # (variable, setting), later entries win
     ("OPENAI_BASE_URL", "base_url"),
     ("PYTERRIER_SCI_LLM_BASE_URL", "base_url"),
@@ -176,6 +200,8 @@ def _coerce(name: str, value: Any) -> Any:
             raise ValueError("llm setting prices must be {model: {prompt: USD per 1M tokens, completion: ...}}, "
                              f"not {value!r}")
         return {str(m): {str(k): _price(m, k, v) for k, v in p.items()} for m, p in value.items()}
+    if name == "budget":
+        return check_budget(value)
     if name in ("cache_dir", "base_url", "model", "mode"):
         if not isinstance(value, (str, os.PathLike)):
             raise ValueError(f"llm setting {name} must be a string, not {value!r}")
@@ -195,10 +221,10 @@ def settings_from(config: Union[None, Mapping[str, Any], LLMSettings] = None, _e
         for var, name in _ENV:
             if os.environ.get(var):
                 values[name] = os.environ[var]
-    sandbox = None
+    sandbox = ledger = None
     if isinstance(config, LLMSettings):
-        sandbox = config.sandbox
-        config = {k: v for k, v in dataclasses.asdict(config).items() if k != "sandbox"}
+        sandbox, ledger = config.sandbox, config.ledger
+        config = {k: v for k, v in dataclasses.asdict(config).items() if k not in ("sandbox", "ledger")}
     if config is not None and not isinstance(config, Mapping):
         raise ValueError(f"llm settings must be a mapping of setting names to values, not {config!r}")
     for source in (config or {}), overrides:
@@ -209,7 +235,7 @@ def settings_from(config: Union[None, Mapping[str, Any], LLMSettings] = None, _e
             if key not in _FIELDS:
                 raise ValueError(f"unknown llm setting {key!r} (known: {', '.join(_FIELDS)})")
             values[key] = value
-    return LLMSettings(**{k: _coerce(k, v) for k, v in values.items()}, sandbox=sandbox)
+    return LLMSettings(**{k: _coerce(k, v) for k, v in values.items()}, sandbox=sandbox, ledger=ledger)
 
 
 def api_key() -> str:

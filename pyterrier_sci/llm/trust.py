@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Iterable, List, Mapping, Optional, Tuple, Union
 from urllib.parse import urlsplit
 
+from .budget import share_budget
 from .errors import UntrustedConfigError
 from .settings import API_KEY_ENV, DEFAULT_BASE_URL, LLMSettings, settings_from
 
@@ -168,7 +169,7 @@ def pipeline_settings(context: Any, params: Optional[Mapping[str, Any]] = None) 
     if not isinstance(own, Mapping):
         raise ValueError(f"llm= must be a mapping of llm settings, not {own!r}")
     merged.update(own)
-    settings = settings_from(merged)
+    settings = share_budget(settings_from(merged), context)   # one budget ledger per run of the config
     return confine(settings, None if is_trusted(context) else allowed_dirs(context), merged)
 
 
@@ -178,5 +179,6 @@ def derived_settings(parent: LLMSettings, spec: Union[None, Mapping[str, Any], L
     if spec is None:
         return parent
     if isinstance(spec, LLMSettings):
-        return spec if parent.sandbox is None or spec.sandbox is not None else confine(spec, parent.sandbox, {})
-    return confine(settings_from(spec), parent.sandbox, spec)
+        spec = spec if parent.sandbox is None or spec.sandbox is not None else confine(spec, parent.sandbox, {})
+        return share_budget(spec, parent=parent)
+    return share_budget(confine(settings_from(spec), parent.sandbox, spec), parent=parent)

@@ -1,0 +1,831 @@
+"""Run manifests: what produced a run, an experiment's figures or an artifact, as one JSON file.
+
+A manifest records the versions of the libraries that decide results, Python, the OS and the CPU,
+the git commit of the checkout, each model's identifier and a SHA-256 of its weight files, SHA-256s
+of the data files read, the seeds, the pipeline expressions and their resolved configuration, the
+SHA-256s of the LLM prompt templates and (for experiments) the table's figures.
+:func:`diff_manifests` lists what differs between two manifests; ``pyterrier-sci experiment FILE
+--replay`` and ``pyterrier-sci manifest diff A B`` use it (docs/reproducibility.md).  File hashes are
+cached by (path, size, modification time) in the work directory, so a rerun does not hash again.
+"""
+from __future__ import annotations
+
+import datetime
+import hashlib
+import inspect
+import json
+import math
+import os
+import platform
+import re
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+
+from pyterrier_sci.registry import PipelineError
+
+__all__ = ["MANIFEST_VERSION", "LIBRARIES", "ManifestError", "environment", "library_versions", "git_state",
+           "file_sha256", "model_entries", "template_entries", "seed_entries", "data_entries", "resolved_config",
+           "figures_of", "pipeline_manifest", "experiment_manifest", "write_manifest", "read_manifest",
+           "experiment_manifest_path", "diff_manifests", "compare_figures", "format_changes", "Change"]
+
+MANIFEST_VERSION = 1
+FIGURE_TOLERANCE = 1e-9
+
+#: the libraries that decide results: the name shown -> distribution names to try
+LIBRARIES: Dict[str, Tuple[str, ...]] = {
+    "torch": ("torch",),
+    "transformers": ("transformers",),
+    "sentence-transformers": ("sentence-transformers", "sentence_transformers"),
+    "pyterrier": ("pyterrier", "python-terrier"),  # python-terrier 1.0 is a shim beside pyterrier 1.x
+    "pyterrier-dr": ("pyterrier-dr", "pyterrier_dr"),
+    "pyterrier-pisa": ("pyterrier-pisa", "pyterrier_pisa"),
+    "pyserini": ("pyserini",),
+    "colbert-ai": ("colbert-ai", "colbert_ai"),
+    "llama-cpp-python": ("llama-cpp-python", "llama_cpp_python"),
+    "openai": ("openai",),
+    "ir_datasets": ("ir_datasets", "ir-datasets"),
+    "ir_measures": ("ir_measures", "ir-measures"),
+    "numpy": ("numpy",),
+}
+
+#: suffixes of model weight files (what a model's hash covers)
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".onnx", ".gguf", ".h5", ".msgpack", ".npy")
+_SECRET = re.compile(r"(api_?key|secret|password|token$|^key$)", re.I)
+_HASH_CACHE = "manifest-hashes.json"
+_MAX_HASHES = 5000
+
+
+class ManifestError(PipelineError):
+    """A manifest that cannot be read, or one that belongs to another experiment."""
+
+
+# --------------------------------------------------------------------------------------- environment
+
+def library_versions() -> Dict[str, Optional[str]]:
+    """The installed version of each of :data:`LIBRARIES` (``None`` when it is not installed)."""
+    from importlib import metadata
+    out: Dict[str, Optional[str]] = {}
+    for shown, dists in LIBRARIES.items():
+        out[shown] = None
+        for d in dists:
+            try:
+                out[shown] = metadata.version(d)
+                break
+            except metadata.PackageNotFoundError:
+                continue
+    return out
+
+
+def _cpu() -> Dict[str, Any]:
+    model = None
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.lower().startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    try:
+        usable = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        usable = None
+    return {"model": model or platform.processor() or None, "cores": os.cpu_count(), "usable_cores": usable}
+
+
+def _git(args: Sequence[str], cwd: Path) -> Optional[str]:
+    try:
+        out = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=20,
+                             env=dict(os.environ, GIT_OPTIONAL_LOCKS="0"))
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def git_state(package_dir: Optional[Path] = None) -> Dict[str, Any]:
+    """``{"commit", "dirty"}`` of the git checkout the package is installed from (both ``None`` when
+    it is not a tracked part of a checkout, e.g. installed from a wheel)."""
+    pkg = Path(package_dir or Path(__file__).resolve().parent)
+    none = {"commit": None, "dirty": None}
+    top = _git(["rev-parse", "--show-toplevel"], pkg)
+    if not top or _git(["ls-files", "--error-unmatch", "--", str(pkg / "__init__.py")], pkg) is None:
+        return none  # e.g. a virtual environment inside a checkout: its site-packages are not tracked
+    commit = _git(["rev-parse", "HEAD"], pkg)
+    status = _git(["status", "--porcelain", "--untracked-files=no"], Path(top))
+    return {"commit": commit, "dirty": None if status is None else bool(status)}
+
+
+def environment() -> Dict[str, Any]:
+    """The environment part of every manifest: library versions, Python, OS, CPU and git state."""
+    return {"versions": library_versions(),
+            "python": f"{platform.python_implementation()} {platform.python_version()}",
+            "os": platform.platform(),
+            "cpu": _cpu(),
+            "git": git_state()}
+
+
+# -------------------------------------------------------------------------------------------- hashing
+
+def _hash_cache_path() -> Optional[Path]:
+    try:
+        from pyterrier_sci.data import work_dir
+        return work_dir() / _HASH_CACHE
+    except Exception:  # noqa: BLE001 - a work directory that cannot be used: hash without caching
+        return None
+
+
+def _read_hash_cache() -> Dict[str, str]:
+    p = _hash_cache_path()
+    if p is None:
+        return {}
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+class _Hasher:
+    """SHA-256s of files, cached by (resolved path, size, mtime) in ``<work dir>/manifest-hashes.json``."""
+
+    def __init__(self):
+        self.cache = _read_hash_cache()
+        self.added = False
+
+    def __call__(self, path: Union[str, Path]) -> str:
+        p = Path(path).resolve()
+        st = p.stat()
+        key = f"{p}|{st.st_size}|{st.st_mtime_ns}"
+        digest = self.cache.get(key)
+        if digest is None:
+            from pyterrier_sci.artifacts import sha256_file
+            digest = sha256_file(p)
+            self.cache[key] = digest
+            self.added = True
+        return digest
+
+    def save(self) -> None:
+        if not self.added:
+            return
+        p = _hash_cache_path()
+        if p is None:
+            return
+        merged = _read_hash_cache()  # another process may have added some meanwhile
+        merged.update(self.cache)
+        if len(merged) > _MAX_HASHES:
+            merged = dict(list(merged.items())[-_MAX_HASHES:])
+        try:
+            from pyterrier_sci.artifacts import atomic_write_text
+            atomic_write_text(p, json.dumps(merged), "the manifest hash cache")
+        except OSError:  # a read-only work directory: hashed again next time
+            pass
+        self.added = False
+
+
+def file_sha256(path: Union[str, Path]) -> str:
+    """The SHA-256 of a file, from the work directory's hash cache when its size and modification
+    time are unchanged."""
+    h = _Hasher()
+    digest = h(path)
+    h.save()
+    return digest
+
+
+def _weights_digest(path: Path, hasher: _Hasher) -> Dict[str, Any]:
+    """One SHA-256 over the weight files under ``path`` (their relative names and SHA-256s)."""
+    if path.is_file():
+        files = [path]
+        root = path.parent
+    else:
+        files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in WEIGHT_SUFFIXES
+                       and not any(part.startswith(".") for part in p.relative_to(path).parts))
+        root = path
+    if not files:
+        return {"sha256": None, "weight_files": 0, "note": f"no weight files found under {path}"}
+    h = hashlib.sha256()
+    for f in files:
+        h.update(f"{f.relative_to(root).as_posix()}\0{hasher(f)}\n".encode())
+    return {"sha256": h.hexdigest(), "weight_files": len(files), "bytes": sum(f.stat().st_size for f in files)}
+
+
+# ------------------------------------------------------------------------------ walking the pipelines
+
+def _objects(systems: Iterable[Any]) -> List[Any]:
+    """Every object reachable from the built pipelines through attributes that hold transformers,
+    models, artifacts or containers, each once (the same walk as ``llm_components``)."""
+    import pandas as pd
+    found: List[Any] = []
+    seen = set()
+    stack = [(s, 0) for s in reversed(list(systems))]
+    while stack:
+        obj, depth = stack.pop()
+        if depth > 20 or id(obj) in seen or isinstance(obj, (str, bytes, int, float, bool, type(None), ModuleType,
+                                                               pd.DataFrame, pd.Series, type)):
+            continue
+        seen.add(id(obj))
+        found.append(obj)
+        if isinstance(obj, (list, tuple, set, frozenset)):
+            children = list(obj)
+        elif isinstance(obj, dict):
+            children = list(obj.values())
+        elif hasattr(obj, "__dict__"):
+            children = [v for k, v in vars(obj).items()
+                        if hasattr(v, "transform") or isinstance(v, (list, tuple, dict))
+                        or (k in ("model", "checkpoint") and hasattr(v, "path"))]
+        else:
+            children = []
+        stack += [(c, depth + 1) for c in reversed(children)]
+    return found
+
+
+def _attr(obj: Any, name: str) -> Any:
+    """``obj.name`` as stored (never running a property that would load something)."""
+    d = getattr(obj, "__dict__", None)
+    if isinstance(d, dict) and name in d:
+        return d[name]
+    prop = getattr(type(obj), name, None)
+    if isinstance(prop, property):
+        return None
+    return getattr(obj, name, None)
+
+
+def model_entries(systems: Iterable[Any], hasher: Optional[_Hasher] = None) -> Dict[str, Dict[str, Any]]:
+    """``{identifier: {"kind", "path", "sha256", ...}}`` of the models inside built pipelines: encoders
+    named by a ``model`` string (resolved like :func:`pyterrier_sci.models.resolve_model`), model
+    artifacts (a ``model`` with a ``path``), ColBERT ``checkpoint`` strings, and the models of LLM
+    components (served by an endpoint: no weights here)."""
+    from pyterrier_sci.models import ModelNotFoundError, resolve_model
+    own = hasher is None
+    hasher = hasher or _Hasher()
+    out: Dict[str, Dict[str, Any]] = {}
+    for obj in _objects(systems):
+        llm = _attr(obj, "usage") is not None and _attr(obj, "settings") is not None
+        for attr in (("checkpoint",) if llm else ("model", "checkpoint")):
+            value = _attr(obj, attr) if attr == "model" else (_attr(obj, "_checkpoint") or _attr(obj, "checkpoint"))
+            if isinstance(value, (str, os.PathLike)) and str(value):
+                ident = str(value)
+                if ident in out:
+                    continue
+                try:
+                    path = Path(resolve_model(ident) if attr == "model" else ident)
+                except ModelNotFoundError:
+                    path = None
+                entry: Dict[str, Any] = {"kind": "encoder" if attr == "model" else "colbert",
+                                         "used_by": type(obj).__name__}
+                if path is not None and path.exists():
+                    entry["path"] = str(path)
+                    entry.update(_weights_digest(path, hasher))
+                else:
+                    entry.update({"path": None, "sha256": None, "note": "not a local path (a hub id: its weights "
+                                  "are those of the hub's revision at download time)"})
+                out[ident] = entry
+            elif value is not None and isinstance(getattr(value, "path", None), (str, os.PathLike)):
+                path = Path(value.path)
+                ident = str(path)
+                if ident not in out:
+                    out[ident] = {"kind": type(value).__name__, "used_by": type(obj).__name__, "path": ident,
+                                  **(_weights_digest(path, hasher) if path.exists() else
+                                     {"sha256": None, "note": "missing"})}
+        llm_model = getattr(_attr(obj, "settings"), "model", None) if llm else None
+        if isinstance(llm_model, str) and f"llm:{llm_model}" not in out:
+            out[f"llm:{llm_model}"] = {"kind": "llm", "used_by": type(obj).__name__, "path": None, "sha256": None,
+                                       "note": "served by an OpenAI-compatible endpoint"}
+    if own:
+        hasher.save()
+    return out
+
+
+def _template_files(package: str) -> Dict[str, bytes]:
+    from importlib import resources
+    out = {}
+    try:
+        folder = resources.files(package).joinpath("templates")
+        if not folder.is_dir():
+            return out
+        for entry in folder.iterdir():
+            if entry.is_file() and not entry.name.startswith("."):
+                out[f"{package}/templates/{entry.name}"] = entry.read_bytes()
+    except (ModuleNotFoundError, OSError, TypeError):
+        pass
+    return out
+
+
+def template_entries(systems: Iterable[Any]) -> Dict[str, str]:
+    """SHA-256s of the LLM prompt templates the pipelines use: every template shipped in the
+    ``templates/`` folders of the LLM components' packages (``template_packages()``) and the
+    templates they loaded (``_templates``: names, paths or inline texts)."""
+    out: Dict[str, str] = {}
+    for obj in _objects(systems):
+        packages = getattr(type(obj), "template_packages", None)
+        if callable(packages):
+            try:
+                pkgs = packages()
+            except Exception:  # noqa: BLE001 - a component's own method; recorded as far as it goes
+                pkgs = ()
+            for pkg in pkgs:
+                for name, data in _template_files(pkg).items():
+                    out[name] = hashlib.sha256(data).hexdigest()
+        loaded = _attr(obj, "_templates")
+        if isinstance(loaded, dict):
+            for key, text in loaded.items():
+                if not isinstance(text, str):
+                    continue
+                key = str(key)
+                shown = key if "\n" not in key and len(key) < 200 else "inline:" + \
+                    hashlib.sha256(key.encode()).hexdigest()[:12]
+                out[f"{type(obj).__name__}:{shown}"] = hashlib.sha256(text.encode("utf-8")).hexdigest()
+    return dict(sorted(out.items()))
+
+
+def seed_entries(config: Optional[Mapping[str, Any]] = None, systems: Iterable[Any] = ()) -> Dict[str, Any]:
+    """Seeds: the components' ``seed`` parameters (resolved configuration), ``seed`` attributes of
+    the built components and their LLM settings, the config's ``settings`` seeds and
+    ``$PYTHONHASHSEED``."""
+    out: Dict[str, Any] = {}
+
+    def scan(prefix: str, mapping: Mapping[str, Any]):
+        for k, v in mapping.items():
+            if isinstance(v, Mapping):
+                scan(f"{prefix}{k}.", v)
+            elif str(k) == "seed" or str(k).endswith("_seed"):
+                out[f"{prefix}{k}"] = v
+
+    if config:
+        scan("config.components.", config.get("components") or {})
+        scan("config.settings.", config.get("settings") or {})
+    for obj in _objects(systems):
+        for holder, label in ((obj, type(obj).__name__), (_attr(obj, "settings"), f"{type(obj).__name__}.settings")):
+            if holder is None:
+                continue
+            seed = _attr(holder, "seed")
+            if isinstance(seed, int) and not isinstance(seed, bool):
+                out.setdefault(f"{label}.seed", seed)
+    out["PYTHONHASHSEED"] = os.environ.get("PYTHONHASHSEED")
+    return dict(sorted(out.items()))
+
+
+# ---------------------------------------------------------------------------------------------- data
+
+def _relative(path: Path) -> str:
+    from pyterrier_sci.data import data_dir
+    try:
+        return "$DATA/" + path.resolve().relative_to(data_dir().resolve()).as_posix()
+    except (ValueError, OSError):
+        return str(path)
+
+
+def _declared_files(owner: Any) -> List[Any]:
+    from pyterrier_sci.data import DataFile
+    files = getattr(owner, "files", None)
+    if isinstance(files, Mapping):
+        found = list(files.values())
+    else:
+        module = owner if isinstance(owner, ModuleType) else sys.modules.get(type(owner).__module__)
+        table = getattr(module, "FILES", None)
+        keys = getattr(owner, "keys", None)
+        if not isinstance(table, Mapping):
+            return []
+        found = [table[k] for k in keys if k in table] if isinstance(keys, tuple) else list(table.values())
+    return [f for f in found if isinstance(f, DataFile)]
+
+
+def dataset_files(dataset: str) -> List[Path]:
+    """The data files a registered ``sci/...`` dataset is read from (those present), as its module
+    declares them (``STATUS``, ``FILES``)."""
+    from pyterrier_sci.corpus import irds_id
+    from pyterrier_sci.registry import DATASETS_GROUP, load_group
+    name = irds_id(dataset)
+    status: Dict[str, Any] = {}
+    for module in load_group(DATASETS_GROUP).values():
+        status.update(getattr(module, "STATUS", {}) or {})
+    prefixes = [p for p in status if name == p or name.startswith(p + "/")]
+    if not prefixes:
+        return []
+    out = []
+    for f in _declared_files(status[max(prefixes, key=len)]):
+        try:
+            p = f.local()
+            if p.is_file():
+                out.append(p)
+        except Exception:  # noqa: BLE001 - no data directory: nothing to record
+            continue
+    return out
+
+
+def _touched_files() -> List[Path]:
+    """The data files this process checked (``pyterrier_sci.data.verified_once``): those it read."""
+    from pyterrier_sci import data
+    out = []
+    for memo in list(getattr(data, "_PASSED", ())):
+        try:
+            for p, _size, _mtime in memo[1]:
+                out.append(Path(p))
+        except (TypeError, ValueError, IndexError):
+            continue
+    return out
+
+
+def data_entries(datasets: Sequence[str] = (), hasher: Optional[_Hasher] = None) -> Dict[str, str]:
+    """``{path: sha256}`` of the data files read: the datasets' declared files and every data file
+    this process checked (paths under the data directory are written ``$DATA/...``)."""
+    own = hasher is None
+    hasher = hasher or _Hasher()
+    paths = {}
+    for ds in datasets:
+        for p in dataset_files(ds):
+            paths[str(p.resolve())] = p
+    for p in _touched_files():
+        if p.is_file():
+            paths.setdefault(str(p.resolve()), p)
+    out = {_relative(p): hasher(p) for p in paths.values()}
+    if own:
+        hasher.save()
+    return dict(sorted(out.items()))
+
+
+# ------------------------------------------------------------------------------------ configuration
+
+def _jsonable(x: Any) -> Any:
+    """A JSON value for ``x``: NaN and infinities become None, paths and other objects strings."""
+    if isinstance(x, Mapping):
+        return {str(k): ("<redacted>" if _SECRET.search(str(k)) else _jsonable(v)) for k, v in x.items()}
+    if isinstance(x, (list, tuple, set, frozenset)):
+        return [_jsonable(v) for v in (sorted(x, key=repr) if isinstance(x, (set, frozenset)) else x)]
+    if isinstance(x, bool) or x is None or isinstance(x, str):
+        return x
+    try:
+        import numpy as np
+        if isinstance(x, np.generic):
+            x = x.item()
+    except ImportError:
+        pass
+    if isinstance(x, int):
+        return x
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    return str(x)
+
+
+def _defaults(factory: Callable) -> Dict[str, Any]:
+    target = factory.__init__ if inspect.isclass(factory) else factory
+    try:
+        sig = inspect.signature(target)
+    except (TypeError, ValueError):
+        return {}
+    return {n: p.default for n, p in sig.parameters.items()
+            if n not in ("self", "context") and p.default is not p.empty
+            and p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)}
+
+
+def resolved_config(config: Any, pipelines: Optional[Sequence[str]] = None) -> Dict[str, Any]:
+    """The configuration the pipelines were built from: their expressions (and those of the named
+    pipelines they use), and for every component they refer to its registered component and
+    parameters, the factory's defaults filled in under what the config and the expression set."""
+    from pyterrier_sci.pipeline import Ref, load_config, parse, refs
+    from pyterrier_sci.registry import REGISTRY
+    cfg = load_config(config)
+    exprs: Dict[str, str] = {}
+    todo = list(pipelines if pipelines is not None else cfg.pipelines)
+    comps: Dict[str, Any] = {}
+    while todo:
+        name = todo.pop(0)
+        expr = cfg.pipelines.get(name, name)
+        if name in exprs:
+            continue
+        exprs[name] = expr
+        try:
+            tree = parse(expr)
+        except PipelineError:
+            continue
+        for r in refs(tree):
+            if not isinstance(r, Ref):
+                continue
+            if r.name in cfg.pipelines and not r.called:
+                if r.name not in exprs:
+                    todo.append(r.name)
+                continue
+            spec = dict(cfg.components.get(r.name, {}))
+            kind = str(spec.pop("component", spec.pop("type", r.name)))
+            given = {**spec, **r.kwargs}
+            key = r.name if not r.kwargs else f"{r.name}({', '.join(f'{k}={v!r}' for k, v in r.kwargs.items())})"
+            try:
+                defaults = _defaults(REGISTRY.get(kind).factory)
+            except Exception:  # noqa: BLE001 - an unavailable component: what was given is recorded
+                defaults = {}
+            comps[key] = {"component": kind, "params": _jsonable({**defaults, **given}),
+                          "given": _jsonable(given)}
+    return {"path": str(Path(cfg.path).resolve()) if cfg.path else None,
+            "dataset": cfg.dataset,
+            "pipelines": exprs,
+            "components": dict(sorted(comps.items())),
+            "settings": _jsonable(cfg.settings)}
+
+
+def figures_of(table: Any) -> List[Dict[str, Any]]:
+    """The rows of an experiment's table as JSON records (NaN as null)."""
+    return [_jsonable(dict(r)) for r in table.to_dict(orient="records")]
+
+
+# ------------------------------------------------------------------------------------------ writing
+
+def _header(kind: str) -> Dict[str, Any]:
+    return {"manifest_version": MANIFEST_VERSION, "kind": kind,
+            "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "environment": environment()}
+
+
+def artifact_manifest(extra: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
+    """The manifest :func:`pyterrier_sci.artifacts.build_atomically` writes into an artifact: the
+    environment part and whatever the builder passes (``extra``)."""
+    m = _header("artifact")
+    if extra:
+        m.update(_jsonable(dict(extra)))
+    return m
+
+
+def pipeline_manifest(systems: Mapping[str, Any], config: Any = None, datasets: Sequence[str] = (),
+                      kind: str = "run", extra: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
+    """The manifest of built pipelines (``{name: transformer}``): environment, resolved
+    configuration, models, data, seeds and templates."""
+    from pyterrier_sci.pipeline import load_config
+    cfg = load_config(config)
+    hasher = _Hasher()
+    conf = resolved_config(cfg, list(systems))
+    m = _header(kind)
+    if extra:
+        m.update(_jsonable(dict(extra)))
+    m.update({"config": conf,
+              "models": model_entries(systems.values(), hasher),
+              "data": data_entries(datasets, hasher),
+              "seeds": seed_entries(conf, systems.values()),
+              "templates": template_entries(systems.values())})
+    hasher.save()
+    return m
+
+
+def experiment_manifest(outcome: Any) -> Dict[str, Any]:
+    """The manifest of an :class:`~pyterrier_sci.experiment.ExperimentOutcome`: what
+    :func:`pipeline_manifest` records, the experiment's identity, its saved runs' SHA-256s and its
+    figures."""
+    systems: Dict[str, Any] = {}
+    for d in outcome.datasets:   # the same names on every dataset; the first dataset's objects suffice
+        for name, s in d.systems.items():
+            systems.setdefault(name, s)
+    if not systems:
+        systems = {p: None for p in outcome.pipelines}
+    datasets = [d.dataset for d in outcome.datasets]
+    runs: Dict[str, Dict[str, Any]] = {}
+    hasher = _Hasher()
+    for d in outcome.datasets:
+        for name, p in d.run_paths.items():
+            if p is not None and Path(p).is_file():
+                runs.setdefault(d.dataset, {})[name] = {"path": str(p), "sha256": hasher(p)}
+    hasher.save()
+    cfg = outcome.config
+    exp = {"name": outcome.name,
+           "config": Path(cfg.path).name if cfg.path else None,
+           "config_path": str(Path(cfg.path).resolve()) if cfg.path else None,
+           "datasets": datasets,
+           "pipelines": {p: cfg.pipelines.get(p, p) for p in outcome.pipelines},
+           "measures": list(outcome.measures), "baseline": outcome.baseline, "test": outcome.test,
+           "correction": outcome.correction,
+           "save_dir": str(Path(outcome.save_root).resolve()) if outcome.save_root else None}
+    m = pipeline_manifest({k: v for k, v in systems.items() if v is not None}, cfg, datasets, kind="experiment",
+                          extra={"experiment": exp})
+    if not any(v is not None for v in systems.values()):
+        m["config"] = resolved_config(cfg, outcome.pipelines)
+    m["runs"] = runs
+    m["figures"] = figures_of(outcome.table)
+    return m
+
+
+def experiment_manifest_path(name: str, save_root: Optional[Union[str, Path]]) -> Path:
+    """``<save_dir>/<experiment>.manifest.json``, or ``<work dir>/runs/<experiment>.manifest.json``
+    for an experiment without ``save_dir``."""
+    from pyterrier_sci.data import work_dir
+    slug = re.sub(r"[^A-Za-z0-9_.+-]+", "_", name).strip("_") or "experiment"
+    root = Path(save_root) if save_root else work_dir() / "runs"
+    return root / f"{slug}.manifest.json"
+
+
+def write_manifest(manifest: Mapping[str, Any], path: Union[str, Path], what: str = "the manifest") -> Path:
+    """Writes a manifest as JSON, atomically."""
+    from pyterrier_sci.artifacts import atomic_write_text
+    text = json.dumps(_jsonable(dict(manifest)), indent=2, allow_nan=False) + "\n"
+    return atomic_write_text(path, text, what)
+
+
+def read_manifest(path: Union[str, Path]) -> Dict[str, Any]:
+    """A manifest written by :func:`write_manifest`; one :class:`ManifestError` when it is missing,
+    not JSON or not a manifest."""
+    p = Path(path)
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ManifestError(f"no manifest at {p}", where=str(p)) from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ManifestError(f"cannot read the manifest {p}: {e}", where=str(p)) from None
+    except ValueError as e:
+        raise ManifestError(f"{p} is not a manifest: it is not valid JSON ({e})", where=str(p)) from None
+    if not isinstance(data, dict) or "manifest_version" not in data or "environment" not in data:
+        raise ManifestError(f"{p} is not a pyterrier-sci manifest (no manifest_version / environment)",
+                            where=str(p))
+    if not isinstance(data["manifest_version"], int) or data["manifest_version"] > MANIFEST_VERSION:
+        raise ManifestError(f"{p} is a manifest of version {data['manifest_version']!r}; this toolkit reads "
+                            f"versions up to {MANIFEST_VERSION}", where=str(p))
+    return data
+
+
+# ------------------------------------------------------------------------------------------- diffs
+
+class Change(tuple):
+    """One difference: ``(section, key, a, b)``; ``a`` or ``b`` is ``MISSING`` when only one side has it."""
+    __slots__ = ()
+
+    def __new__(cls, section: str, key: str, a: Any, b: Any):
+        return super().__new__(cls, (section, key, a, b))
+
+    section = property(lambda self: self[0])
+    key = property(lambda self: self[1])
+    a = property(lambda self: self[2])
+    b = property(lambda self: self[3])
+
+
+MISSING = "<absent>"
+#: the sections diffs compare, in the order they are shown
+SECTIONS = ("environment", "models", "data", "seeds", "config", "templates", "experiment", "runs", "figures")
+
+
+def _flatten(x: Any, prefix: str = "") -> Dict[str, Any]:
+    if isinstance(x, Mapping) and x:
+        out: Dict[str, Any] = {}
+        for k, v in x.items():
+            out.update(_flatten(v, f"{prefix}.{k}" if prefix else str(k)))
+        return out
+    return {prefix: x}
+
+
+def _same(a: Any, b: Any, tol: float) -> bool:
+    if isinstance(a, bool) or isinstance(b, bool):
+        return a is b
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return abs(a - b) <= tol
+    return a == b
+
+
+def _figure_key(row: Mapping[str, Any]) -> str:
+    return " / ".join(str(row.get(k)) for k in ("dataset", "name") if k in row) or "row"
+
+
+def _usage_column(col: str) -> bool:
+    return col.startswith("llm_")
+
+
+def compare_figures(recorded: Sequence[Mapping[str, Any]], current: Sequence[Mapping[str, Any]],
+                    tolerance: float = FIGURE_TOLERANCE, skip: Callable[[str], bool] = lambda c: False) -> List[Change]:
+    """Every figure of ``current`` that differs from ``recorded`` by more than ``tolerance`` (rows by
+    dataset and pipeline name; columns by name; ``skip`` leaves columns out)."""
+    a = {_figure_key(r): r for r in recorded}
+    b = {_figure_key(r): r for r in current}
+    out: List[Change] = []
+    for key in list(a) + [k for k in b if k not in a]:
+        ra, rb = a.get(key), b.get(key)
+        if ra is None or rb is None:
+            out.append(Change("figures", key, MISSING if ra is None else "row", MISSING if rb is None else "row"))
+            continue
+        for col in list(ra) + [c for c in rb if c not in ra]:
+            if col in ("dataset", "name") or skip(col):
+                continue
+            va, vb = ra.get(col, MISSING), rb.get(col, MISSING)
+            if not _same(va, vb, tolerance):
+                out.append(Change("figures", f"{key}: {col}", va, vb))
+    return out
+
+
+def diff_manifests(a: Mapping[str, Any], b: Mapping[str, Any], sections: Sequence[str] = SECTIONS,
+                   tolerance: float = FIGURE_TOLERANCE) -> List[Change]:
+    """What changed from manifest ``a`` to manifest ``b``, section by section (versions, Python,
+    OS, CPU and git under ``environment``; models; data; seeds; config; templates; the
+    experiment; saved runs; figures)."""
+    out: List[Change] = []
+    for section in sections:
+        if section == "figures":
+            if "figures" in a or "figures" in b:
+                out += compare_figures(a.get("figures") or [], b.get("figures") or [], tolerance)
+            continue
+        fa, fb = _flatten(a.get(section) or {}), _flatten(b.get(section) or {})
+        for key in list(fa) + [k for k in fb if k not in fa]:
+            if key in ("", "cpu.usable_cores"):
+                continue
+            va, vb = fa.get(key, MISSING), fb.get(key, MISSING)
+            if not _same(va, vb, 0.0):
+                out.append(Change(section, key, va, vb))
+    return out
+
+
+def _show(v: Any) -> str:
+    if isinstance(v, float):
+        return repr(v)
+    if isinstance(v, str) and re.fullmatch(r"[0-9a-f]{64}", v):
+        return v[:12] + "…"
+    text = json.dumps(v) if not isinstance(v, str) else v
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def format_changes(changes: Sequence[Change], indent: str = "  ") -> List[str]:
+    """Lines ``section  key: a -> b`` (hashes shortened), grouped by section."""
+    lines = []
+    for c in changes:
+        diff = ""
+        if isinstance(c.a, (int, float)) and isinstance(c.b, (int, float)) and not isinstance(c.a, bool) \
+                and not isinstance(c.b, bool):
+            diff = f" (difference {c.b - c.a:+.3g})"
+        lines.append(f"{indent}{c.section:<11} {c.key}: {_show(c.a)} -> {_show(c.b)}{diff}")
+    return lines
+
+
+def check_same_experiment(recorded: Mapping[str, Any], current: Mapping[str, Any], path: Union[str, Path]) -> None:
+    """One :class:`ManifestError` when the manifest at ``path`` was written by another experiment:
+    another experiment name, config file name, datasets or pipelines (names and expressions)."""
+    ra, cb = recorded.get("experiment") or {}, current.get("experiment") or {}
+    if recorded.get("kind") != "experiment" or not ra:
+        raise ManifestError(f"{path} is the manifest of a {recorded.get('kind', 'unknown')}, not of an experiment",
+                            where=str(path))
+    for key, what in (("name", "experiment name"), ("config", "config file"), ("datasets", "datasets"),
+                      ("pipelines", "pipelines")):
+        if ra.get(key) != cb.get(key):
+            raise ManifestError(f"{path} is the manifest of another experiment: its {what} is {_show(ra.get(key))}, "
+                                f"this one's is {_show(cb.get(key))}", where=str(path))
+
+
+# ------------------------------------------------------------------------------------------ replay
+
+class Replay:
+    """What :func:`replay` found: the recomputed outcome, the manifest it was compared with, the
+    figures that differ (``figures``) and the manifest entries that differ from this environment
+    (``entries``).  ``identical`` when no figure differs."""
+
+    def __init__(self, outcome: Any, manifest_path: Path, recorded: Dict[str, Any], current: Dict[str, Any],
+                 figures: List[Change], entries: List[Change], compared: int, skipped: List[str]):
+        self.outcome, self.manifest_path, self.recorded, self.current = outcome, manifest_path, recorded, current
+        self.figures, self.entries, self.compared, self.skipped = figures, entries, compared, skipped
+
+    @property
+    def identical(self) -> bool:
+        return not self.figures
+
+    def lines(self) -> List[str]:
+        """The report, as printed by ``pyterrier-sci experiment FILE --replay``."""
+        out = [f"replayed experiment '{self.outcome.name}' from its saved runs against {self.manifest_path} "
+               f"(recorded {self.recorded.get('created', 'at an unknown time')})"]
+        if self.figures:
+            out.append(f"{len(self.figures)} of {self.compared} figures differ from the recorded ones "
+                       f"(tolerance {FIGURE_TOLERANCE:g}):")
+            out += format_changes(self.figures)
+        else:
+            out.append(f"all {self.compared} figures equal the recorded ones (tolerance {FIGURE_TOLERANCE:g})")
+        if self.skipped:
+            out.append(f"not compared (a replay makes no LLM calls): {', '.join(self.skipped)}")
+        if self.entries:
+            out.append(f"{len(self.entries)} manifest entries differ from this environment:")
+            out += format_changes(self.entries)
+        else:
+            out.append("no manifest entry differs from this environment")
+        return out
+
+    def as_dict(self) -> Dict[str, Any]:
+        return {"experiment": self.outcome.name, "manifest": str(self.manifest_path), "identical": self.identical,
+                "figures_compared": self.compared, "not_compared": self.skipped,
+                "figures": [dict(zip(("section", "key", "recorded", "now"), _jsonable(list(c))))
+                            for c in self.figures],
+                "entries": [dict(zip(("section", "key", "recorded", "now"), _jsonable(list(c))))
+                            for c in self.entries]}
+
+
+def replay(config: Any, name: Optional[str] = None, save_dir: Optional[str] = None,
+           manifest: Optional[Union[str, Path]] = None, trusted: bool = False) -> Replay:
+    """Recomputes an experiment's table from its saved runs (no pipeline runs; see
+    :func:`pyterrier_sci.experiment.replay_outcome`) and compares it with the manifest the run wrote
+    (``manifest``, default ``<save_dir>/<experiment>.manifest.json``): every figure that differs by
+    more than 1e-9, and every manifest entry (versions, models, data, seeds, config, templates,
+    commit, saved runs) that differs from this environment.  A manifest of another experiment is
+    one :class:`ManifestError`."""
+    from pyterrier_sci.experiment import replay_outcome
+    outcome = replay_outcome(config, name=name, save_dir=save_dir, trusted=trusted)
+    path = Path(manifest) if manifest else experiment_manifest_path(outcome.name, outcome.save_root)
+    if not path.exists() and not manifest:
+        raise ManifestError(f"no manifest at {path}: the experiment was run before manifests were written, or "
+                            "elsewhere; run it without --replay to write one, or name one with --manifest",
+                            where="--replay")
+    recorded = read_manifest(path)
+    current = experiment_manifest(outcome)
+    check_same_experiment(recorded, current, path)
+    rec_figs, cur_figs = recorded.get("figures") or [], current["figures"]
+    skipped = sorted({c for r in rec_figs for c in r if _usage_column(c)} - {c for r in cur_figs for c in r})
+    figures = compare_figures(rec_figs, cur_figs, skip=lambda c: c in skipped)
+    compared = sum(1 for r in rec_figs for c in r if c not in ("dataset", "name") and c not in skipped)
+    entries = diff_manifests(recorded, current, sections=[s for s in SECTIONS if s != "figures"])
+    return Replay(outcome, path, recorded, current, figures, entries, compared, skipped)
