@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from pyterrier_sci.bench import markdown
+from pyterrier_sci.bench import csfcube_rerank_sample, markdown
 from pyterrier_sci.llm.loopback import Reply, ScriptedServer, choice_reply, prompt_of, yes_no
 
 
@@ -45,27 +45,6 @@ def responder(kind, body):
     return Reply("The core problem is X; the paper addresses sub-problem Y with method Z.")
 
 
-def sample(n_queries: int, depth: int) -> pd.DataFrame:
-    import ir_datasets
-    import pyterrier as pt
-
-    import pyterrier_sci.datasets  # noqa: F401  (registers sci/ ids)
-    ds = pt.get_dataset("irds:sci/csfcube/method")
-    topics = ds.get_topics().head(n_queries)
-    pool = ds.get_results()
-    pool = pool[pool["qid"].isin(topics["qid"])]
-    pool = pool.sort_values(["qid", "rank"] if "rank" in pool.columns else ["qid"], kind="stable")
-    pool = pool.groupby("qid", sort=False).head(depth).reset_index(drop=True)
-    pool["rank"] = pool.groupby("qid").cumcount()
-    pool["score"] = -pool["rank"].astype(float)
-    store = ir_datasets.load("sci/csfcube").docs_store()
-    docs = store.get_many(list(pool["docno"].unique()))
-    df = pool[["qid", "docno", "score", "rank"]].merge(topics[["qid", "query"]], on="qid")
-    df["title"] = [docs[d].title for d in df["docno"]]
-    df["abstract"] = [docs[d].abstract for d in df["docno"]]
-    return df
-
-
 def rerankers():
     from pyterrier_sci.plugins.hlm_cite import HLMAgents
     from pyterrier_sci.plugins.llm import Listwise, PairwiseTournament
@@ -82,7 +61,7 @@ def rerankers():
 
 
 def run(args) -> pd.DataFrame:
-    df = sample(args.queries, args.depth)
+    df = csfcube_rerank_sample(args.queries, args.depth)
     nq = df["qid"].nunique()
     rows = []
     with ScriptedServer(responder, latency=args.latency) as srv, tempfile.TemporaryDirectory() as tmp:

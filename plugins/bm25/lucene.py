@@ -32,6 +32,8 @@ INSTALL_HINT = "pip install pyterrier-sci[lucene]"
 #: bag-of-words query has one clause per unique analysed term.
 MAX_CLAUSE_COUNT = 1 << 20
 _VECTOR_OPTION = "--add-modules=jdk.incubator.vector"
+#: Lucene's indexing RAM buffer in MB: buffered postings are flushed to a new segment beyond it
+RAM_BUFFER_MB = 256
 
 _lock = threading.RLock()
 _java: Optional[SimpleNamespace] = None
@@ -228,11 +230,13 @@ class LuceneIndex(pta.Artifact, pt.Indexer):
         return _index_inputs(self.text_field)
 
     def indexer(self, text_field: Union[None, str, Sequence[str]] = None, threads: Optional[int] = None,
-                overwrite: Optional[bool] = None, batch_size: int = 1000) -> "LuceneIndexer":
+                overwrite: Optional[bool] = None, batch_size: int = 1000,
+                ram_buffer_mb: float = RAM_BUFFER_MB) -> "LuceneIndexer":
         """An indexer writing this index from dicts with ``docno`` and the text field(s)."""
         return LuceneIndexer(self, text_field=self.text_field if text_field is None else text_field,
                              threads=self.threads if threads is None else threads,
-                             overwrite=self.overwrite if overwrite is None else overwrite, batch_size=batch_size)
+                             overwrite=self.overwrite if overwrite is None else overwrite, batch_size=batch_size,
+                             ram_buffer_mb=ram_buffer_mb)
 
     def index(self, it: Iterable[Dict[str, Any]]) -> "LuceneIndex":
         return self.indexer().index(it)
@@ -265,15 +269,22 @@ class LuceneIndexer(pt.Indexer):
     so an interrupted build leaves nothing at the target path; two processes building the same index
     take a lock, and the second keeps the first one's index
     (:func:`pyterrier_sci.artifacts.build_atomically`).
+
+    Memory is bounded: documents are read ``batch_size`` at a time, and Lucene flushes its buffered
+    postings to a segment beyond ``ram_buffer_mb`` (Anserini's ``SimpleIndexer`` fixes 2048 MB; it is
+    lowered here through the writer's live configuration).  The JVM's heap limit is Java's default (a
+    quarter of the RAM) unless set before the JVM starts, e.g. ``jnius_config.add_options("-Xmx2g")``.
     """
 
     def __init__(self, index: Union[LuceneIndex, str, Path], text_field: Union[None, str, Sequence[str]] = None,
-                 threads: int = 1, overwrite: bool = False, batch_size: int = 1000):
+                 threads: int = 1, overwrite: bool = False, batch_size: int = 1000,
+                 ram_buffer_mb: float = RAM_BUFFER_MB):
         self.index_ref = index if isinstance(index, LuceneIndex) else LuceneIndex(index)
         self.text_field = text_field
         self.threads = threads
         self.overwrite = overwrite
         self.batch_size = batch_size
+        self.ram_buffer_mb = ram_buffer_mb
 
     def index_inputs(self):
         return _index_inputs(self.text_field)
@@ -289,6 +300,7 @@ class LuceneIndexer(pt.Indexer):
             tmp.mkdir()
             writer = java.SimpleIndexer(str(tmp), False, int(self.threads))
             try:
+                _set_ram_buffer(java, writer, float(self.ram_buffer_mb))
                 fields, n = self._add_all(java, writer, iter(it))
             except BaseException:
                 try:
@@ -342,6 +354,18 @@ class LuceneIndexer(pt.Indexer):
             writer.addJsonDocuments(batch)
             n += len(batch)
         return fields, n
+
+
+def _set_ram_buffer(java, writer, mb: float) -> None:
+    """Sets the indexing RAM buffer of an Anserini ``SimpleIndexer``'s (private) Lucene ``IndexWriter``
+    (a live setting); without access to it, Anserini's 2048 MB stays, with a warning."""
+    try:
+        from jnius import cast
+        field_utils = java.autoclass("org.apache.commons.lang3.reflect.FieldUtils")
+        index_writer = cast("org.apache.lucene.index.IndexWriter", field_utils.readField(writer, "writer", True))
+        index_writer.getConfig().setRAMBufferSizeMB(mb)
+    except Exception as e:  # pragma: no cover - depends on the Anserini jar
+        _log.warning("could not set Lucene's indexing RAM buffer to %s MB (%s); Anserini's default stays", mb, e)
 
 
 def _anserini_jar_name() -> Optional[str]:

@@ -15,7 +15,6 @@ import pandas as pd
 import pyterrier as pt
 import pyterrier_alpha as pta
 
-from pyterrier_sci.artifacts import build_atomically
 from pyterrier_sci.corpus import corpus_texts, dataset_of, index_path
 from pyterrier_sci.quiet import quiet_native
 from pyterrier_sci.registry import DATASET, MAX_RESULTS, PATH, Param, check_artifact, check_fields, params
@@ -26,21 +25,10 @@ BACKENDS = ("pisa", "lucene")
 def build_index(docs: Iterable[dict], path: Union[str, Path], backend: str = "pisa", threads: int = 1,
                 verbose: bool = False):
     """Indexes ``{'docno', 'text'}`` dicts into a new BM25 index at ``path`` (atomically: an
-    interrupted build leaves nothing at ``path``) and returns the index artifact."""
-    if backend not in BACKENDS:
-        raise ValueError(f"unknown BM25 backend {backend!r}: use one of {', '.join(BACKENDS)}")
-    path = Path(path)
-    if backend == "pisa":
-        from pyterrier_pisa import PisaIndex
-
-        def build(tmp):
-            with quiet_native(not verbose):
-                PisaIndex(str(tmp), text_field="text", threads=threads).index(docs)
-        build_atomically(path, build)
-        return PisaIndex(str(path), threads=threads)
-    from .lucene import LuceneIndex
-    build_atomically(path, lambda tmp: LuceneIndex(str(tmp)).indexer(text_field="text", threads=threads).index(docs))
-    return LuceneIndex(str(path))
+    interrupted build leaves nothing at ``path``) and returns the index artifact: the documents are
+    streamed in bounded memory and checked (:func:`~.indexing.index_corpus`)."""
+    from .indexing import index_corpus
+    return index_corpus(docs, path, backend, threads=threads, verbose=verbose)
 
 
 def corpus_index(dataset: str, backend: str = "pisa", fields: Optional[Sequence[str]] = None,

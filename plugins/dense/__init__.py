@@ -6,6 +6,8 @@ _MODULES = {  # module -> the public names it defines, imported on first use
     "models": ("DEFAULT_MODEL", "ModelNotFoundError", "resolve_model", "load_sentence_transformer", "model_slug",
               "ARTIFACT_TYPE", "ARTIFACT_FORMAT", "LEGACY_TRAINING_FILES", "SentenceTransformerModel"),
     "retriever": ("DenseRetriever", "dense_component"),
+    "fanout": ("ShardedDenseIndex", "write_sharded_flex"),
+    "sharded": ("ShardedIndexError", "build_sharded_index", "default_index_path", "shard_bounds", "add_index_commands"),
     "neural_ndcg": ("PADDED", "neural_sort", "sinkhorn", "ndcg", "neural_ndcg_loss"),
 }
 __getattr__, __dir__, __all__ = lazy_exports(__name__, _MODULES)

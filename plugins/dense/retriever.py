@@ -5,7 +5,9 @@ the stored vectors, or, without an index, by encoding the frame's ``text`` colum
 
 Search and re-scoring read the index through pyterrier_dr's public API (``payload()``, ``docnos()``,
 ``sim_fn``) and do the numpy work here in blocks, without a per-query loop: the results of
-``FlexIndex.np_retriever()`` / ``scorer()``, faster on many queries.
+``FlexIndex.np_retriever()`` / ``scorer()``, faster on many queries.  The same code searches each
+shard of a sharded index (:mod:`.fanout`, in parallel) and merges them exactly: ties go to the lower
+global position in both, so a sharded index returns the flat index's results.
 """
 from __future__ import annotations
 
@@ -19,27 +21,35 @@ import pyterrier_alpha as pta
 from pyterrier_sci.corpus import dataset_of
 from pyterrier_sci.registry import DATASET, MAX_RESULTS, PATH, Param, check_artifact, check_fields, params
 
+from .fanout import ShardedDenseIndex, is_sharded
 from .models import DEFAULT_MODEL, load_sentence_transformer, model_slug
 
 
 class DenseRetriever(pt.Transformer):
-    """A sentence-transformers bi-encoder over a flat index.
+    """A sentence-transformers bi-encoder over a flat or a sharded index.
 
     Args:
-        model: a sentence-transformers hub id, a local path, or ``"default"`` (offline MiniLM).
-        index: path of a :class:`pyterrier_dr.FlexIndex`; built from ``corpus`` on first use if missing.
+        model: a sentence-transformers hub id, a local path, or ``"default"`` (offline MiniLM); with a
+            sharded index it must be the index's model (its manifest names it).
+        index: path of a :class:`pyterrier_dr.FlexIndex` (built from ``corpus`` on first use if missing)
+            or of a :class:`~.fanout.ShardedDenseIndex` (shards searched in parallel), or either artifact.
         corpus: an ir_datasets id whose documents fill the index (when it is not built yet).
         fields: document fields joined for encoding (default: the dataset's ``default_text()``).
         num_results: results per query when retrieving.
         batch_size: encoding batch size.
         verbose: progress bars while encoding (on by default: encoding is the long part).
         device: torch device (default ``cpu``).
+        rank_cutoff: results kept per query (``dense % k`` sets it: retrieval then fetches only ``k``;
+            re-scoring still scores every input document, then cuts).
     """
 
-    def __init__(self, model: str = DEFAULT_MODEL, index: Optional[str] = None, corpus: Optional[str] = None,
+    def __init__(self, model: str = DEFAULT_MODEL, index=None, corpus: Optional[str] = None,
                  fields: Optional[Sequence[str]] = None, num_results: int = 1000, batch_size: int = 32,
-                 verbose: bool = True, device: Optional[str] = None):
+                 verbose: bool = True, device: Optional[str] = None, rank_cutoff: Optional[int] = None):
         self.model = model
+        artifact = None
+        if isinstance(index, pt.Artifact):
+            artifact, index = index, index.path
         self.index = None if index is None else str(index)
         self.corpus = corpus
         self.fields = tuple(fields) if fields else None
@@ -47,8 +57,11 @@ class DenseRetriever(pt.Transformer):
         self.batch_size = batch_size
         self.verbose = verbose
         self.device = device
+        self.rank_cutoff = rank_cutoff
         self._encoder = None
         self._flex = None
+        if artifact is not None:
+            self._use_index(artifact)
 
     # -- the pieces, loaded lazily so that building a pipeline costs nothing ----------------------
     @property
@@ -85,10 +98,18 @@ class DenseRetriever(pt.Transformer):
             bar.update(len(batch))
         bar.close()
 
+    def _use_index(self, index):
+        if isinstance(index, ShardedDenseIndex):
+            index.check_model(self.model)
+        self._flex = index
+
     def flex_index(self):
-        """The FlexIndex, built from ``corpus`` first if needed (atomically)."""
+        """The index: a FlexIndex (built from ``corpus`` first if needed, atomically) or a
+        :class:`~.fanout.ShardedDenseIndex` (whose model must be this retriever's)."""
         if self.index is None:
             return None
+        if self._flex is None and is_sharded(self.index):
+            self._use_index(ShardedDenseIndex(self.index))
         if self._flex is None:
             from pyterrier_dr import FlexIndex
 
@@ -119,7 +140,8 @@ class DenseRetriever(pt.Transformer):
                                  "to re-score a first stage, write first_stage >> dense")
             inp = inp.drop(columns=[c for c in ("docno", "score", "rank") if c in inp.columns]).reset_index(drop=True)
             qvecs = self.encode(inp["query"].astype(str).tolist(), desc="queries")
-            return _search(flex, inp, qvecs, self.num_results)
+            k = self.num_results if self.rank_cutoff is None else min(self.num_results, self.rank_cutoff)
+            return _search(flex, inp, qvecs, k)
         if len(inp) == 0:
             return inp.assign(score=pd.Series(dtype=float), rank=pd.Series(dtype=int))
         flex = self.flex_index()
@@ -128,7 +150,10 @@ class DenseRetriever(pt.Transformer):
             scores = _score_with_index(flex, inp, qvecs, pos)
         else:
             scores = _rowwise_dot(qvecs, pos, self.encode(self._frame_texts(inp), desc="documents"))
-        return _ranked(inp, scores)
+        out = _ranked(inp, scores)
+        if self.rank_cutoff is not None:
+            out = out[out["rank"] < self.rank_cutoff].reset_index(drop=True)
+        return out
 
     def _frame_texts(self, inp: pd.DataFrame) -> list:
         """Document texts of a result frame without an index: ``fields`` joined by a space (as
@@ -152,14 +177,21 @@ class DenseRetriever(pt.Transformer):
         return vecs, codes
 
     def fuse_rank_cutoff(self, k: int) -> Optional["DenseRetriever"]:
-        # only retrieval can stop early; re-scoring must score every input document
-        return None
+        """``dense % k`` as one transformer: retrieval fetches only ``k`` results per query (each shard
+        of a sharded index too); re-scoring still scores every input document, then keeps ``k``."""
+        if self.rank_cutoff is not None and self.rank_cutoff <= k:
+            return self
+        fused = object.__new__(type(self))  # not copy.copy: __getstate__ drops the loaded model and index
+        fused.__dict__.update(self.__dict__)  # shared, not reloaded
+        fused.rank_cutoff = k
+        return fused
 
     def __repr__(self) -> str:
-        return f"DenseRetriever({self.model!r}, index={self.index!r}, num_results={self.num_results})"
+        cut = "" if self.rank_cutoff is None else f", rank_cutoff={self.rank_cutoff}"
+        return f"DenseRetriever({self.model!r}, index={self.index!r}, num_results={self.num_results}{cut})"
 
     def _key(self):
-        return (self.model, self.index, self.corpus, self.fields, self.num_results)
+        return (self.model, self.index, self.corpus, self.fields, self.num_results, self.rank_cutoff)
 
     def __eq__(self, other) -> bool:
         return isinstance(other, DenseRetriever) and self._key() == other._key()
@@ -174,17 +206,35 @@ class DenseRetriever(pt.Transformer):
         return state
 
 
-def _search(flex, inp: pd.DataFrame, qvecs, k: int, batch_size: int = 8192) -> pd.DataFrame:
-    """Exhaustive top-``k`` search of the index's stored vectors (its similarity function), one
-    matrix product per document block, and the result frame built without a per-query loop
-    (the same results as ``FlexIndex.np_retriever()``, at the cost of the raw numpy work)."""
+def _prepare_queries(qvecs, sim_fn):
+    """Query vectors as float32, normalised for cosine similarity."""
     import numpy as np
     from pyterrier_dr import SimFn
-    docnos, dvecs, _ = flex.payload()
     qvecs = np.asarray(qvecs, dtype=np.float32)
-    cos = flex.sim_fn == SimFn.cos
-    if cos:
+    if SimFn(sim_fn) == SimFn.cos:
         qvecs = qvecs / np.linalg.norm(qvecs, axis=1, keepdims=True)
+    return qvecs
+
+
+def _select(s, i, k: int):
+    """Per row the ``k`` largest scores of ``s`` (ids ``i``), equal scores by lower id: argpartition,
+    then an exact sort of the (rare) rows where ties straddle the cut."""
+    import numpy as np
+    top = np.argpartition(-s, k - 1, axis=1)[:, :k]
+    ts, ti = np.take_along_axis(s, top, 1), np.take_along_axis(i, top, 1)
+    kth = ts.min(axis=1, keepdims=True)
+    split = (s == kth).sum(axis=1) > (ts == kth).sum(axis=1)
+    for r in np.flatnonzero(split):
+        order = np.lexsort((i[r], -s[r]))[:k]
+        ts[r], ti[r] = s[r, order], i[r, order]
+    return ts, ti
+
+
+def _topk(dvecs, qvecs, k: int, offset: int = 0, cos: bool = False, batch_size: int = 8192):
+    """``(scores, ids)`` of the top-``k`` rows of ``dvecs`` for each (prepared) query, one matrix product
+    per block of ``batch_size`` rows; ids are ``offset`` + row, ordered by score (descending) then id
+    (ascending): a flat index and each shard of a sharded one (``offset`` = its start) order ties alike."""
+    import numpy as np
     n, nq = dvecs.shape[0], qvecs.shape[0]
     k = min(k, n)
     best_s = np.empty((nq, 0), dtype=np.float32)
@@ -194,44 +244,80 @@ def _search(flex, inp: pd.DataFrame, qvecs, k: int, batch_size: int = 8192) -> p
         if cos:
             block = block / np.linalg.norm(block, axis=1, keepdims=True)
         s = np.concatenate([best_s, qvecs @ block.T], axis=1)
-        ids = np.broadcast_to(np.arange(start, start + block.shape[0]), (nq, block.shape[0]))
+        ids = np.broadcast_to(np.arange(offset + start, offset + start + block.shape[0]), (nq, block.shape[0]))
         i = np.concatenate([best_i, ids], axis=1)
         if s.shape[1] > k:
-            top = np.argpartition(-s, k - 1, axis=1)[:, :k]
-            s, i = np.take_along_axis(s, top, 1), np.take_along_axis(i, top, 1)
+            s, i = _select(s, i, k)
         best_s, best_i = s, i
-    order = np.argsort(-best_s, axis=1, kind="stable")
-    best_s, best_i = np.take_along_axis(best_s, order, 1), np.take_along_axis(best_i, order, 1)
+    order = np.lexsort((best_i, -best_s), axis=1)
+    return np.take_along_axis(best_s, order, 1), np.take_along_axis(best_i, order, 1)
+
+
+def _merge_topk(scores: list, ids: list, k: int):
+    """The exact top-``k`` of per-shard top-k lists (each ordered), by score then id."""
+    import numpy as np
+    s, i = np.concatenate(scores, axis=1), np.concatenate(ids, axis=1)
+    if s.shape[1] > k:
+        s, i = _select(s, i, k)
+    order = np.lexsort((i, -s), axis=1)
+    return np.take_along_axis(s, order, 1), np.take_along_axis(i, order, 1)
+
+
+def _search(index, inp: pd.DataFrame, qvecs, k: int) -> pd.DataFrame:
+    """Exhaustive top-``k`` search of the index's stored vectors (its similarity function) for each
+    row of the query frame ``inp`` and the result frame built without a per-query loop (the same
+    results as ``FlexIndex.np_retriever()``, ties by docid).  ``index`` is a FlexIndex or a
+    :class:`~.fanout.ShardedDenseIndex` (its shards searched in parallel, merged exactly)."""
+    import numpy as np
+    from pyterrier_dr import SimFn
+    nq = len(qvecs)
+    if isinstance(index, ShardedDenseIndex):
+        best_s, best_i = index.search(qvecs, k)
+        docno_of = index.docnos_of
+    else:
+        docnos, dvecs, _ = index.payload()
+        best_s, best_i = _topk(dvecs, _prepare_queries(qvecs, index.sim_fn), k, cos=index.sim_fn == SimFn.cos)
+
+        def docno_of(ids):
+            return np.asarray(docnos.fwd[ids], dtype=object)
+    k = best_s.shape[1]
     out = inp.iloc[np.repeat(np.arange(nq), k)].reset_index(drop=True)
     uniq, inverse = np.unique(best_i.ravel(), return_inverse=True)  # docno lookups are per element
-    out["docno"] = np.asarray(docnos.fwd[uniq], dtype=object)[inverse]
+    out["docno"] = docno_of(uniq)[inverse]
     out["score"] = best_s.ravel()
     out["rank"] = np.tile(np.arange(k), nq)
     return out
 
 
-def _score_with_index(flex, inp: pd.DataFrame, qvecs, pos, block: int = 65536):
+def _score_with_index(index, inp: pd.DataFrame, qvecs, pos, block: int = 65536):
     """Scores of ``inp``'s (qid, docno) rows with the index's stored vectors and similarity
     (the scores of ``FlexIndex.scorer()``): one docno lookup for the whole frame, then the stored
     rows gathered and dotted with their query's vector ``block`` rows at a time, with no per-query
-    loop, progress bar or per-row vector column."""
+    loop, progress bar or per-row vector column.  A sharded index finds each docno's shard."""
     import numpy as np
     from pyterrier_dr import SimFn
-    docids = np.asarray(flex.docnos().inv[inp["docno"].astype(str).to_numpy()], dtype=np.int64)
+    sharded = isinstance(index, ShardedDenseIndex)
+    docnos = inp["docno"].astype(str).to_numpy()
+    if sharded:
+        docids = index.positions_of(docnos)
+    else:
+        docids = np.asarray(index.docnos().inv[docnos], dtype=np.int64)
     if (docids < 0).any():
         missing = inp["docno"].to_numpy()[docids < 0][:5].tolist()
-        raise KeyError(f"dense re-scoring: docno(s) {missing} are not in the index {flex.index_path}")
-    dvecs, _ = flex.payload(return_docnos=False)
-    qvecs = np.asarray(qvecs, dtype=np.float32)
-    cos = flex.sim_fn == SimFn.cos
-    if cos:
-        qvecs = qvecs / np.linalg.norm(qvecs, axis=1, keepdims=True)
+        raise KeyError(f"dense re-scoring: docno(s) {missing} are not in the index {index.index_path}")
+    qvecs = _prepare_queries(qvecs, index.sim_fn)
+    cos = index.sim_fn == SimFn.cos
+    if not sharded:
+        dvecs, _ = index.payload(return_docnos=False)
     scores = np.empty(len(docids), dtype=np.float32)
     for start in range(0, len(docids), block):
         ids = docids[start:start + block]
-        order = np.argsort(ids, kind="stable")  # gathers from the memory map in file order
-        d = np.empty((len(ids), qvecs.shape[1]), dtype=np.float32)
-        d[order] = dvecs[ids[order]]
+        if sharded:
+            d = index.vectors(ids)
+        else:
+            order = np.argsort(ids, kind="stable")  # gathers from the memory map in file order
+            d = np.empty((len(ids), qvecs.shape[1]), dtype=np.float32)
+            d[order] = dvecs[ids[order]]
         if cos:
             d /= np.linalg.norm(d, axis=1, keepdims=True)
         scores[start:start + block] = _rowwise_dot(qvecs, pos[start:start + block], d)
@@ -262,14 +348,18 @@ def _ranked(inp: pd.DataFrame, scores) -> pd.DataFrame:
 def dense_component(*, context=None, model: str = DEFAULT_MODEL, index: Union[None, bool, str] = None,
                     dataset: Optional[str] = None, fields: Optional[Sequence[str]] = None, num_results: int = 1000,
                     batch_size: int = 32, verbose: bool = True, device: Optional[str] = None) -> DenseRetriever:
-    """``dense``: a sentence-transformers bi-encoder (default: offline all-MiniLM-L6-v2) over a flat index.
+    """``dense``: a sentence-transformers bi-encoder (default: offline all-MiniLM-L6-v2) over a flat index
+    or a sharded one (``pyterrier-sci index --shards N``; searched shard-parallel, ``model`` must be its own).
 
-    ``index``: a FlexIndex path; by default the dataset's corpus index (built on first use);
+    ``index``: a FlexIndex or sharded index path; by default the dataset's corpus index (built on first use);
     ``false``: no index, the input's ``text`` column is encoded (re-scoring small candidate sets
     costs less than encoding a whole corpus)."""
     corpus = dataset_of(dataset, context, "dense", required=False)
     if isinstance(index, str):  # built there on first use when missing
-        check_artifact(index, {"dense_index": ["flex"]}, "dense", must_exist=False)
+        if is_sharded(index):  # a finished sharded index (its model must be the query model) or an unfinished build
+            ShardedDenseIndex(index).check_model(model)
+        else:
+            check_artifact(index, {"dense_index": ["flex", "sharded_flex"]}, "dense", must_exist=False)
     elif fields and index is not False:
         check_fields(corpus, fields, "dense")
     if index is False:

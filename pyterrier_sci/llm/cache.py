@@ -1,6 +1,11 @@
 """A persistent cache of LLM responses: one SQLite file in WAL mode, keyed by the SHA-256 of the
 request (never the key or the URL), each response committed as it arrives, safe under concurrent
-threads and processes, picklable.  See ``docs/llm.md``, "Cache".
+threads and processes of one machine, picklable.  See ``docs/llm.md``, "Cache".
+
+Many processes on many nodes (``pyterrier_sci.scale.on_ray``): SQLite must not be shared across
+nodes or over NFS, so there one :class:`CacheService` (a Ray actor on the driver's node) owns the
+file and every worker process routes its caches through it (:func:`use_service`): each response
+is committed by the service before the worker goes on.  See ``docs/scale.md``.
 """
 from __future__ import annotations
 
@@ -13,6 +18,22 @@ from pathlib import Path
 from typing import Any, Optional
 
 FILENAME = "responses.sqlite3"
+
+#: in a worker process of a distributed run: the cache service every ResponseCache goes through
+#: (an object with ``get(directory, key)``, ``put(directory, key, value, model)``,
+#: ``count(directory)``, ``clear(directory)``); ``None``: the SQLite file is opened here
+_SERVICE: Optional[Any] = None
+
+
+def use_service(service: Optional[Any]) -> None:
+    """Routes every :class:`ResponseCache` of this process through ``service`` (``None``: back to
+    the local file).  Called in the worker processes of a distributed run."""
+    global _SERVICE
+    _SERVICE = service
+
+
+def service_in_use() -> Optional[Any]:
+    return _SERVICE
 
 
 def cache_key(payload: Any) -> str:
@@ -53,6 +74,11 @@ class ResponseCache:
         return conn
 
     def get(self, key: str) -> Optional[dict]:
+        if _SERVICE is not None:
+            return _SERVICE.get(str(self.directory), key)
+        return self._get(key)
+
+    def _get(self, key: str) -> Optional[dict]:
         row = self._conn().execute("SELECT value FROM responses WHERE key=?", (key,)).fetchone()
         if row is None:
             return None
@@ -62,6 +88,12 @@ class ResponseCache:
             return None
 
     def put(self, key: str, value: dict, model: str = "") -> None:
+        """Stores a response; it is committed (on disk) when this returns."""
+        if _SERVICE is not None:
+            return _SERVICE.put(str(self.directory), key, value, model)
+        return self._put(key, value, model)
+
+    def _put(self, key: str, value: dict, model: str = "") -> None:
         blob = json.dumps(value, ensure_ascii=False)
         for attempt in range(5):
             try:
@@ -74,10 +106,62 @@ class ResponseCache:
                 time.sleep(0.1 * (attempt + 1))
 
     def __len__(self) -> int:
+        if _SERVICE is not None:
+            return _SERVICE.count(str(self.directory))
         return self._conn().execute("SELECT COUNT(*) FROM responses").fetchone()[0]
 
     def clear(self) -> None:
+        if _SERVICE is not None:
+            return _SERVICE.clear(str(self.directory))
         self._conn().execute("DELETE FROM responses")
 
     def __repr__(self) -> str:
         return f"ResponseCache({str(self.directory)!r})"
+
+
+class CacheService:
+    """The one owner of the cache files of a distributed run (run as a Ray actor on the driver's
+    node): opens each directory's SQLite file locally and answers the workers' gets and puts;
+    a put returns once the response is committed.  Thread-safe (a threaded actor)."""
+
+    def __init__(self):
+        from .budget import LedgerBook
+        self._caches = {}
+        self._lock = threading.Lock()
+        self.ledgers = LedgerBook()   # the run's LLM budgets, one for all workers
+
+    def _cache(self, directory: str) -> ResponseCache:
+        with self._lock:
+            c = self._caches.get(directory)
+            if c is None:
+                c = self._caches[directory] = ResponseCache(directory)
+            return c
+
+    def get(self, directory: str, key: str) -> Optional[dict]:
+        return self._cache(directory)._get(key)
+
+    def put(self, directory: str, key: str, value: dict, model: str = "") -> None:
+        self._cache(directory)._put(key, value, model)
+
+    def count(self, directory: str) -> int:
+        c = self._cache(directory)
+        return c._conn().execute("SELECT COUNT(*) FROM responses").fetchone()[0]
+
+    def clear(self, directory: str) -> None:
+        self._cache(directory)._conn().execute("DELETE FROM responses")
+
+    # -- the run's LLM budgets (pyterrier_sci.llm.budget.LedgerBook) ---------------------------
+    def ledger_load(self, key, limits, state) -> None:
+        self.ledgers.load(key, limits, state)
+
+    def ledger_reserve(self, key, prompt_tokens, max_tokens, price):
+        return self.ledgers.reserve(key, prompt_tokens, max_tokens, price)
+
+    def ledger_settle(self, key, reservation, prompt_tokens, completion_tokens, price) -> None:
+        self.ledgers.settle(key, reservation, prompt_tokens, completion_tokens, price)
+
+    def ledger_release(self, key, reservation) -> None:
+        self.ledgers.release(key, reservation)
+
+    def ledger_state(self, key):
+        return self.ledgers.state(key)

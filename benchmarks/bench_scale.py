@@ -1,0 +1,385 @@
+"""Scale-out on Ray (issue 20, docs/scale.md), measured in one run on this machine:
+
+  encode   sharded dense indexing (hep-th abstracts of irds:sci/hepth-core-citations written to a JSONL
+           corpus): local Ray with 1 worker vs the single-process flat build (target <= 1.10x), 2 workers
+           vs 1, interleaved rounds (median, min, max of per-round ratios); peak RSS per worker at 30K and
+           300K documents (the hep-th abstracts repeated under new ids; texts cut to --mem-chars
+           characters to keep it affordable, stated in the output);
+  fanout   fan-out retrieval over 2 shards vs the flat FlexIndex holding the same vectors (target <= 1.2x),
+           A B A B, median of the per-pair ratios; results checked identical first;
+  llm      an LLM stage (MIR's pointwise judge, CSFCube) against the loopback server at a fixed latency:
+           calls/s in one process, on 1 and on 2 Ray workers, and the server requests of a rerun (target 0).
+
+    PYTERRIER_SCI_DATA=/work/shared/data python benchmarks/bench_scale.py            # all three
+    python benchmarks/bench_scale.py encode --docs 2000 --rounds 3 --memory-sizes 30000,300000
+    python benchmarks/bench_scale.py fanout [--docs 29555] [--dim 384] [--shards 2]
+    python benchmarks/bench_scale.py llm [--llm-queries 16] [--llm-depth 20] [--latency 0.05]
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import resource
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+import pandas as pd
+
+from pyterrier_sci.bench import csfcube_rerank_sample, markdown
+from pyterrier_sci.llm.loopback import ScriptedServer, prompt_of, yes_no
+
+# ----------------------------------------------------------------- encode (sharded indexing)
+
+HEPTH = "irds:sci/hepth-core-citations/train"
+
+
+def write_corpus(path: Path, size: int, chars: int = 0) -> Path:
+    """A JSONL corpus of ``size`` hep-th abstracts, repeated under new ids once they run out."""
+    from pyterrier_sci.corpus import corpus_texts
+    abstracts = [d["text"] for d in corpus_texts(HEPTH, ["abstract"]) if d["text"].strip()]
+    with open(path, "w", encoding="utf-8") as f:
+        for i, text in zip(range(size), itertools.cycle(abstracts)):
+            f.write(json.dumps({"docno": f"d{i}", "text": text[:chars] if chars else text}) + "\n")
+    return path
+
+
+def read_jsonl(path: Path):
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            yield json.loads(line)
+
+
+def single_process(corpus: Path, out: Path, batch_size: int):
+    """(seconds of the whole flat build in this process with the model load, seconds of encoding and
+    writing alone)."""
+    from pyterrier_dr import FlexIndex
+
+    from pyterrier_sci.plugins.dense import DenseRetriever
+    t = time.perf_counter()
+    dense = DenseRetriever("default", batch_size=batch_size, verbose=False)
+    dense.encoder  # noqa: B018 - loads the model
+    t_enc = time.perf_counter()
+    FlexIndex(str(out), verbose=False).indexer().index(dense._encode_docs(read_jsonl(corpus)))
+    end = time.perf_counter()
+    return end - t, end - t_enc
+
+
+def sharded(corpus: Path, out: Path, shards: int, workers: int, batch_size: int):
+    """(seconds, shard reports) of a sharded build on the running Ray instance (actor start-up and
+    model loading included)."""
+    from pyterrier_sci.plugins.dense import build_sharded_index
+    reports = []
+    t = time.perf_counter()
+    build_sharded_index(str(corpus), "default", out, shards, workers=workers, batch_size=batch_size,
+                        verbose=False, on_shard=reports.append)
+    return time.perf_counter() - t, reports
+
+
+def throughput(work: Path, docs: int, rounds: int, batch_size: int) -> dict:
+    from pyterrier_sci.scale import init_ray
+    corpus = write_corpus(work / f"hepth-{docs}.jsonl", docs)
+    rows = {"single": [], "ray1": [], "ray2": []}  # whole builds (model loads and actor start-up included)
+    enc = {"single": [], "ray1": [], "ray2": []}  # encoding and writing alone (the workers' shard times)
+    load_before = os.getloadavg()
+    import ray
+    init_ray(num_cpus=os.cpu_count())  # started once, outside the timings (a cluster is up before a job)
+    try:
+        for r in range(rounds):
+            total, alone = single_process(corpus, work / f"flat-{r}", batch_size)
+            rows["single"].append(total)
+            enc["single"].append(alone)
+            for name, n in (("ray1", 1), ("ray2", 2)):
+                total, reports = sharded(corpus, work / f"{name}-{r}", n, n, batch_size)
+                rows[name].append(total)
+                enc[name].append(max(rep["seconds"] for rep in reports))  # the shards run side by side
+            for name in ("flat", "ray1", "ray2"):
+                shutil.rmtree(work / f"{name}-{r}", ignore_errors=True)
+    finally:
+        ray.shutdown()
+    load_after = os.getloadavg()
+
+    def ratios(t, a, b):
+        rs = [x / y for x, y in zip(t[a], t[b])]
+        return {"median": statistics.median(rs), "min": min(rs), "max": max(rs)}
+    return {"docs": docs, "rounds": rounds, "batch_size": batch_size,
+            "docs_per_s": {k: docs / statistics.median(v) for k, v in rows.items()},
+            "encode_docs_per_s": {k: docs / statistics.median(v) for k, v in enc.items()},
+            "seconds": rows, "encode_seconds": enc,
+            # time ratios: > 1 means slower than the reference
+            "ray1_over_single": ratios(rows, "ray1", "single"), "ray2_over_ray1": ratios(rows, "ray2", "ray1"),
+            "encode_ray1_over_single": ratios(enc, "ray1", "single"),
+            "encode_ray2_over_ray1": ratios(enc, "ray2", "ray1"),
+            "load_before": load_before, "load_after": load_after}
+
+
+def memory(work: Path, sizes, shards: int, workers: int, chars: int, batch_size: int) -> list:
+    """Each size in a process of its own, so that the driver's peak RSS is that build's."""
+    import subprocess
+    import sys
+    out = []
+    for size in sizes:
+        res = work / f"memory-{size}.json"
+        write_corpus(work / f"synthetic-{size}.jsonl", size, chars)  # here: the child's memory is the build's
+        subprocess.run([sys.executable, __file__, "encode", "--docs", "0", "--memory-sizes", str(size),
+                        "--mem-shards", str(shards), "--mem-workers", str(workers), "--mem-chars", str(chars),
+                        "--batch-size", str(batch_size),
+                        "--workdir", str(work), "--memory-child", str(res)], check=True)
+        out += json.loads(res.read_text())
+    return out
+
+
+def memory_child(work: Path, sizes, shards: int, workers: int, chars: int, batch_size: int) -> list:
+    out = []
+    for size in sizes:
+        corpus = work / f"synthetic-{size}.jsonl"
+        if not corpus.exists():
+            write_corpus(corpus, size, chars)
+        load_before = os.getloadavg()
+        secs, reports = sharded_fresh(corpus, work / f"mem-{size}", shards, workers, batch_size)
+        per_worker = {}
+        for r in reports:
+            per_worker[r["pid"]] = max(per_worker.get(r["pid"], 0), r["peak_rss_bytes"])
+        out.append({"docs": size, "shards": shards, "workers": workers, "text_chars": chars, "seconds": secs,
+                    "docs_per_s": size / secs,
+                    "peak_rss_mib_per_worker": sorted(v / 2**20 for v in per_worker.values()),
+                    "driver_peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                    "index_mib": sum(f.stat().st_size for f in (work / f"mem-{size}").rglob("*")
+                                     if f.is_file()) / 2**20,
+                    "load_before": load_before, "load_after": os.getloadavg()})
+        shutil.rmtree(work / f"mem-{size}", ignore_errors=True)
+        corpus.unlink()
+    return out
+
+
+def sharded_fresh(corpus, out, shards, workers, batch_size):
+    """A sharded build in a Ray instance of its own (fresh worker processes, so their peak RSS is theirs)."""
+    from pyterrier_sci.scale import ray_session
+    with ray_session(num_cpus=os.cpu_count()):
+        return sharded(corpus, out, shards, workers, batch_size)
+
+
+def report_throughput(t: dict) -> dict:
+    print(f"## Encoding throughput ({t['docs']} hep-th abstracts, MiniLM, batch {t['batch_size']}, "
+          f"{os.cpu_count()} CPUs, {t['rounds']} interleaved rounds; load average {t['load_before'][0]:.2f} -> "
+          f"{t['load_after'][0]:.2f})\n")
+    print("| path | docs/s, whole build (median) | docs/s, encoding alone (median) |\n|---|---|---|")
+    for k, name in (("single", "single process (flat build)"), ("ray1", "Ray, 1 worker"), ("ray2", "Ray, 2 workers")):
+        print(f"| {name} | {t['docs_per_s'][k]:.1f} | {t['encode_docs_per_s'][k]:.1f} |")
+    print("\nTime ratios (median of the per-round ratios, min-max); whole build includes model loads and, on Ray, "
+          "actor start-up (Ray itself is started before the timings):\n")
+    for k, name in (("ray1_over_single", "Ray 1 worker / single process, whole build (target <= 1.10)"),
+                    ("encode_ray1_over_single", "Ray 1 worker / single process, encoding alone (target <= 1.10)"),
+                    ("ray2_over_ray1", "Ray 2 workers / 1 worker, whole build"),
+                    ("encode_ray2_over_ray1", "Ray 2 workers / 1 worker, encoding alone")):
+        r = t[k]
+        print(f"- {name}: {r['median']:.3f} ({r['min']:.3f}-{r['max']:.3f})")
+    return t
+
+
+def main_encode(argv=None):
+    ap = argparse.ArgumentParser(prog="bench_scale.py encode", description="encoding throughput and memory per worker")
+    ap.add_argument("--docs", type=int, default=2000, help="documents of the throughput runs")
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds of the throughput runs")
+    ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--memory-sizes", default="30000,300000", help="corpus sizes of the memory runs ('' to skip)")
+    ap.add_argument("--mem-shards", type=int, default=4)
+    ap.add_argument("--mem-workers", type=int, default=2)
+    ap.add_argument("--mem-chars", type=int, default=200, help="texts of the memory runs cut to this many characters")
+    ap.add_argument("--workdir", help="where corpora and indexes are written (default: a temporary directory)")
+    ap.add_argument("--json", help="also write the results here")
+    ap.add_argument("--memory-child", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    work = Path(args.workdir or tempfile.mkdtemp(prefix="bench-scale-"))
+    work.mkdir(parents=True, exist_ok=True)
+    sizes = [int(s) for s in args.memory_sizes.split(",") if s.strip()]
+    if args.memory_child:
+        Path(args.memory_child).write_text(json.dumps(memory_child(work, sizes, args.mem_shards, args.mem_workers,
+                                                                   args.mem_chars, args.batch_size)))
+        return
+    res = {"cpus": os.cpu_count()}
+    if args.docs:
+        res["throughput"] = report_throughput(throughput(work, args.docs, args.rounds, args.batch_size))
+    if sizes:
+        res["memory"] = memory(work, sizes, args.mem_shards, args.mem_workers, args.mem_chars, args.batch_size)
+        print(f"\n## Peak memory per worker ({args.mem_shards} shards, {args.mem_workers} workers, texts cut to "
+              f"{args.mem_chars} characters)\n")
+        print("| documents | docs/s | peak RSS per worker (MiB) | driver peak RSS (MiB) | index (MiB) "
+              "| load before -> after |")
+        print("|---|---|---|---|---|---|")
+        for m in res["memory"]:
+            rss = ", ".join(f"{v:.0f}" for v in m["peak_rss_mib_per_worker"])
+            print(f"| {m['docs']:,} | {m['docs_per_s']:.1f} | {rss} | {m['driver_peak_rss_mib']:.0f} "
+                  f"| {m['index_mib']:.1f} | {m['load_before'][0]:.2f} -> {m['load_after'][0]:.2f} |")
+    if args.json:
+        Path(args.json).write_text(json.dumps(res, indent=2))
+    if not args.workdir:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+
+# ----------------------------------------------------------------- fanout (retrieval)
+
+
+def bench_fanout(docs: int = 29555, dim: int = 384, shards: int = 2, queries: int = 200, k: int = 1000,
+                 repeats: int = 7, index: Optional[str] = None, workdir: Optional[str] = None) -> dict:
+    from pyterrier_dr import FlexIndex
+
+    from pyterrier_sci.plugins.dense.fanout import ShardedDenseIndex, write_sharded_flex
+    from pyterrier_sci.plugins.dense.retriever import _search
+    tmp = Path(workdir or tempfile.mkdtemp(prefix="bench-fanout-"))
+    rng = np.random.default_rng(0)
+    if index:
+        sharded = ShardedDenseIndex(index)
+        vecs = sharded.vectors(np.arange(len(sharded)))
+        docnos = sharded.docnos_of(np.arange(len(sharded))).tolist()
+        source = f"vectors of {index} ({sharded.model})"
+    else:
+        vecs = rng.standard_normal((docs, dim)).astype(np.float32)
+        vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+        docnos = [f"d{i}" for i in range(docs)]
+        sharded = write_sharded_flex(tmp / "sharded", docnos, vecs, shards, model="random")
+        source = f"{docs} random unit vectors, dim {dim}"
+    flat = FlexIndex(str(tmp / "flat"), verbose=False)
+    flat.indexer().index({"docno": d, "doc_vec": v} for d, v in zip(docnos, vecs))
+    picks = rng.choice(len(vecs), size=queries, replace=False)
+    qvecs = vecs[picks] + 0.1 * rng.standard_normal((queries, vecs.shape[1])).astype(np.float32)
+    topics = pd.DataFrame({"qid": [f"q{i}" for i in range(queries)], "query": ["-"] * queries})
+
+    a, b = _search(flat, topics, qvecs, k), _search(sharded, topics, qvecs, k)  # also warms the page cache
+    assert a["docno"].tolist() == b["docno"].tolist(), "fan-out results differ from the flat index's"
+    assert np.abs(a["score"].to_numpy() - b["score"].to_numpy()).max() <= 1e-5
+    flat_t, shard_t = [], []
+    for _ in range(repeats):  # A B A B: load drift hits both sides alike
+        t = time.perf_counter()
+        _search(flat, topics, qvecs, k)
+        flat_t.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        _search(sharded, topics, qvecs, k)
+        shard_t.append(time.perf_counter() - t)
+    ratio = statistics.median(s / f for s, f in zip(shard_t, flat_t))
+    return {"source": source, "docs": len(vecs), "dim": int(vecs.shape[1]), "shards": sharded.num_shards,
+            "queries": queries, "k": k, "repeats": repeats, "flat_s": statistics.median(flat_t),
+            "sharded_s": statistics.median(shard_t), "ratio": ratio, "target": 1.2, "ok": ratio <= 1.2}
+
+
+def main_fanout(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="bench_scale.py fanout", description="fan-out retrieval latency vs flat")
+    ap.add_argument("--docs", type=int, default=29555)
+    ap.add_argument("--dim", type=int, default=384)
+    ap.add_argument("--shards", type=int, default=2)
+    ap.add_argument("--queries", type=int, default=200)
+    ap.add_argument("--k", type=int, default=1000)
+    ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--index", help="an existing sharded index whose vectors to use")
+    args = ap.parse_args(argv)
+    r = bench_fanout(args.docs, args.dim, args.shards, args.queries, args.k, args.repeats, args.index)
+    print(f"| fan-out retrieval ({r['source']}; {r['queries']} queries, k={r['k']}) | flat {r['flat_s']:.3f} s "
+          f"| {r['shards']} shards {r['sharded_s']:.3f} s | median ratio {r['ratio']:.2f} (target <= 1.2) |")
+    return 0 if r["ok"] else 1
+
+
+
+# ----------------------------------------------------------------- llm (distributed LLM stage)
+
+
+def llm_responder(kind, body):
+    """A deterministic yes/no for every judgement prompt."""
+    p = prompt_of(kind, body)
+    return yes_no(sum(map(ord, p[-400:])) % 3 == 0, 0.8)
+
+
+def bench_llm(queries: int = 16, depth: int = 20, latency: float = 0.05, concurrency: int = 4,
+              num_cpus: int = 2) -> pd.DataFrame:
+    from pyterrier_sci.llm import ResponseCache
+    from pyterrier_sci.plugins.mir import MIRPointwise
+    from pyterrier_sci.scale import on_ray, ray_session
+
+    df = csfcube_rerank_sample(queries, depth)
+    rows, outputs = [], {}
+    with ScriptedServer(llm_responder, latency=latency) as srv, tempfile.TemporaryDirectory() as tmp, \
+            ray_session(num_cpus=num_cpus):
+        def settings(name):
+            return {"base_url": srv.base_url, "model": "bench", "mode": "completion", "progress": False,
+                    "concurrency": concurrency, "cache_dir": str(Path(tmp) / name)}
+
+        for label, workers in (("one process", 0), ("on_ray, 1 worker", 1), ("on_ray, 2 workers", 2)):
+            judge = MIRPointwise(settings(label), text_field="abstract")
+            t = judge if workers == 0 else on_ray(judge, workers=workers, num_cpus=1)
+            cache = ResponseCache(Path(tmp) / label)
+            srv.reset()
+            t0 = time.perf_counter()
+            outputs[label] = t(df)                 # cold: starts the actors
+            cold = time.perf_counter() - t0
+            cache.clear()                          # warm: the same calls again, actors up
+            srv.reset()
+            t0 = time.perf_counter()
+            warm_out = t(df)
+            warm = time.perf_counter() - t0
+            calls, distinct = srv.calls, len({json.dumps(b, sort_keys=True) for _, b in srv.requests})
+            entries = len(cache)
+            hits_before = judge.usage.cache_hits
+            srv.reset()
+            t0 = time.perf_counter()
+            again = t(df)                          # rerun: everything from the cache
+            rerun = time.perf_counter() - t0
+            assert again.equals(outputs[label]) and warm_out.equals(outputs[label])
+            if workers:
+                t.close()
+            rows.append({"run": label, "queries": df["qid"].nunique(), "LLM calls": calls,
+                         "cold s": cold, "warm s": warm, "calls/s (warm)": calls / warm,
+                         "cache entries": entries, "distinct requests": distinct,
+                         "rerun server requests": srv.calls, "rerun cache hits": judge.usage.cache_hits - hits_before,
+                         "rerun s": rerun})
+    base = rows[0]["calls/s (warm)"]
+    one = rows[1]["calls/s (warm)"]
+    for r in rows:
+        r["vs one process"] = r["calls/s (warm)"] / base
+        r["vs 1 worker"] = r["calls/s (warm)"] / one if r["run"] != "one process" else float("nan")
+    same = all(outputs[k].equals(outputs["one process"]) for k in outputs)
+    table = pd.DataFrame(rows)
+    table.attrs["identical"] = same
+    return table
+
+
+def main_llm(argv=None):
+    ap = argparse.ArgumentParser(prog="bench_scale.py llm", description="LLM stage on Ray vs one process")
+    ap.add_argument("--llm-queries", type=int, default=16)
+    ap.add_argument("--llm-depth", type=int, default=20)
+    ap.add_argument("--latency", type=float, default=0.05)
+    ap.add_argument("--concurrency", type=int, default=4)
+    ap.add_argument("--num-cpus", type=int, default=2)
+    args = ap.parse_args(argv)
+    table = bench_llm(args.llm_queries, args.llm_depth, args.latency, args.concurrency, args.num_cpus)
+    print(f"LLM stage (mir_pointwise), CSFCube method facet, {args.llm_queries} queries x top {args.llm_depth}; "
+          f"loopback server with {args.latency * 1000:.0f} ms fixed latency; {args.concurrency} calls in flight "
+          f"per worker; results identical to one process: {table.attrs['identical']}\n")
+    print(markdown(table))
+
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    commands = {"encode": main_encode, "fanout": main_fanout, "llm": main_llm}
+    if argv and argv[0] in commands:
+        return commands[argv[0]](argv[1:]) or 0
+    if argv and argv[0] in ("-h", "--help"):
+        print(__doc__)
+        return 0
+    print(f"# bench_scale.py on {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}\n")
+    status = 0
+    for name in ("encode", "fanout", "llm"):
+        print(f"\n# {name}\n", flush=True)
+        status |= commands[name](argv) or 0
+    return status
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,527 @@
+"""Sharded dense indexing on Ray: :func:`build_sharded_index` and ``pyterrier-sci index`` encode a
+corpus into N ``pyterrier_dr.FlexIndex`` shards plus a manifest (``pt_meta.json``, type ``dense_index``,
+format ``sharded_flex``; the layout is in ``docs/scale.md``).  Encoder actors each load the model once
+and build whole shards: each streams its contiguous slice of the corpus, encodes it batch by batch and
+writes the shard atomically, so no process holds the corpus text or all vectors.  A rerun after an
+interruption redoes only the shards without a complete directory; ``fanout.py`` searches the result.
+"""
+from __future__ import annotations
+
+import argparse
+import gzip
+import hashlib
+import itertools
+import json
+import os
+import resource
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Iterator, List, Optional, Sequence, Tuple
+
+from pyterrier_sci.registry import PipelineError
+
+__all__ = ["ShardedIndexError", "MANIFEST_FORMAT", "FORMAT_VERSION", "SHARD_FILE", "shard_name", "shard_bounds",
+           "default_index_path", "build_sharded_index", "add_index_commands", "index_main"]
+
+MANIFEST_TYPE = "dense_index"
+MANIFEST_FORMAT = "sharded_flex"
+FORMAT_VERSION = 1
+SHARD_FILE = "shard.json"
+#: documents sorted by length and encoded together (as sentence-transformers' ``encode`` does with its input)
+CHUNK = 2048
+#: the corpus fields of a JSONL corpus file when none are given
+JSONL_TEXT = ("text",)
+_OFFSET_EVERY = 4096  # a JSONL corpus's byte offset is kept every this many lines (to seek near a shard's start)
+
+
+class ShardedIndexError(PipelineError):
+    """A sharded index cannot be built as asked: bad settings, an unknown corpus, or a target
+    directory holding shards of another build."""
+
+
+def shard_name(i: int) -> str:
+    return f"shard-{i:05d}"
+
+
+def shard_bounds(n: int, num_shards: int) -> List[Tuple[int, int]]:
+    """``[(start, end), ...]``: shard i holds corpus positions ``[i*n//N, (i+1)*n//N)``."""
+    return [(i * n // num_shards, (i + 1) * n // num_shards) for i in range(num_shards)]
+
+
+# ------------------------------------------------------------------------------------------- corpora
+
+def _is_file_corpus(corpus: str) -> bool:
+    return not corpus.startswith("irds:") and corpus.endswith((".jsonl", ".jsonl.gz")) and Path(corpus).is_file()
+
+
+def _corpus_key(corpus: str) -> str:
+    """How the manifest names the corpus: the ir_datasets id, or a JSONL file's absolute path."""
+    from pyterrier_sci.corpus import irds_id
+    return str(Path(corpus).resolve()) if _is_file_corpus(corpus) else irds_id(corpus)
+
+
+def _open_text(path: str):
+    return gzip.open(path, "rt", encoding="utf-8") if path.endswith(".gz") else open(path, "rt", encoding="utf-8")
+
+
+def _jsonl_doc(line: str, lineno: int, path: str, fields: Sequence[str]) -> dict:
+    try:
+        rec = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise ShardedIndexError(f"{path}, line {lineno}: not JSON ({e.msg})") from None
+    docno = rec.get("docno", rec.get("doc_id")) if isinstance(rec, dict) else None
+    if docno is None:
+        raise ShardedIndexError(f"{path}, line {lineno}: no 'docno' (or 'doc_id') field")
+    missing = [f for f in fields if f not in rec]
+    if missing:
+        raise ShardedIndexError(f"{path}, line {lineno}: no field(s) {missing} (give the text fields with fields=...)")
+    return {"docno": str(docno), "text": " ".join(str(rec[f] or "") for f in fields)}
+
+
+def _scan_jsonl(path: str) -> Tuple[int, List[int]]:
+    """The number of documents (non-empty lines) of a JSONL corpus, and the byte offset of every
+    ``_OFFSET_EVERY``-th one (plain files only: a gzip file is read from its start)."""
+    n, offsets = 0, []
+    if path.endswith(".gz"):
+        with _open_text(path) as f:
+            n = sum(1 for line in f if line.strip())
+        return n, offsets
+    with open(path, "rb") as f:
+        pos = 0
+        for line in f:
+            if line.strip():
+                if n % _OFFSET_EVERY == 0:
+                    offsets.append(pos)
+                n += 1
+            pos += len(line)
+    return n, offsets
+
+
+def _iter_jsonl(path: str, fields: Sequence[str], start: int, end: int, offsets: Sequence[int]) -> Iterator[dict]:
+    k = start // _OFFSET_EVERY if offsets else 0
+    pos = k * _OFFSET_EVERY
+    with _open_text(path) as f:
+        if offsets:
+            f.seek(offsets[k])
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            if pos >= end:
+                return
+            if pos >= start:
+                yield _jsonl_doc(line, lineno if not offsets else f"~{pos + 1}", path, fields)
+            pos += 1
+    if pos < end:
+        raise ShardedIndexError(f"{path} has {pos} documents, fewer than the {end} counted when the build started "
+                                "(was it changed?)")
+
+
+def _irds(corpus: str):
+    import ir_datasets
+
+    from pyterrier_sci.corpus import irds_id
+    from pyterrier_sci.registry import check_dataset
+    try:
+        check_dataset(corpus, where="index")
+        ds = ir_datasets.load(irds_id(corpus))
+    except (KeyError, PipelineError):
+        raise ShardedIndexError(f"unknown dataset {corpus!r}: give a registered ir_datasets id (see 'pyterrier-sci "
+                                "datasets') or a .jsonl / .jsonl.gz corpus file", where="index") from None
+    if not ds.has_docs():
+        raise ShardedIndexError(f"dataset {corpus} has no documents", where="index")
+    return ds
+
+
+def _count(corpus: str, fields: Optional[Sequence[str]]) -> Tuple[int, List[int]]:
+    """``(n, offsets)`` of a corpus (streamed; nothing is kept but the count)."""
+    if _is_file_corpus(corpus):
+        return _scan_jsonl(corpus)
+    ds = _irds(corpus)
+    from pyterrier_sci.registry import check_fields
+    check_fields(corpus, fields, "index")
+    try:
+        n = ds.docs_count()
+    except Exception:  # noqa: BLE001 - some corpora cannot tell without reading
+        n = None
+    if n is None:
+        n = sum(1 for _ in ds.docs_iter())
+    return int(n), []
+
+
+def _iter_slice(corpus: str, fields: Optional[Sequence[str]], start: int, end: int,
+                offsets: Sequence[int]) -> Iterator[dict]:
+    """``{'docno', 'text'}`` of the documents at corpus positions ``[start, end)``, streamed."""
+    if _is_file_corpus(corpus):
+        yield from _iter_jsonl(corpus, list(fields or JSONL_TEXT), start, end, offsets)
+        return
+    it = _irds(corpus).docs_iter()
+    it = it[start:end] if hasattr(it, "__getitem__") else itertools.islice(it, start, end)
+    for doc in it:
+        text = " ".join(str(getattr(doc, f) or "") for f in fields) if fields else doc.default_text()
+        yield {"docno": doc.doc_id, "text": text}
+
+
+# -------------------------------------------------------------------------------------------- workers
+
+class _Progress:
+    """Documents encoded per shard (a Ray actor: workers report, the driver reads the sum)."""
+
+    def __init__(self):
+        self.done = {}
+
+    def update(self, shard: int, count: int) -> None:
+        self.done[shard] = count  # absolute, so a retried shard does not count twice
+
+    def total(self) -> int:
+        return sum(self.done.values())
+
+
+class _ShardEncoder:
+    """A Ray actor holding one sentence-transformers model; :meth:`build` builds whole shards."""
+
+    def __init__(self, model: str, device: Optional[str], threads: Optional[int]):
+        if threads:
+            import torch
+            torch.set_num_threads(int(threads))
+        from pyterrier_sci.models import load_sentence_transformer
+        self.model = load_sentence_transformer(model, device or "cpu")
+
+    def _encode(self, docs: Iterator[dict], batch_size: int, report: Callable[[int], None]) -> Iterator[dict]:
+        """``docs`` with ``doc_vec``: ``CHUNK`` documents at a time sorted by length (as
+        sentence-transformers' ``encode`` sorts its input), encoded one batch at a time."""
+        import numpy as np
+        done = 0
+        while chunk := list(itertools.islice(docs, CHUNK)):
+            texts = [d["text"] for d in chunk]
+            order = np.argsort([-len(t) for t in texts])
+            vecs = [None] * len(chunk)
+            for b in range(0, len(order), batch_size):
+                ids = order[b:b + batch_size]
+                out = self.model.encode([texts[j] for j in ids], batch_size=batch_size, show_progress_bar=False,
+                                        convert_to_numpy=True)
+                for j, v in zip(ids, out):
+                    vecs[j] = v.astype(np.float32, copy=False)
+                done += len(ids)
+                report(done)
+            for d, v in zip(chunk, vecs):
+                yield {"docno": d["docno"], "doc_vec": v}
+
+    def build(self, spec: dict, progress) -> dict:
+        """Builds shard ``spec['shard']`` unless its directory is complete; returns what it did."""
+        from pyterrier_dr import FlexIndex
+
+        from pyterrier_sci.artifacts import build_atomically
+        i, start, end = spec["shard"], spec["start"], spec["end"]
+        path = Path(spec["index"]) / shard_name(i)
+        t0, built = time.perf_counter(), []
+        last = [0.0]
+
+        def report(count: int) -> None:
+            now = time.monotonic()
+            if now - last[0] >= 0.2 or count == end - start:
+                last[0] = now
+                progress.update.remote(i, count)
+
+        def build(tmp: Path) -> None:
+            docs = _iter_slice(spec["corpus"], spec["fields"], start, end, spec["offsets"])
+            FlexIndex(str(tmp), verbose=False).indexer().index(self._encode(docs, spec["batch_size"], report))
+            meta = json.loads((tmp / "pt_meta.json").read_text())
+            if meta["doc_count"] != end - start:
+                raise ShardedIndexError(f"shard {i}: the corpus gave {meta['doc_count']} documents at positions "
+                                        f"[{start}, {end}), expected {end - start} (was it changed?)")
+            info = {k: spec[k] for k in ("model", "model_id")}
+            info = {"shard": i, "num_shards": spec["num_shards"], **info, "dim": meta["vec_size"],
+                    "corpus": spec["corpus_key"], "fields": spec["fields"], "start": start, "end": end,
+                    "num_docs": end - start}
+            (tmp / SHARD_FILE).write_text(json.dumps(info, indent=2), encoding="utf-8")
+            built.append(True)
+
+        build_atomically(path, build, what=f"{shard_name(i)} of {spec['index']}")
+        progress.update.remote(i, end - start)
+        import socket
+        return {"shard": i, "num_docs": end - start, "built": bool(built), "seconds": time.perf_counter() - t0,
+                "pid": os.getpid(), "host": socket.gethostname(),
+                "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+
+
+# --------------------------------------------------------------------------------------------- driver
+
+def default_index_path(corpus: str, model: str, num_shards: int, fields: Optional[Sequence[str]] = None,
+                       limit: Optional[int] = None) -> Path:
+    """``<work>/indexes/<corpus>/dense-<model slug>-<N>shards[-first<limit>][-<fields>]`` (a JSONL corpus file
+    is named by its stem and a hash of its path)."""
+    from pyterrier_sci.corpus import index_path
+    from pyterrier_sci.data import work_dir
+
+    from .models import model_slug
+    kind = f"dense-{model_slug(model)}-{num_shards}shards" + (f"-first{limit}" if limit else "")
+    if _is_file_corpus(corpus):
+        key = _corpus_key(corpus)
+        name = Path(key).name.split(".")[0] + "-" + hashlib.sha1(key.encode()).hexdigest()[:8]
+        suffix = "" if not fields else "-" + "+".join(fields)
+        return Path(work_dir()) / "indexes" / ("file__" + name) / f"{kind}{suffix}"
+    return index_path(work_dir(), corpus, kind, fields)
+
+
+def _check_int(value, name: str, minimum: int = 1) -> Optional[int]:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ShardedIndexError(f"{name} must be an integer >= {minimum}, not {value!r}", where="index")
+    return value
+
+
+def _expected_shard(spec: dict, i: int, start: int, end: int) -> dict:
+    return {"shard": i, "num_shards": spec["num_shards"], "model_id": spec["model_id"], "corpus": spec["corpus_key"],
+            "fields": spec["fields"], "start": start, "end": end}
+
+
+def _mismatch(found: dict, want: dict) -> List[str]:
+    return [f"{k} {found.get(k)!r} (this build: {v!r})" for k, v in want.items() if found.get(k) != v]
+
+
+def _check_target(index: Path, spec: dict, bounds: List[Tuple[int, int]]) -> List[int]:
+    """The shards still to build; one error when ``index`` holds something of another build."""
+    if index.exists() and not index.is_dir():
+        raise ShardedIndexError(f"{index} is a file, not a directory", where="index")
+    meta_path = index / "pt_meta.json"
+    if meta_path.exists():
+        meta = json.loads(meta_path.read_text())
+        if (meta.get("type"), meta.get("format")) != (MANIFEST_TYPE, MANIFEST_FORMAT):
+            raise ShardedIndexError(f"{index} holds a {meta.get('type')}/{meta.get('format')} artifact, not a "
+                                    "sharded dense index: choose another output path", where="index")
+        want = {"model_id": spec["model_id"], "corpus": spec["corpus_key"], "fields": spec["fields"],
+                "num_shards": spec["num_shards"], "num_docs": bounds[-1][1]}
+        bad = _mismatch(meta, want)
+        if bad:
+            raise ShardedIndexError(f"{index} is a sharded index of another build: {'; '.join(bad)}. "
+                                    "Choose another output path or remove it", where="index")
+    extra = sorted(p.name for p in index.glob("shard-[0-9][0-9][0-9][0-9][0-9]")
+                   if p.is_dir() and int(p.name[6:]) >= spec["num_shards"])
+    if extra:
+        raise ShardedIndexError(f"{index} holds {extra[0]}, beyond the {spec['num_shards']} shards asked for: it is "
+                                "a build with another shard count; choose another output path or remove it",
+                                where="index")
+    todo = []
+    for i, (start, end) in enumerate(bounds):
+        path = index / shard_name(i)
+        if not (path.is_dir() and any(path.iterdir())):
+            todo.append(i)
+            continue
+        try:
+            found = json.loads((path / SHARD_FILE).read_text())
+        except (OSError, ValueError):
+            raise ShardedIndexError(f"{path} is not a shard of a sharded index (no readable {SHARD_FILE}): "
+                                    "choose another output path or remove it", where="index") from None
+        bad = _mismatch(found, _expected_shard(spec, i, start, end))
+        if bad:
+            raise ShardedIndexError(f"{path} was built by another build: {'; '.join(bad)}. Choose another output "
+                                    "path, or remove the index directory to rebuild it", where="index")
+    return todo
+
+
+def _write_manifest(index: Path, spec: dict, bounds: List[Tuple[int, int]]) -> dict:
+    from pyterrier_dr import FlexIndex
+
+    from pyterrier_sci.artifacts import atomic_write_text
+    shards, dims = [], set()
+    for i, (start, end) in enumerate(bounds):
+        path = index / shard_name(i)
+        info = json.loads((path / SHARD_FILE).read_text())
+        bad = _mismatch(info, _expected_shard(spec, i, start, end))
+        if bad:
+            raise ShardedIndexError(f"{path} does not belong to this build: {'; '.join(bad)}", where="index")
+        dims.add(info["dim"])
+        shards.append({"name": shard_name(i), "start": start, "end": end, "num_docs": end - start})
+    if len(dims) != 1:
+        raise ShardedIndexError(f"the shards of {index} have different dimensions {sorted(dims)}", where="index")
+    sim_fn = FlexIndex(str(index / shard_name(0)), verbose=False).sim_fn.value
+    meta = {"type": MANIFEST_TYPE, "format": MANIFEST_FORMAT, "version": FORMAT_VERSION, "model": spec["model"],
+            "model_id": spec["model_id"], "dim": dims.pop(), "sim_fn": sim_fn, "corpus": spec["corpus_key"],
+            "fields": spec["fields"], "num_docs": bounds[-1][1], "num_shards": len(bounds), "shards": shards}
+    atomic_write_text(index / "pt_meta.json", json.dumps(meta, indent=2), what=str(index / "pt_meta.json"))
+    return meta
+
+
+def _cause(e: BaseException) -> BaseException:
+    """The exception a Ray task raised (``RayTaskError`` wraps it)."""
+    cause = getattr(e, "cause", None)
+    return cause if isinstance(cause, BaseException) else e
+
+
+def build_sharded_index(corpus: str, model: str = "default", index_path=None, num_shards: int = 2,
+                        workers: Optional[int] = None, ray_address: Optional[str] = None,
+                        fields: Optional[Sequence[str]] = None, batch_size: int = 32, verbose: bool = True, *,
+                        limit: Optional[int] = None, device: Optional[str] = None,
+                        cpus_per_worker: Optional[int] = None, num_gpus_per_worker: float = 0,
+                        on_shard: Optional[Callable[[dict], None]] = None) -> Path:
+    """Builds (or finishes) a sharded dense index of ``corpus`` with ``model`` on Ray; returns its path.
+
+    Args:
+        corpus: an ir_datasets id (``irds:`` prefix optional) or a ``.jsonl`` / ``.jsonl.gz`` file with one
+            document per line (``docno`` and the ``fields``, default ``text``).
+        model: a sentence-transformers hub id, a local path, or ``"default"`` (the offline MiniLM).
+        index_path: the index directory (default :func:`default_index_path`); on a cluster, a path that
+            every worker node sees (a shared filesystem).
+        num_shards: N; shard i holds corpus positions ``[i*n//N, (i+1)*n//N)``.
+        workers: encoder actors, each loading the model once (default: one per shard, at most one per CPU
+            of the Ray cluster).
+        ray_address: an existing Ray cluster (else ``$RAY_ADDRESS``; else a local instance with this
+            machine's cores and no dashboard).  When Ray is already initialised it is used as it is.
+        fields: document fields joined by a space for encoding (default: the dataset's ``default_text()``).
+        batch_size: encoding batch size.
+        verbose: a progress bar of the documents encoded over all shards.
+        limit: index only the corpus's first ``limit`` documents (a trial run).
+        device: torch device of the workers (default ``cpu``; ``cuda`` with ``num_gpus_per_worker=1``).
+        cpus_per_worker: CPUs (and torch threads) per worker (default: the cluster's CPUs shared out,
+            at most one node's).
+        num_gpus_per_worker: GPUs Ray reserves per worker.
+        on_shard: called in this process with each shard's report (``shard``, ``num_docs``, ``built``,
+            ``seconds``, ``pid``, ``host``, ``peak_rss_bytes`` of its worker).
+
+    A rerun after an interruption (driver or worker killed) rebuilds only the shards without a complete
+    directory; the manifest ``pt_meta.json`` is written last.  Shards of another model, corpus, fields
+    or shard count in ``index_path`` are one :class:`ShardedIndexError`.
+    """
+    from pyterrier_sci.models import ModelNotFoundError, load_sentence_transformer, resolve_model
+    from pyterrier_sci.scale import ScaleError, init_ray
+    num_shards = _check_int(num_shards, "num_shards (--shards)")
+    workers = _check_int(workers, "workers (--workers)")
+    batch_size = _check_int(batch_size, "batch_size (--batch-size)")
+    limit = _check_int(limit, "limit (--limit)")
+    cpus_per_worker = _check_int(cpus_per_worker, "cpus_per_worker")
+    if not isinstance(corpus, str) or not corpus:
+        raise ShardedIndexError(f"corpus must be an ir_datasets id or a JSONL file, not {corpus!r}", where="index")
+    fields = [f for part in fields for f in str(part).split(",") if f] if fields else None
+    if corpus.endswith((".jsonl", ".jsonl.gz")) and not corpus.startswith("irds:") and not Path(corpus).is_file():
+        raise ShardedIndexError(f"corpus file not found: {corpus}", where="index")
+    model_id = resolve_model(model)
+    if not Path(model_id).exists():  # a hub id: one clear error now rather than one per worker
+        try:
+            load_sentence_transformer(model)
+        except ModelNotFoundError as e:
+            raise ShardedIndexError(str(e), where="index --model") from None
+    n, offsets = _count(corpus, fields)
+    if limit:
+        n = min(n, limit)
+    if n == 0:
+        raise ShardedIndexError(f"corpus {corpus} has no documents", where="index")
+    if num_shards > n:
+        raise ShardedIndexError(f"{num_shards} shards for {n} documents: give at most {n} shards", where="index")
+    index = Path(index_path if index_path is not None else default_index_path(corpus, model, num_shards, fields, limit))
+    index = index.expanduser().resolve()
+    spec = {"index": str(index), "corpus": str(Path(corpus).resolve()) if _is_file_corpus(corpus) else corpus,
+            "corpus_key": _corpus_key(corpus), "fields": fields, "model": model, "model_id": model_id,
+            "num_shards": num_shards, "batch_size": batch_size, "offsets": offsets}
+    bounds = shard_bounds(n, num_shards)
+    todo = _check_target(index, spec, bounds)
+    if not todo:
+        if not (index / "pt_meta.json").exists():
+            _write_manifest(index, spec, bounds)
+        if verbose:
+            print(f"{index}: all {num_shards} shards are built", file=sys.stderr)
+        return index
+    index.mkdir(parents=True, exist_ok=True)
+
+    import ray
+    started = init_ray(ray_address)
+    actors, progress = [], None
+    try:
+        cluster = ray.cluster_resources()
+        total_cpus = max(1, int(cluster.get("CPU", 1)))
+        node_cpus = max([int(nd.get("Resources", {}).get("CPU", 0)) for nd in ray.nodes() if nd.get("Alive")] or [1])
+        workers = min(workers or min(num_shards, total_cpus), len(todo))
+        cpus = cpus_per_worker or max(1, min(node_cpus, total_cpus // workers))
+        if cpus > node_cpus:
+            raise ScaleError(f"cpus_per_worker={cpus}, but the largest Ray node has {node_cpus} CPUs")
+        progress = ray.remote(num_cpus=0)(_Progress).remote()
+        encoder = ray.remote(_ShardEncoder).options(num_cpus=cpus, num_gpus=num_gpus_per_worker,
+                                                    max_restarts=1, max_task_retries=1)
+        actors = [encoder.remote(model, device, cpus) for _ in range(workers)]
+        already = n - sum(bounds[i][1] - bounds[i][0] for i in todo)
+        from pyterrier_sci.corpus import corpus_id
+        name = Path(spec["corpus_key"]).name if _is_file_corpus(corpus) else corpus_id(corpus)
+        import pyterrier as pt
+        bar = pt.tqdm(total=n, initial=already, unit="doc", disable=not verbose,
+                      desc=f"encoding {name} into {num_shards} shards ({workers} workers)")
+        queue, inflight = list(todo), {}
+
+        def submit(actor):
+            i = queue.pop(0)
+            ref = actor.build.remote(dict(spec, shard=i, start=bounds[i][0], end=bounds[i][1]), progress)
+            inflight[ref] = (actor, i)
+
+        for actor in actors:
+            if queue:
+                submit(actor)
+        while inflight:
+            done, _ = ray.wait(list(inflight), num_returns=1, timeout=0.5)
+            for ref in done:
+                actor, i = inflight.pop(ref)
+                try:
+                    report = ray.get(ref)
+                except ray.exceptions.RayTaskError as e:
+                    cause = _cause(e)
+                    if isinstance(cause, (ShardedIndexError, ModelNotFoundError)):
+                        raise cause from None
+                    raise ShardedIndexError(f"building {shard_name(i)} failed: {type(cause).__name__}: {cause}",
+                                            where="index") from None
+                except ray.exceptions.RayActorError as e:
+                    why = " ".join(str(e).split())[:300]
+                    raise ShardedIndexError(f"the worker building {shard_name(i)} died ({type(e).__name__}: {why}); "
+                                            "rerun to resume: finished shards are kept", where="index") from None
+                if on_shard is not None:
+                    on_shard(report)
+                if queue:
+                    submit(actor)
+            count = already + ray.get(progress.total.remote())
+            if count != bar.n:
+                bar.update(count - bar.n)
+        bar.update(n - bar.n)
+        bar.close()
+        _write_manifest(index, spec, bounds)
+        return index
+    finally:
+        for a in actors + ([progress] if progress is not None else []):
+            try:
+                ray.kill(a)
+            except Exception:  # noqa: BLE001 - already gone
+                pass
+        if started:
+            ray.shutdown()
+
+
+# ------------------------------------------------------------------------------------------------ CLI
+
+def add_index_commands(subparsers) -> argparse.ArgumentParser:
+    """Adds ``index`` (a sharded dense index built on Ray) to an argparse sub-parsers object; sets
+    ``func=index_main``."""
+    p = subparsers.add_parser("index", help="build a sharded dense index of a corpus on Ray (resumable)",
+                              description="Encodes a corpus into N FlexIndex shards plus a manifest (pt_meta.json); "
+                                          "point the dense component at it with index: PATH. A rerun resumes.")
+    p.add_argument("dataset", help="ir_datasets id (e.g. irds:sci/csfcube) or a .jsonl/.jsonl.gz corpus file")
+    p.add_argument("--model", default="default", help="sentence-transformers model: hub id, path or 'default'")
+    p.add_argument("--shards", type=int, required=True, help="number of shards N")
+    p.add_argument("--workers", type=int, help="encoder workers (default: one per shard, at most one per CPU)")
+    p.add_argument("--ray-address", help="an existing Ray cluster (default: $RAY_ADDRESS, else a local instance)")
+    p.add_argument("--output", help="index directory (default: under the work directory; on a cluster, a shared path)")
+    p.add_argument("--fields", nargs="+", help="document fields to encode (default: the dataset's default text)")
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--limit", type=int, help="index only the first LIMIT documents")
+    p.add_argument("--device", help="torch device of the workers (default cpu)")
+    p.add_argument("--gpus-per-worker", type=float, default=0, help="GPUs Ray reserves per worker")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=index_main)
+    return p
+
+
+def index_main(args) -> int:
+    path = build_sharded_index(args.dataset, args.model, args.output, args.shards, workers=args.workers,
+                               ray_address=args.ray_address, fields=args.fields, batch_size=args.batch_size,
+                               verbose=not args.quiet, limit=args.limit, device=args.device,
+                               num_gpus_per_worker=args.gpus_per_worker)
+    meta = json.loads((path / "pt_meta.json").read_text())
+    print(f"{path}: {meta['num_docs']} documents in {meta['num_shards']} shards (dim {meta['dim']})", file=sys.stderr)
+    print(path)
+    return 0

