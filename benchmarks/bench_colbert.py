@@ -12,8 +12,11 @@ of ``--papers`` papers drawn at random (seed 0); queries: the title + abstract o
   k-means sample, k-means, encoding and residual compression of every token vector) and PLAID search.
 
 Reported, for both and as ColBERT / flat ratios: build time and on-disk size measured on ``--papers``
-papers, the same per 1,000 papers, and query latency (ms/query, best of two runs after a warm-up call
-that loads the model and index; measured on the ``--papers`` papers' chunks).
+papers, the same per 1,000 papers, and query latency (ms/query, measured on the ``--papers`` papers'
+chunks after a warm-up call that loads the model and index: the two sides run interleaved, flat,
+ColBERT, flat, ColBERT, ... for ``--rounds`` rounds, so a loaded machine slows both alike; the median
+per side, and the median (min-max) of the per-round ColBERT / flat ratios).  The builds run once
+each (minutes to hours), one after the other; the load average before and after is printed.
 
 Per 1,000 papers is an *estimate* from the measured run (building 1,000 papers' ~23K chunks takes
 hours on two cores).  Encoding (both sides) and writing scale linearly with the number of chunks, and
@@ -23,7 +26,7 @@ centroids, at a cost proportional to E x P, so the measured k-means time is scal
 the centroids file by P' / P.  The worker's k-means time comes from the index's ``build_timings``.
 Run with ``nice``: the defaults take 30-40 minutes on two busy cores.
 
-    python benchmarks/bench_colbert.py [--papers 200] [--queries 50] [--k 1000] [--json out.json]
+    python benchmarks/bench_colbert.py [--papers 200] [--queries 50] [--k 1000] [--rounds 3] [--json out.json]
 """
 from __future__ import annotations
 
@@ -64,12 +67,15 @@ def main(argv=None):
     ap.add_argument("--queries", type=int, default=50)
     ap.add_argument("--k", type=int, default=1000)
     ap.add_argument("--query-maxlen", type=int, default=64)
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds of the query timings")
     ap.add_argument("--json", help="also write the figures here")
     args = ap.parse_args(argv)
+    load_before = os.getloadavg()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     import ir_datasets
     import pandas as pd
 
+    from pyterrier_sci.bench import interleaved, load_note
     from pyterrier_sci.plugins.colbert import colbert_component, resolve_checkpoint
     from pyterrier_sci.plugins.colbert._compat import ensure_extensions
     from pyterrier_sci.plugins.dense import dense_component
@@ -102,13 +108,12 @@ def main(argv=None):
             t = time.perf_counter()
             ret(topics.head(2))  # loads the model / index
             rows[key]["load_s"] = time.perf_counter() - t
-            best = float("inf")
-            for _ in range(2):
-                t = time.perf_counter()
-                res = ret(topics)
-                best = min(best, time.perf_counter() - t)
-            rows[key]["query_ms"] = 1000 * best / len(topics)
-            rows[key]["results"] = int(res.groupby("qid").size().min())
+        tq = interleaved({"flat": lambda: flat(topics), "colbert": lambda: colbert(topics)}, args.rounds)
+        for key in ("flat", "colbert"):
+            rows[key]["query_ms"] = 1000 * tq.median(key) / len(topics)
+            rows[key]["query_ms_rounds"] = [1000 * x / len(topics) for x in tq.times[key]]
+            rows[key]["results"] = int(tq.results[key].groupby("qid").size().min())
+        query_ratio = tq.ratio("colbert", "flat")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -118,7 +123,7 @@ def main(argv=None):
     est = estimate_per_1000(rows, meta, centroid_bytes, scale)
     print(f"{len(docs):,} chunks (256 words) of {n_papers} ACL papers; {len(topics)} title+abstract queries, "
           f"k={args.k}; all-MiniLM-L6-v2 on both sides (flat: max 256 word pieces a chunk, ColBERT: doc_maxlen "
-          f"300); {os.cpu_count()} CPU cores\n")
+          f"300); {os.cpu_count()} CPU cores; {load_note(load_before)}\n")
     print("| | flat single-vector (FlexIndex) | ColBERT (PLAID, nbits=2) | ColBERT / flat |")
     print("|---|---|---|---|")
     table = [
@@ -127,11 +132,13 @@ def main(argv=None):
         (f"index size, {n_papers} papers (MiB)", rows["flat"]["bytes"] / 2**20, rows["colbert"]["bytes"] / 2**20,
          "{:.1f}"),
         ("index size per 1,000 papers, estimated (MiB)", est["flat_mib"], est["colbert_mib"], "{:.1f}"),
-        (f"query latency, {n_papers} papers (ms/query, k={args.k})", rows["flat"]["query_ms"],
+        (f"query latency, {n_papers} papers (ms/query, k={args.k}; median of {args.rounds} interleaved rounds; "
+         "ratio: median (min-max) of the rounds' ratios)", rows["flat"]["query_ms"],
          rows["colbert"]["query_ms"], "{:.0f}"),
     ]
     for label, f, c, fmt in table:
-        print(f"| {label} | {fmt.format(f)} | {fmt.format(c)} | {c / f:.2f} |")
+        ratio = str(query_ratio) if label.startswith("query latency") else f"{c / f:.2f}"
+        print(f"| {label} | {fmt.format(f)} | {fmt.format(c)} | {ratio} |")
     t = meta["build_timings"]
     print(f"\nColBERT: {meta['num_embeddings']:,} token vectors ({meta['num_embeddings'] / len(docs):.0f} per chunk), "
           f"{meta['num_partitions']:,} centroids; worker {t['worker_s']:.0f} s = k-means {t['kmeans_s']:.0f} s + "
@@ -143,6 +150,7 @@ def main(argv=None):
     if args.json:
         Path(args.json).write_text(json.dumps({"papers": n_papers, "chunks": len(docs), "queries": len(topics),
                                                "k": args.k, "scale": scale, "colbert_meta": meta,
+                                               "query_ratio": query_ratio.as_dict(), "load": load_note(load_before),
                                                "per_1000_estimate": est, **rows}, indent=2))
 
 

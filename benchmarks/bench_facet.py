@@ -3,21 +3,26 @@
 CSFCube pools hold 90-253 candidates per query (median ~103).  For each pool size the benchmark
 re-ranks one query's pool (real CSFCube abstracts when the data is there, else synthetic text of
 abstract length) with a MiniLM-L6 facet cross-encoder (paper input format) and reports pairs per
-second, for max_length 256 and 512.
+second, for max_length 256 and 512.  Per pool size the max_lengths run interleaved (256, 512, 256,
+512, ... for ``--repeat`` rounds, after a warm-up), so a loaded machine slows both alike; the table
+gives the median time per query and the median (min-max) of the per-round ratios to the first
+max_length, and the run prints the load average before and after.
 
-    python benchmarks/bench_facet.py [--sizes 90 103 128 253] [--threads 2] [--repeat 2]
+    python benchmarks/bench_facet.py [--sizes 90 103 128 253] [--threads 2] [--repeat 3]
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import torch
+
+from pyterrier_sci.bench import interleaved, load_note, markdown
 
 
 def make_artifact(root: Path, max_length: int) -> "object":
@@ -59,27 +64,28 @@ def main(argv=None):
     ap.add_argument("--max-lengths", type=int, nargs="+", default=[256, 512])
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--repeat", type=int, default=3, help="interleaved rounds per pool size")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
+    load_before = os.getloadavg()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        for L in args.max_lengths:  # noqa: N806
-            rr = make_artifact(Path(tmp), L).scorer(batch_size=args.batch_size)
+        scorers = {L: make_artifact(Path(tmp), L).scorer(batch_size=args.batch_size) for L in args.max_lengths}
+        for rr in scorers.values():
             rr(frame(8))  # warm-up
-            for n in args.sizes:
-                inp = frame(n)
-                best = min(_timed(rr, inp) for _ in range(args.repeat))
-                rows.append({"max_length": L, "pool size": n, "seconds/query": round(best, 2),
-                             "pairs/s": round(n / best, 1)})
-    print(f"facet cross-encoder (MiniLM-L6, CPU, {args.threads} threads, batch {args.batch_size})")
-    print(pd.DataFrame(rows).to_string(index=False))
-
-
-def _timed(rr, inp) -> float:
-    t = time.perf_counter()
-    rr(inp)
-    return time.perf_counter() - t
+        base = args.max_lengths[0]
+        for n in args.sizes:
+            inp = frame(n)
+            t = interleaved({L: (lambda rr=rr: rr(inp)) for L, rr in scorers.items()}, args.repeat)
+            for L in args.max_lengths:  # noqa: N806
+                sec = t.median(L)
+                rows.append({"max_length": L, "pool size": n, "seconds/query (median)": round(sec, 2),
+                             "pairs/s": round(n / sec, 1),
+                             f"time / max_length {base} (median, min-max)":
+                                 "-" if L == base else str(t.ratio(L, base))})
+    print(f"facet cross-encoder (MiniLM-L6, CPU, {args.threads} threads, batch {args.batch_size}); "
+          f"{args.repeat} interleaved rounds; {load_note(load_before)}\n")
+    print(markdown(pd.DataFrame(rows)))
 
 
 if __name__ == "__main__":

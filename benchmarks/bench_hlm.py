@@ -12,15 +12,18 @@ cost - latency on stored vectors does not depend on it); then per candidate-set 
 * |C| = 27,769 (the whole corpus): the toolkit's retrieval mode (exhaustive search, top 1,000),
   against one numpy matrix product and ``argpartition``.
 
-Both sides encode their queries with the same model.  Latency is per query (fastest of
-``--repeats``).
+Both sides encode their queries with the same model.  Latency is per query: the median of
+``--repeats`` interleaved rounds (raw, toolkit, raw, toolkit, ... after one untimed round), with the
+median (min-max) of the per-round toolkit/raw ratios.
 
 Training: ``train_curriculum`` (sentence-transformers' trainer) for ``--steps`` steps of stage 1
 (triplets: query, core citation, non-citation; ``MultipleNegativesRankingLoss``) and of stage 2
 (lists of 12; NeuralNDCG), against a plain torch loop doing the same forward, loss, backward and
-AdamW step on the same batches (the compute floor).  Throughput in examples per second.
+AdamW step on the same batches (the compute floor), ``--train-rounds`` interleaved rounds.
+Throughput in examples per second (median round).  The load average before and after is printed.
 
-    PYTERRIER_SCI_DATA=../shared/data python benchmarks/bench_hlm.py [--queries 100] [--steps 8] [--repeats 2]
+    PYTERRIER_SCI_DATA=../shared/data python benchmarks/bench_hlm.py [--queries 100] [--steps 8] [--repeats 3]
+        [--train-rounds 2]
 """
 from __future__ import annotations
 
@@ -35,7 +38,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from pyterrier_sci.bench import best, markdown
+from pyterrier_sci.bench import interleaved, load_note, markdown
 
 
 def retrieval(args, work):
@@ -87,11 +90,11 @@ def retrieval(args, work):
                 top = np.argpartition(-s, 999, axis=1)[:, :1000]
                 return np.take_along_axis(top, np.argsort(-np.take_along_axis(s, top, 1), axis=1), 1)
             label = f"{len(dvecs):,} (all, top 1000)"
-        tk, out = best(toolkit, args.repeats)
-        rw, _ = best(raw, args.repeats)
+        t = interleaved({"raw": raw, "toolkit": toolkit}, args.repeats, warmup=1)
         n = len(topics)
-        rows.append({"|C|": label, "queries": n, "toolkit ms/query": 1000 * tk / n, "raw ms/query": 1000 * rw / n,
-                     "ratio": tk / rw})
+        rows.append({"|C|": label, "queries": n, "toolkit ms/query": 1000 * t.median("toolkit") / n,
+                     "raw ms/query": 1000 * t.median("raw") / n,
+                     "toolkit / raw (median, min-max)": str(t.ratio("toolkit", "raw"))})
     return build_s, len(dvecs), pd.DataFrame(rows)
 
 
@@ -143,12 +146,13 @@ def training(args, work):
                 torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
                 opt.step()
 
-        tk, _ = best(toolkit, 1)
-        rw, _ = best(raw, 1)
+        t = interleaved({"raw": raw, "toolkit": toolkit}, args.train_rounds)
+        tk, rw = t.median("toolkit"), t.median("raw")
         unit = "triplets" if stage == 1 else "lists of 12"
         rows.append({"stage": stage, "batch": batch, "steps": steps, "examples": f"{n_examples} {unit}",
                      "toolkit ex/s": n_examples / tk, "texts/s": n_examples * n_texts / tk,
-                     "raw loop ex/s": n_examples / rw, "time ratio": tk / rw})
+                     "raw loop ex/s": n_examples / rw,
+                     "time ratio toolkit / raw (median, min-max)": str(t.ratio("toolkit", "raw"))})
     return pd.DataFrame(rows)
 
 
@@ -156,7 +160,8 @@ def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--queries", type=int, default=100)
     ap.add_argument("--steps", type=int, default=8)
-    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=3, help="interleaved rounds of each retrieval step")
+    ap.add_argument("--train-rounds", type=int, default=2, help="interleaved rounds of each training stage")
     ap.add_argument("--max-seq-length", type=int, default=128,
                     help="tokens per abstract when encoding the corpus (128 halves the one-off encoding time)")
     ap.add_argument("--skip", choices=["retrieval", "training"], action="append", default=[])
@@ -165,6 +170,7 @@ def main(argv=None):
     work = Path(args.work or tempfile.mkdtemp(prefix="bench-hlm-"))
     os.environ.setdefault("PYTERRIER_SCI_HOME", str(work))
     import torch
+    load_before = os.getloadavg()
     print(f"CPU threads: {torch.get_num_threads()}")
     if "retrieval" not in args.skip:
         build_s, n, table = retrieval(args, work)
@@ -174,7 +180,8 @@ def main(argv=None):
         table = training(args, work)
         print("\nCurriculum training throughput on CPU (MiniLM-L6, 3 of 6 layers frozen, 128 tokens)")
         print(markdown(table))
-    print(f"\npeak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
+    print(f"\n{load_note(load_before)}")
+    print(f"peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
 
 
 if __name__ == "__main__":

@@ -3,10 +3,13 @@ with a fixed latency (``pyterrier_sci.llm.loopback``, scripted answers).
 
 Reports per re-ranker: LLM calls and prompt/completion tokens per query, wall time with sequential
 calls (concurrency 1) and with concurrent calls (``--concurrency``), the speed-up, and the calls a
-rerun makes with the response cache warm (target 0).  Prints a markdown table.
+rerun makes with the response cache warm (target 0).  The two settings run interleaved (sequential,
+concurrent, sequential, ... for ``--rounds`` rounds after an untimed one, no cache), so a loaded
+machine slows both alike: times are medians, the speed-up is the median (min-max) of the per-round
+speed-ups.  Prints a markdown table and the load average before and after.
 
     PYTERRIER_SCI_DATA=/work/shared/data python benchmarks/bench_llm.py [--queries 5] [--depth 20]
-        [--latency 0.05] [--concurrency 8]
+        [--latency 0.05] [--concurrency 8] [--rounds 3]
 
 Token counts are the server's (whitespace words of the prompt; the scripted server has no
 tokenizer), so they compare re-rankers with each other, not with a real model's bill.
@@ -14,14 +17,14 @@ tokenizer), so they compare re-rankers with each other, not with a real model's 
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import tempfile
-import time
 from pathlib import Path
 
 import pandas as pd
 
-from pyterrier_sci.bench import csfcube_rerank_sample, markdown
+from pyterrier_sci.bench import csfcube_rerank_sample, interleaved, load_note, markdown
 from pyterrier_sci.llm.loopback import Reply, ScriptedServer, choice_reply, prompt_of, yes_no
 
 
@@ -72,13 +75,16 @@ def run(args) -> pd.DataFrame:
             # the guider's example is made once, outside the timings
             if name == "hlm_agents":
                 make({**base, "cache_dir": ""}, ex_dir).one_shot_example()
-            timings = {}
-            for conc in (1, args.concurrency):
-                t = make({**base, "cache_dir": "", "concurrency": conc}, ex_dir)
-                t0 = time.perf_counter()
-                t(df)
-                timings[conc] = time.perf_counter() - t0
-                usage = t.usage
+            made = {}
+
+            def side(conc):
+                def run():
+                    made[conc] = make({**base, "cache_dir": "", "concurrency": conc}, ex_dir)
+                    return made[conc](df)
+                return run
+            timings = interleaved({"sequential": side(1), "concurrent": side(args.concurrency)}, args.rounds,
+                                  warmup=1)  # one untimed round: clients, imports, first connections
+            usage = made[args.concurrency].usage
             cache = str(Path(tmp) / "cache" / name)
             make({**base, "cache_dir": cache, "concurrency": args.concurrency}, ex_dir)(df)
             srv.reset()
@@ -89,9 +95,9 @@ def run(args) -> pd.DataFrame:
                 "calls/query": usage.calls / nq,
                 "prompt tokens/query": usage.prompt_tokens / nq,
                 "completion tokens/query": usage.completion_tokens / nq,
-                "sequential s": timings[1],
-                f"concurrent s (x{args.concurrency})": timings[args.concurrency],
-                "speed-up": timings[1] / timings[args.concurrency],
+                "sequential s": timings.median("sequential"),
+                f"concurrent s (x{args.concurrency})": timings.median("concurrent"),
+                "speed-up (median, min-max)": str(timings.ratio("sequential", "concurrent")),
                 "calls on cached rerun": again.usage.calls,
                 "server requests on rerun": srv.calls,
             })
@@ -104,10 +110,13 @@ def main():
     ap.add_argument("--depth", type=int, default=20)
     ap.add_argument("--latency", type=float, default=0.05)
     ap.add_argument("--concurrency", type=int, default=8)
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds of sequential and concurrent calls")
     args = ap.parse_args()
+    load_before = os.getloadavg()
     table = run(args)
     print(f"CSFCube method facet, {args.queries} queries x top {args.depth} of the pool; "
-          f"loopback server with {args.latency * 1000:.0f} ms fixed latency\n")
+          f"loopback server with {args.latency * 1000:.0f} ms fixed latency; {args.rounds} interleaved rounds; "
+          f"{load_note(load_before)}\n")
     print(markdown(table))
 
 

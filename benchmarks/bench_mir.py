@@ -7,6 +7,8 @@ The training graph is ``sci/mir-multicite/dev/chrono-train`` (52 proposals, 243 
 contexts); the model is the offline all-MiniLM-L6-v2.  Throughput counts the triplets of the steps
 run (steps x batch size x triplet types) over the trainer's own ``train_runtime`` (model loading,
 sampling and saving excluded; they are reported separately).  Peak RSS is ``ru_maxrss`` of the process.
+There is one side (no raw-library comparison to interleave); the load average before and after the
+run is reported with the figures, since a loaded machine slows training.
 """
 from __future__ import annotations
 
@@ -35,8 +37,10 @@ def main(argv=None):
     if args.threads:
         torch.set_num_threads(args.threads)
     import pyterrier_sci  # noqa: F401
+    from pyterrier_sci.bench import load_note
     from pyterrier_sci.plugins.mir.mag import MethodologyAdjacencyGraph
     from pyterrier_sci.plugins.mir.training import train_mir
+    load_before = os.getloadavg()
     graph = MethodologyAdjacencyGraph.from_dataset("sci/mir-multicite/dev/chrono-train")
     started = time.time()
     with tempfile.TemporaryDirectory() as tmp:
@@ -50,7 +54,7 @@ def main(argv=None):
            "train_seconds": meta["train_seconds"],
            "triplets_per_second": round(meta["triplets_trained"] / meta["train_seconds"], 3),
            "total_seconds": round(total, 1), "peak_rss_mb": round(rss_mb, 1), "torch_threads": torch.get_num_threads(),
-           "cpus": os.cpu_count(), "load_average_1min": round(os.getloadavg()[0], 2)}
+           "cpus": os.cpu_count(), "load_average_1min": round(os.getloadavg()[0], 2), "load": load_note(load_before)}
     if args.json:
         print(json.dumps(row))
     else:

@@ -1,7 +1,7 @@
 """Toolkit overhead of BM25 (PISA, Lucene) and dense retrieval against the raw libraries.
 
 On the hep-th abstracts of ``$PYTERRIER_SCI_DATA/hepth-citations/papers.jsonl`` (the 27,769 papers
-of the citation graph; title + abstract), in one process, the same work is done twice:
+of the citation graph; title + abstract), in one process, the same work is done by both sides:
 
 * PISA:   toolkit ``build_index(..., backend="pisa")`` + ``BM25`` transformer, against
           ``pyterrier_pisa.PisaIndex.index`` + ``PisaIndex.bm25()`` called directly;
@@ -12,10 +12,14 @@ of the citation graph; title + abstract), in one process, the same work is done 
           on the same documents (a sample, ``--dense-docs``, since encoding 27K abstracts on two
           CPU cores takes tens of minutes per side).
 
-Queries: the first ``--queries`` titles, k=1000.  Each step runs ``--repeats`` times alternating
-sides; the fastest run counts.  Prints a markdown table (time and toolkit/raw ratio; target <= 1.15).
+Queries: the first ``--queries`` titles, k=1000.  Every step runs the two sides interleaved (raw,
+toolkit, raw, toolkit, ... for ``--rounds`` rounds, after an untimed warm-up where noted), so a
+loaded machine slows both alike; the table gives each side's median time and the median of the
+per-round toolkit/raw ratios with their min and max (target: median <= 1.15), and the load average
+before and after the run.  ``--json`` also writes every timing.
 
-    python benchmarks/bench_retrieval.py [--queries 1000] [--dense-docs 3000] [--repeats 2] [--skip lucene]
+    python benchmarks/bench_retrieval.py [--queries 1000] [--dense-docs 3000] [--rounds 5]
+        [--dense-rounds 3] [--alternate] [--skip lucene] [--json out.json]
 """
 from __future__ import annotations
 
@@ -25,14 +29,19 @@ import os
 import shutil
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Dict, List, Optional
 
 import numpy as np
 import pandas as pd
 
-from pyterrier_sci.bench import best
+from pyterrier_sci.bench import interleaved, load_note
+
+ALTERNATE = False  # --alternate: odd rounds run toolkit before raw
+
+
+def _interleaved(sides, rounds, **kw):
+    return interleaved(sides, rounds, alternate=ALTERNATE, **kw)
 
 
 def load_papers(path):
@@ -47,42 +56,36 @@ def load_papers(path):
     return docs
 
 
-def bench_pisa(docs, topics, repeats, root):
+def bench_pisa(docs, topics, rounds, root):
     from pyterrier_pisa import PisaIndex
 
     from pyterrier_sci.plugins.bm25 import BM25, build_index
     from pyterrier_sci.quiet import quiet_native
     rows = []
-    idx_raw, idx_tk = [], []
+    built: Dict[str, list] = {"raw": [], "toolkit": []}
 
     def raw_build():
-        p = root / f"pisa-raw-{len(idx_raw)}"
+        p = root / f"pisa-raw-{len(built['raw'])}"
         with quiet_native():
             PisaIndex(str(p), text_field="text").index(({"docno": d["docno"], "text": d["text"]} for d in docs))
-        idx_raw.append(p)
+        built["raw"].append(p)
 
     def tk_build():
-        p = root / f"pisa-tk-{len(idx_tk)}"
+        p = root / f"pisa-tk-{len(built['toolkit'])}"
         build_index(({"docno": d["docno"], "text": d["text"]} for d in docs), p, backend="pisa")
-        idx_tk.append(p)
+        built["toolkit"].append(p)
 
-    t_raw = t_tk = float("inf")
-    for _ in range(repeats):
-        t_raw = min(t_raw, best(raw_build, 1)[0])
-        t_tk = min(t_tk, best(tk_build, 1)[0])
-    rows.append(("PISA index build", t_raw, t_tk, f"{len(docs)} docs"))
+    rows.append(("PISA index build", _interleaved({"raw": raw_build, "toolkit": tk_build}, rounds),
+                 f"{len(docs)} docs"))
 
     with quiet_native():
-        raw_retr = PisaIndex(str(idx_raw[0])).bm25(num_results=1000)
-    tk_retr = BM25(str(idx_tk[0]), num_results=1000)
-    raw_retr(topics.head(5)), tk_retr(topics.head(5))  # warm-up (retrieval contexts, page cache)
-    q_raw = q_tk = float("inf")
-    for _ in range(repeats):
-        q_raw = min(q_raw, best(lambda: raw_retr(topics), 1)[0])
-        q_tk = min(q_tk, best(lambda: tk_retr(topics), 1)[0])
-    a, b = raw_retr(topics), tk_retr(topics)
+        raw_retr = PisaIndex(str(built["raw"][0])).bm25(num_results=1000)
+    tk_retr = BM25(str(built["toolkit"][0]), num_results=1000)
+    # one untimed round first: retrieval contexts, page cache
+    t = _interleaved({"raw": lambda: raw_retr(topics), "toolkit": lambda: tk_retr(topics)}, rounds, warmup=1)
+    a, b = t.results["raw"], t.results["toolkit"]
     same = (a.groupby("qid")["docno"].first() == b.groupby("qid")["docno"].first()).mean()
-    rows.append(("PISA BM25 queries (k=1000)", q_raw, q_tk, f"{len(topics)} queries, top-1 agreement {same:.3f}"))
+    rows.append(("PISA BM25 queries (k=1000)", t, f"{len(topics)} queries, top-1 agreement {same:.3f}"))
     return rows
 
 
@@ -99,7 +102,7 @@ def _load_lucene_papers(papers_path, graph_only: bool = True, limit: Optional[in
     return docs
 
 
-def benchmark_lucene(papers_path, n_queries: int = 1000, k: int = 1000, threads: int = 1, repeats: int = 1,
+def benchmark_lucene(papers_path, n_queries: int = 1000, k: int = 1000, threads: int = 1, rounds: int = 5,
                      batch_size: int = 1000, graph_only: bool = True, workdir: Optional[str] = None) -> Dict:
     """Throughput of the Lucene BM25 backend against raw Pyserini on the same work, in one process.
 
@@ -114,8 +117,10 @@ def benchmark_lucene(papers_path, n_queries: int = 1000, k: int = 1000, threads:
       (qid, docid, score) - the least a caller does with them,
 
     with the same documents (already in memory), queries, k and threads.  A small warm-up of both runs
-    first (JVM start, JIT); each timed step runs ``repeats`` times, alternating the two sides, and the
-    fastest run counts.  Returns a dict of seconds, rates and ratios (toolkit / raw).
+    first (JVM start, JIT); then indexing, and then searching (the last index of each side, after one
+    untimed round), run ``rounds`` times interleaved (raw, toolkit, raw, toolkit, ...).  Returns a dict with the
+    :class:`~pyterrier_sci.bench.Timings` of both steps (``"index"``, ``"search"``), the median times
+    and rates, and the per-round ratio summaries (toolkit / raw).
     """
     from pyterrier_sci.plugins.bm25.lucene import LuceneBM25, LuceneIndex, _pyserini
 
@@ -152,6 +157,15 @@ def benchmark_lucene(papers_path, n_queries: int = 1000, k: int = 1000, threads:
     def toolkit_search(index, frame):
         return LuceneBM25(index, k1=0.9, b=0.4, num_results=k, threads=threads)(frame)
 
+    built: Dict[str, List[Path]] = {"raw": [], "toolkit": []}
+
+    def build(side):
+        def run():
+            p = root / f"{side}_{len(built[side])}"
+            (raw_index if side == "raw" else toolkit_index)(p, docs)
+            built[side].append(p)
+        return run
+
     try:
         # warm-up: JVM, JIT, class loading on both paths
         raw_index(root / "warm_raw", docs[:2000])
@@ -159,26 +173,11 @@ def benchmark_lucene(papers_path, n_queries: int = 1000, k: int = 1000, threads:
         raw_search(root / "warm_raw", queries[:100], qids[:100])
         toolkit_search(widx, qframe.iloc[:100])
 
-        t = {"raw_index_s": [], "toolkit_index_s": [], "raw_search_s": [], "toolkit_search_s": []}
-        for r in range(repeats):
-            for side in (("raw", "toolkit") if r % 2 == 0 else ("toolkit", "raw")):
-                p = root / f"{side}_{r}"
-                t0 = time.perf_counter()
-                if side == "raw":
-                    raw_index(p, docs)
-                else:
-                    toolkit_index(p, docs)
-                t[f"{side}_index_s"].append(time.perf_counter() - t0)
-            for side in (("raw", "toolkit") if r % 2 == 0 else ("toolkit", "raw")):
-                t0 = time.perf_counter()
-                if side == "raw":
-                    raw_out = raw_search(root / f"raw_{r}", queries, qids)
-                else:
-                    tk_out = toolkit_search(LuceneIndex(str(root / f"toolkit_{r}")), qframe)
-                t[f"{side}_search_s"].append(time.perf_counter() - t0)
-            if r < repeats - 1:
-                for side in ("raw", "toolkit"):
-                    shutil.rmtree(root / f"{side}_{r}", ignore_errors=True)
+        t_index = _interleaved({"raw": build("raw"), "toolkit": build("toolkit")}, rounds)
+        t_search = _interleaved({"raw": lambda: raw_search(built["raw"][-1], queries, qids),
+                                "toolkit": lambda: toolkit_search(LuceneIndex(str(built["toolkit"][-1])), qframe)},
+                               rounds, warmup=1)
+        raw_out, tk_out = t_search.results["raw"], t_search.results["toolkit"]
 
         # same answers: top docno of every query, and the number of hits
         raw_top = {qid: (dn[0] if dn else None, len(dn)) for qid, dn, _ in raw_out}
@@ -186,37 +185,34 @@ def benchmark_lucene(papers_path, n_queries: int = 1000, k: int = 1000, threads:
         tk_top = {qid: (grp["docno"].iloc[0], len(grp)) for qid, grp in g}
         agree = sum(raw_top[q] == tk_top.get(q, (None, 0)) for q in qids) / len(qids)
 
-        fastest = {key: min(v) for key, v in t.items()}
+        med = {f"{side}_{step}_s": t.median(side) for step, t in (("index", t_index), ("search", t_search))
+               for side in ("raw", "toolkit")}
         n_docs, n_rows = len(docs), len(tk_out)
         return {
-            "n_docs": n_docs, "n_queries": len(qids), "k": k, "threads": threads, "repeats": repeats,
+            "n_docs": n_docs, "n_queries": len(qids), "k": k, "threads": threads, "rounds": rounds,
             "result_rows": n_rows, "top1_agreement": agree,
-            **fastest,
-            "runs": t,
-            "raw_index_docs_per_s": n_docs / fastest["raw_index_s"],
-            "toolkit_index_docs_per_s": n_docs / fastest["toolkit_index_s"],
-            "raw_queries_per_s": len(qids) / fastest["raw_search_s"],
-            "toolkit_queries_per_s": len(qids) / fastest["toolkit_search_s"],
-            "index_ratio": fastest["toolkit_index_s"] / fastest["raw_index_s"],
-            "search_ratio": fastest["toolkit_search_s"] / fastest["raw_search_s"],
-            "total_ratio": (fastest["toolkit_index_s"] + fastest["toolkit_search_s"])
-            / (fastest["raw_index_s"] + fastest["raw_search_s"]),
+            **med,
+            "timings": {"index": t_index, "search": t_search},
+            "raw_index_docs_per_s": n_docs / med["raw_index_s"],
+            "toolkit_index_docs_per_s": n_docs / med["toolkit_index_s"],
+            "raw_queries_per_s": len(qids) / med["raw_search_s"],
+            "toolkit_queries_per_s": len(qids) / med["toolkit_search_s"],
+            "index_ratio": t_index.ratio("toolkit", "raw").as_dict(),
+            "search_ratio": t_search.ratio("toolkit", "raw").as_dict(),
         }
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def bench_lucene(path, n_queries, repeats):
-    r = benchmark_lucene(path, n_queries=n_queries, repeats=repeats)
-    out = []
-    for key, label in (("index", "Lucene index build"), ("search", "Lucene BM25 queries (k=1000)")):
-        raw = r.get(f"raw_{key}_s") or r.get("raw", {}).get(key)
-        tk = r.get(f"toolkit_{key}_s") or r.get("toolkit", {}).get(key)
-        out.append((label, raw, tk, ""))
+def bench_lucene(path, n_queries, rounds):
+    r = benchmark_lucene(path, n_queries=n_queries, rounds=rounds)
+    out = [("Lucene index build", r["timings"]["index"], f"{r['n_docs']} docs"),
+           ("Lucene BM25 queries (k=1000)", r["timings"]["search"],
+            f"{r['n_queries']} queries, top-1 and hit-count agreement {r['top1_agreement']:.3f}")]
     return out, r
 
 
-def bench_dense(docs, topics, repeats, root):
+def bench_dense(docs, topics, rounds, root, encode_rounds=None):
     from pyterrier_dr import FlexIndex
     from sentence_transformers import SentenceTransformer
 
@@ -227,24 +223,24 @@ def bench_dense(docs, topics, repeats, root):
     queries = topics["query"].tolist()
     rows = []
 
-    def raw_encode():
-        return raw_model.encode(texts, batch_size=32, convert_to_numpy=True, show_progress_bar=False)
+    def raw_encode(sample=None):
+        return raw_model.encode(texts[:sample] if sample else texts, batch_size=32, convert_to_numpy=True,
+                                show_progress_bar=False)
 
     built = []
 
-    def tk_encode():
+    def tk_encode(sample=None):
         p = root / f"dense-tk-{len(built)}"
         r = DenseRetriever("default", index=str(p), verbose=False)
-        FlexIndex(str(p), verbose=False).indexer().index(r._encode_docs(iter(docs)))
+        FlexIndex(str(p), verbose=False).indexer().index(r._encode_docs(iter(docs[:sample] if sample else docs)))
         built.append(p)
 
-    t_raw = t_tk = float("inf")
-    raw_vecs = None
-    for _ in range(repeats):
-        t, raw_vecs = best(raw_encode, 1)
-        t_raw = min(t_raw, t)
-        t_tk = min(t_tk, best(tk_encode, 1)[0])
-    rows.append(("dense encode + index", t_raw, t_tk, f"{len(docs)} docs, all-MiniLM-L6-v2, batch 32"))
+    # untimed warm-up of both sides on a few batches (model load, first forward passes)
+    raw_encode(128), tk_encode(128)
+    shutil.rmtree(built.pop(), ignore_errors=True)
+    t = _interleaved({"raw": raw_encode, "toolkit": tk_encode}, encode_rounds or rounds)
+    raw_vecs = t.results["raw"]
+    rows.append(("dense encode + index", t, f"{len(docs)} docs, all-MiniLM-L6-v2, batch 32"))
 
     docnos = np.array([d["docno"] for d in docs], dtype=object)
     qids = topics["qid"].to_numpy()
@@ -262,13 +258,23 @@ def bench_dense(docs, topics, repeats, root):
                              "rank": np.tile(np.arange(k), len(qids))})
 
     tk = DenseRetriever("default", index=str(built[0]), num_results=1000, verbose=False)
-    tk(topics.head(2))
-    q_raw = q_tk = float("inf")
-    for _ in range(repeats):
-        q_raw = min(q_raw, best(raw_search, 1)[0])
-        q_tk = min(q_tk, best(lambda: tk(topics), 1)[0])
-    rows.append(("dense queries (k=1000)", q_raw, q_tk, f"{len(topics)} queries"))
+    t = _interleaved({"raw": raw_search, "toolkit": lambda: tk(topics)}, rounds, warmup=1)
+    a, b = t.results["raw"], t.results["toolkit"]
+    first = lambda df: df.sort_values(["qid", "rank"]).groupby("qid")["docno"].first()  # noqa: E731
+    same = (first(a) == first(b)).mean()
+    rows.append(("dense queries (k=1000)", t, f"{len(topics)} queries, top-1 agreement {same:.3f}"))
     return rows
+
+
+def table(rows) -> str:
+    """The markdown table: median time of each side, the per-round toolkit/raw ratios (median, min-max)."""
+    lines = ["| step | raw library, median (s) | toolkit, median (s) | toolkit / raw, median (min-max of rounds) "
+             "| work |", "|---|---|---|---|---|"]
+    for label, t, note in rows:
+        r = t.ratio("toolkit", "raw")
+        lines.append(f"| {label} | {t.median('raw'):.2f} | {t.median('toolkit'):.2f} | "
+                     f"{r.median:.2f} ({r.min:.2f}-{r.max:.2f}, n={r.n}) | {note} |")
+    return "\n".join(lines)
 
 
 def main(argv=None):
@@ -278,12 +284,21 @@ def main(argv=None):
     ap.add_argument("--queries", type=int, default=1000)
     ap.add_argument("--dense-docs", type=int, default=3000)
     ap.add_argument("--dense-queries", type=int, default=200)
-    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds of each BM25 step and dense queries")
+    ap.add_argument("--dense-rounds", type=int, default=3,
+                    help="interleaved rounds of dense encoding (about 2 x dense-docs / 48 s each on two cores)")
     ap.add_argument("--skip", action="append", default=[], choices=["pisa", "lucene", "dense"])
+    ap.add_argument("--alternate", action="store_true",
+                    help="reverse the order in odd rounds (raw, toolkit, toolkit, raw, ...): cancels an advantage "
+                         "of running first or second")
+    ap.add_argument("--json", help="also write every timing here")
     args = ap.parse_args(argv)
+    global ALTERNATE
+    ALTERNATE = args.alternate
     path = Path(args.data) / "hepth-citations" / "papers.jsonl"
     if not path.exists():
         sys.exit(f"missing {path}: set PYTERRIER_SCI_DATA to the shared data directory")
+    load_before = os.getloadavg()
     docs = load_papers(path)
     topics = pd.DataFrame({"qid": [d["docno"] for d in docs[:args.queries]],
                            "query": [d["title"] for d in docs[:args.queries]]})
@@ -291,19 +306,24 @@ def main(argv=None):
     rows = []
     try:
         if "pisa" not in args.skip:
-            rows += bench_pisa(docs, topics, args.repeats, root)
+            rows += bench_pisa(docs, topics, args.rounds, root)
         if "lucene" not in args.skip:
-            lrows, _ = bench_lucene(path, args.queries, args.repeats)
+            lrows, _ = bench_lucene(path, args.queries, args.rounds)
             rows += lrows
         if "dense" not in args.skip:
-            rows += bench_dense(docs[:args.dense_docs], topics.head(args.dense_queries), args.repeats, root)
+            rows += bench_dense(docs[:args.dense_docs], topics.head(args.dense_queries), args.rounds, root,
+                                encode_rounds=args.dense_rounds)
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    print(f"hep-th: {len(docs)} papers; {os.cpu_count()} CPU cores\n")
-    print("| step | raw library (s) | toolkit (s) | toolkit / raw | work |")
-    print("|---|---|---|---|---|")
-    for label, raw, tk, note in rows:
-        print(f"| {label} | {raw:.2f} | {tk:.2f} | {tk / raw:.2f} | {note} |")
+    note = load_note(load_before)
+    print(f"hep-th: {len(docs)} papers; {os.cpu_count()} CPU cores; {note}\n")
+    print(table(rows))
+    if args.json:
+        Path(args.json).write_text(json.dumps(
+            {"papers": len(docs), "cpus": os.cpu_count(), "load": note,
+             "steps": [{"step": label, "note": n, "raw_s": t.times["raw"], "toolkit_s": t.times["toolkit"],
+                        "order": t.order, "ratio": t.ratio("toolkit", "raw").as_dict()} for label, t, n in rows]},
+            indent=2))
 
 
 if __name__ == "__main__":

@@ -1,10 +1,18 @@
-"""Helpers for benchmark scripts (``benchmarks/bench_*.py``, and plugins' own): the fastest wall
-time of repeated calls, a markdown table of a result frame, and the CSFCube re-ranking sample the
-LLM benchmarks judge."""
+"""Helpers for benchmark scripts (``benchmarks/bench_*.py``, and plugins' own).
+
+Comparisons that hold on a noisy (shared) machine: ``interleaved`` runs the sides of a comparison
+in turn (A B A B ...), so that both see the same load, ``ratio_summary`` gives the median of the
+per-round ratios with their min and max, and ``load_note`` says how loaded the machine was (load
+average before and after).  Also: the fastest wall time of repeated calls (``best``), a markdown
+table of a result frame, and the CSFCube re-ranking sample the LLM benchmarks judge.
+"""
 from __future__ import annotations
 
+import os
+import statistics
 import time
-from typing import Any, Callable, Tuple
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import pandas as pd
 
@@ -17,6 +25,98 @@ def best(fn: Callable[[], Any], repeats: int) -> Tuple[float, Any]:
         out = fn()
         times.append(time.perf_counter() - t)
     return min(times), out
+
+
+@dataclass
+class Timings:
+    """Wall times of interleaved runs: ``times[side][round]`` in seconds, ``order`` the (side, round)
+    pairs in the order they ran, ``results[side]`` the last result of each side."""
+    times: Dict[str, List[float]] = field(default_factory=dict)
+    order: List[Tuple[str, int]] = field(default_factory=list)
+    results: Dict[str, Any] = field(default_factory=dict)
+
+    def median(self, side: str) -> float:
+        return statistics.median(self.times[side])
+
+    def ratio(self, num: str, den: str) -> "RatioSummary":
+        """Per-round ratios ``num / den`` (e.g. ``ratio("toolkit", "raw")``)."""
+        return ratio_summary(self.times[num], self.times[den])
+
+
+def interleaved(sides: Mapping[str, Callable[[], Any]], rounds: int, *, warmup: int = 0, alternate: bool = False,
+                clock: Callable[[], float] = time.perf_counter) -> Timings:
+    """Run each side once per round, in the order given, for ``rounds`` rounds (A B A B ... for two
+    sides), and time every call with ``clock``.  ``warmup`` untimed rounds run first, in the same
+    order (JIT, page cache, lazy model loads).  ``alternate``: odd rounds run the sides in reverse
+    order (A B, B A, A B, ...), which cancels an advantage of going first or second in a round.
+    Returns :class:`Timings`; a side's calls of one round are the pair its ratios compare."""
+    if rounds < 1:
+        raise ValueError(f"rounds must be at least 1, got {rounds}")
+    if not sides:
+        raise ValueError("no sides to time")
+    out = Timings(times={name: [] for name in sides})
+    for _ in range(warmup):
+        for name, fn in sides.items():
+            out.results[name] = fn()
+    for r in range(rounds):
+        for name, fn in (reversed(list(sides.items())) if alternate and r % 2 else sides.items()):
+            t = clock()
+            out.results[name] = fn()
+            out.times[name].append(clock() - t)
+            out.order.append((name, r))
+    return out
+
+
+@dataclass(frozen=True)
+class RatioSummary:
+    """Median, min and max of per-round ratios (``ratios``, in round order)."""
+    ratios: Tuple[float, ...]
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.ratios)
+
+    @property
+    def min(self) -> float:
+        return min(self.ratios)
+
+    @property
+    def max(self) -> float:
+        return max(self.ratios)
+
+    @property
+    def n(self) -> int:
+        return len(self.ratios)
+
+    def __str__(self) -> str:
+        """``1.02 (0.97-1.10, n=5)``: the median, then the range of the per-round ratios."""
+        return f"{self.median:.2f} ({self.min:.2f}-{self.max:.2f}, n={self.n})"
+
+    def as_dict(self) -> dict:
+        return {"median": self.median, "min": self.min, "max": self.max, "n": self.n, "ratios": list(self.ratios)}
+
+
+def ratio_summary(num: Sequence[float], den: Sequence[float]) -> RatioSummary:
+    """The per-round ratios ``num[i] / den[i]`` (same round, so the same machine load) summarised by
+    their median, min and max."""
+    if len(num) != len(den):
+        raise ValueError(f"ratio of {len(num)} timings to {len(den)}: each round needs both sides")
+    if not num:
+        raise ValueError("no timings to compare")
+    if any(d <= 0 for d in den):
+        raise ValueError("a denominator timing is zero or negative")
+    return RatioSummary(tuple(a / b for a, b in zip(num, den)))
+
+
+def load_note(before: Optional[Sequence[float]] = None) -> str:
+    """How loaded the machine is: the 1/5/15-minute load averages and the core count; with
+    ``before`` (an earlier ``os.getloadavg()``), the averages before and now."""
+    now = os.getloadavg()
+    fmt = lambda la: "/".join(f"{x:.2f}" for x in la)  # noqa: E731
+    cores = os.cpu_count()
+    if before is None:
+        return f"load average {fmt(now)} (1/5/15 min) on {cores} cores"
+    return f"load average {fmt(before)} before, {fmt(now)} after (1/5/15 min) on {cores} cores"
 
 
 def markdown(df: pd.DataFrame) -> str:

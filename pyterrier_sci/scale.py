@@ -29,6 +29,8 @@ __all__ = ["ScaleError", "require_ray", "init_ray", "ray_session", "RAY_ADDRESS_
 CONNECT_TIMEOUT = 5.0
 
 RAY_ADDRESS_ENV = "RAY_ADDRESS"
+#: seconds a failed distributed run waits for the other workers' calls in flight before taking back the budget
+BUDGET_SETTLE_TIMEOUT = 60.0
 
 
 class ScaleError(PipelineError):
@@ -431,7 +433,12 @@ class RayTransformer(pt.Transformer):
                     j = todo.pop()
                     running[a.transform.remote(batches[j])] = (j, a)
         except BaseException:
-            self._take_back_budgets(ray, locals().get("ledgers") or {})
+            ledgers = locals().get("ledgers") or {}
+            if ledgers and locals().get("running"):
+                # the other workers stop once the budget refused a call (their clients check it after the
+                # calls in flight): wait for them, so the driver's ledger counts every call that was answered
+                ray.wait(list(running), num_returns=len(running), timeout=BUDGET_SETTLE_TIMEOUT)
+            self._take_back_budgets(ray, ledgers)
             self.close()     # stops the other workers' batches; finished responses are in the cache
             raise
         else:

@@ -9,7 +9,17 @@ from typing import Optional, Union
 
 import pyterrier as pt
 
-from pyterrier_sci.models import DEFAULT_MODEL, ModelNotFoundError, load_sentence_transformer, model_slug, resolve_model  # noqa: F401
+from pyterrier_sci.models import (  # noqa: F401
+    BACKENDS,
+    DEFAULT_MODEL,
+    PRECISIONS,
+    BackendError,
+    ModelNotFoundError,
+    check_backend,
+    load_sentence_transformer,
+    model_slug,
+    resolve_model,
+)
 
 ARTIFACT_TYPE = "dense_model"
 ARTIFACT_FORMAT = "sentence_transformers"

@@ -21,8 +21,9 @@ import pyterrier_alpha as pta
 from pyterrier_sci.corpus import dataset_of
 from pyterrier_sci.registry import DATASET, MAX_RESULTS, PATH, Param, check_artifact, check_fields, params
 
+from .ann import ANN_METHODS, ann_search, check_ann
 from .fanout import ShardedDenseIndex, is_sharded
-from .models import DEFAULT_MODEL, load_sentence_transformer, model_slug
+from .models import BACKENDS, DEFAULT_MODEL, PRECISIONS, check_backend, model_slug
 
 
 class DenseRetriever(pt.Transformer):
@@ -41,12 +42,21 @@ class DenseRetriever(pt.Transformer):
         device: torch device (default ``cpu``).
         rank_cutoff: results kept per query (``dense % k`` sets it: retrieval then fetches only ``k``;
             re-scoring still scores every input document, then cuts).
+        ann: approximate retrieval (``"hnsw"``, ``"ivf"``, ``"voyager"``; default ``None``: exact), with
+            ``ann_params`` its settings (:data:`~.ann.ANN_DEFAULTS`); re-scoring stays exact.
+        backend, precision: the encoder's engine (``torch``, ``openvino``, ``onnx``) and precision
+            (``fp32``, ``int8``; :mod:`.backends`, docs/dense.md); int8 calibrates on ``calibration`` (an
+            ir_datasets id, default ``corpus``: its first documents).
     """
 
     def __init__(self, model: str = DEFAULT_MODEL, index=None, corpus: Optional[str] = None,
                  fields: Optional[Sequence[str]] = None, num_results: int = 1000, batch_size: int = 32,
-                 verbose: bool = True, device: Optional[str] = None, rank_cutoff: Optional[int] = None):
+                 verbose: bool = True, device: Optional[str] = None, rank_cutoff: Optional[int] = None,
+                 ann: Optional[str] = None, ann_params: Optional[dict] = None, backend: str = "torch",
+                 precision: str = "fp32", calibration: Optional[str] = None):
         self.model = model
+        self.backend, self.precision = check_backend(backend, precision)
+        self.calibration = calibration
         artifact = None
         if isinstance(index, pt.Artifact):
             artifact, index = index, index.path
@@ -58,6 +68,7 @@ class DenseRetriever(pt.Transformer):
         self.verbose = verbose
         self.device = device
         self.rank_cutoff = rank_cutoff
+        self.ann, self.ann_params = check_ann(ann, ann_params)  # plugins/dense/ann.py
         self._encoder = None
         self._flex = None
         if artifact is not None:
@@ -68,7 +79,11 @@ class DenseRetriever(pt.Transformer):
     def encoder(self):
         """The ``SentenceTransformer``."""
         if self._encoder is None:
-            self._encoder = load_sentence_transformer(self.model, self.device or "cpu")
+            from .backends import calibration_from_corpus, load_encoder
+            cal = self.calibration or self.corpus
+            if self.precision == "int8" and cal:
+                cal = calibration_from_corpus(cal, self.fields)
+            self._encoder = load_encoder(self.model, self.device, self.backend, self.precision, cal)
         return self._encoder
 
     def encode(self, texts: Sequence[str], desc: Optional[str] = None):
@@ -141,6 +156,8 @@ class DenseRetriever(pt.Transformer):
             inp = inp.drop(columns=[c for c in ("docno", "score", "rank") if c in inp.columns]).reset_index(drop=True)
             qvecs = self.encode(inp["query"].astype(str).tolist(), desc="queries")
             k = self.num_results if self.rank_cutoff is None else min(self.num_results, self.rank_cutoff)
+            if self.ann:
+                return ann_search(flex, inp, qvecs, k, self.ann, self.ann_params)
             return _search(flex, inp, qvecs, k)
         if len(inp) == 0:
             return inp.assign(score=pd.Series(dtype=float), rank=pd.Series(dtype=int))
@@ -191,7 +208,8 @@ class DenseRetriever(pt.Transformer):
         return f"DenseRetriever({self.model!r}, index={self.index!r}, num_results={self.num_results}{cut})"
 
     def _key(self):
-        return (self.model, self.index, self.corpus, self.fields, self.num_results, self.rank_cutoff)
+        return (self.model, self.index, self.corpus, self.fields, self.num_results, self.rank_cutoff, self.ann,
+                tuple(sorted(self.ann_params.items())), self.backend, self.precision, self.calibration)
 
     def __eq__(self, other) -> bool:
         return isinstance(other, DenseRetriever) and self._key() == other._key()
@@ -344,17 +362,24 @@ def _ranked(inp: pd.DataFrame, scores) -> pd.DataFrame:
 
 @params(model=Param(str, min_len=1), index=Param(bool, PATH, optional=True), dataset=Param(DATASET, optional=True),
         fields=Param(list, item=str, min_len=1, optional=True), num_results=Param(int, min=1, max=MAX_RESULTS),
-        batch_size=Param(int, min=1, max=65536), device=Param(str, min_len=1, optional=True))
+        batch_size=Param(int, min=1, max=65536), device=Param(str, min_len=1, optional=True),
+        ann=Param(str, choices=ANN_METHODS, optional=True), ann_params=Param(dict, optional=True),
+        backend=Param(str, choices=BACKENDS), precision=Param(str, choices=PRECISIONS))
 def dense_component(*, context=None, model: str = DEFAULT_MODEL, index: Union[None, bool, str] = None,
                     dataset: Optional[str] = None, fields: Optional[Sequence[str]] = None, num_results: int = 1000,
-                    batch_size: int = 32, verbose: bool = True, device: Optional[str] = None) -> DenseRetriever:
+                    batch_size: int = 32, verbose: bool = True, device: Optional[str] = None,
+                    ann: Optional[str] = None, ann_params: Optional[dict] = None, backend: str = "torch",
+                    precision: str = "fp32") -> DenseRetriever:
     """``dense``: a sentence-transformers bi-encoder (default: offline all-MiniLM-L6-v2) over a flat index
     or a sharded one (``pyterrier-sci index --shards N``; searched shard-parallel, ``model`` must be its own).
 
     ``index``: a FlexIndex or sharded index path; by default the dataset's corpus index (built on first use);
     ``false``: no index, the input's ``text`` column is encoded (re-scoring small candidate sets
-    costs less than encoding a whole corpus)."""
+    costs less than encoding a whole corpus).  ``backend`` / ``precision``: the encoder's engine and precision
+    (docs/dense.md); int8 calibrates on the dataset's first documents and gets its own corpus index."""
+    check_backend(backend, precision)
     corpus = dataset_of(dataset, context, "dense", required=False)
+    fast = dict(backend=backend, precision=precision, calibration=corpus)
     if isinstance(index, str):  # built there on first use when missing
         if is_sharded(index):  # a finished sharded index (its model must be the query model) or an unfinished build
             ShardedDenseIndex(index).check_model(model)
@@ -364,13 +389,16 @@ def dense_component(*, context=None, model: str = DEFAULT_MODEL, index: Union[No
         check_fields(corpus, fields, "dense")
     if index is False:
         return DenseRetriever(model, index=None, corpus=None, fields=fields, num_results=num_results,
-                              batch_size=batch_size, verbose=verbose, device=device)
+                              batch_size=batch_size, verbose=verbose, device=device, ann=ann, ann_params=ann_params,
+                              **fast)
     if index is True:
         index = None
     if index is None and corpus:
         from pyterrier_sci.corpus import index_path
         work = context.workdir() if context is not None else None
         from pyterrier_sci.data import work_dir
-        index = str(index_path(work or work_dir(), corpus, "dense-" + model_slug(model), fields))
+        kind = "dense-" + model_slug(model) + (f"-{backend}-int8" if precision == "int8" else "")  # fp32 exports match
+        index = str(index_path(work or work_dir(), corpus, kind, fields))
     return DenseRetriever(model, index=index, corpus=corpus, fields=fields, num_results=num_results,
-                          batch_size=batch_size, verbose=verbose, device=device)
+                          batch_size=batch_size, verbose=verbose, device=device, ann=ann, ann_params=ann_params,
+                          **fast)

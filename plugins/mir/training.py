@@ -22,6 +22,7 @@ import pyterrier as pt
 from torch import Tensor, nn
 
 from pyterrier_sci.artifacts import build_atomically
+from pyterrier_sci.models import BACKENDS, PRECISIONS
 from pyterrier_sci.plugins.dense import DEFAULT_MODEL, DenseRetriever, load_sentence_transformer, model_slug
 from pyterrier_sci.plugins.dense.models import SentenceTransformerModel
 from pyterrier_sci.registry import DATASET, MAX_RESULTS, PATH, Param, params
@@ -585,13 +586,16 @@ def trained_model_path(train_dataset: str, config: MIRTrainingConfig, work: Opti
         warmup_ratio=Param(float, min=0, max=1), max_seq_length=Param(int, min=1, max=100_000),
         hard_top=Param(int, min=0, max=MAX_RESULTS), n_keywords=Param(int, min=1, max=100_000),
         seed=Param(int, min=0, max=2 ** 32 - 1), max_steps=Param(int, min=1, max=10 ** 9, optional=True),
-        frozen_layers=Param(int, min=0, max=1000))
+        frozen_layers=Param(int, min=0, max=1000), backend=Param(str, choices=BACKENDS),
+        precision=Param(str, choices=PRECISIONS))
 def mir_dense_component(*inputs, context=None, model: Optional[str] = None, dataset: Optional[str] = None,
                         train: bool = False, train_dataset: Optional[str] = None, num_results: int = 1000,
                         batch_size: int = 32, fields: Optional[Sequence[str]] = None, verbose: bool = False,
-                        device: Optional[str] = None, **training) -> pt.Transformer:
+                        device: Optional[str] = None, backend: str = "torch", precision: str = "fp32",
+                        **training) -> pt.Transformer:
     """``mir_dense``: dense retrieval with a MIR fine-tuned model (a saved model path, or trained on
-    ``train_dataset`` with ``train=True`` and the training settings of ``MIRTrainingConfig``)."""
+    ``train_dataset`` with ``train=True`` and the training settings of ``MIRTrainingConfig``); ``backend``
+    and ``precision`` choose the encoder's engine as for ``dense`` (docs/dense.md)."""
     from pyterrier_sci.plugins.dense import dense_component
     if train:
         if not train_dataset:
@@ -616,7 +620,7 @@ def mir_dense_component(*inputs, context=None, model: Optional[str] = None, data
         raise FileNotFoundError(f"mir_dense: {model} is not a sentence-transformers model directory "
                                 f"(train one with pyterrier_sci.plugins.mir.training.train_mir)")
     t = dense_component(context=context, model=str(model), dataset=dataset, fields=fields, num_results=num_results,
-                        batch_size=batch_size, verbose=verbose, device=device)
+                        batch_size=batch_size, verbose=verbose, device=device, backend=backend, precision=precision)
     if len(inputs) > 1:
         raise ValueError("mir_dense takes at most one input pipeline")
     return inputs[0] >> t if inputs else t

@@ -1,0 +1,207 @@
+"""Encoding throughput of each encoder backend and precision (plugins/dense/backends.py), against
+torch fp32 and against this CPU's limit.
+
+The same hep-th abstracts (``irds:sci/hepth-core-citations/train``, field ``abstract``, the first
+``--docs``) are encoded by every setting in turn, ``--rounds`` times (A B C A B C ...: each round's
+settings see the same load); reported: median documents/s, the ratio to torch fp32 (median of
+the per-round ratios, min, max), the mean cosine to torch fp32, the load average before and after,
+and the fraction of the CPU's peak that the achieved FLOP/s (fp32) or OP/s (int8) are.
+
+The limit: FLOPs per document from the model's config (layers L, hidden h, intermediate i) and the
+measured token count t of each document (after truncation):
+``2 * L * (t * (4 h^2 + 2 h i) + 2 t^2 h)`` (Q, K, V, O projections, the two FFN matrices, and the
+attention scores and weighted sum; a multiply-add counts 2), summed over the documents.  Peak
+from the CPU: cores x clock x per-cycle rate, where the per-cycle rate of one core is (FMA pipes)
+x (lanes of the executed vector width) x 2 for fp32, and (VNNI pipes) x (lanes) x 4 x 2 for int8 (each
+VPDPBUSD lane does 4 int8 multiply-adds).  Assumptions (printed): AMD Zen 4 executes
+512-bit AVX-512 operations as two 256-bit halves on two FMA pipes (fp32: 2 x 8 lanes x 2 = 32
+FLOP/cycle/core) and VPDPBUSD likewise (2 x 8 lanes x 4 MACs x 2 = 128 OP/cycle/core, 4x fp32);
+a CPU with 512-bit data paths (``--vector-bits 512``) doubles both.  Usage::
+
+    python benchmarks/bench_encode.py                       # 2,000 abstracts, 3 rounds
+    python benchmarks/bench_encode.py --docs 200 --rounds 2 --calibration 64   # a quick check
+    python benchmarks/bench_encode.py --guard               # the quality guard on CSFCube
+
+``--guard`` runs the quality guard instead: CSFCube's MiniLM pipeline (``pool >> dense``, as in
+pipelines/csfcube.yaml) with each setting on the three facets and all of them, NDCG%20 of each
+fast setting minus torch fp32 (it passes within 0.5 points on every facet) and the mean top-10
+overlap of its runs with torch fp32's.
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import re
+import sys
+import time
+
+import numpy as np
+
+DATASET = "irds:sci/hepth-core-citations/train"
+
+
+def cpu_info() -> dict:
+    text = open("/proc/cpuinfo").read()
+    flags = set(re.search(r"^flags\s*:\s*(.*)$", text, re.M).group(1).split())
+    mhz = float(re.search(r"^cpu MHz\s*:\s*([\d.]+)", text, re.M).group(1))
+    name = re.search(r"^model name\s*:\s*(.*)$", text, re.M).group(1)
+    cores = len(os.sched_getaffinity(0))
+    return {"name": name, "mhz": mhz, "cores": cores, "avx512f": "avx512f" in flags,
+            "avx512_vnni": "avx512_vnni" in flags, "avx2": "avx2" in flags}
+
+
+def peaks(cpu: dict, vector_bits: int, pipes: int) -> dict:
+    """Peak fp32 FLOP/s and int8 OP/s, with the arithmetic as text."""
+    lanes = vector_bits // 32
+    fp32_cycle = pipes * lanes * 2
+    int8_cycle = pipes * lanes * 4 * 2 if cpu["avx512_vnni"] else pipes * lanes * 2 * 2  # no VNNI: 16-bit pairs
+    hz = cpu["mhz"] * 1e6
+    return {"fp32": cpu["cores"] * hz * fp32_cycle, "int8": cpu["cores"] * hz * int8_cycle,
+            "text": (f"{cpu['name']}: {cpu['cores']} cores x {cpu['mhz'] / 1000:.2f} GHz; {pipes} FMA pipes x "
+                     f"{vector_bits}-bit ({lanes} fp32 lanes) executed width.\n"
+                     f"  fp32 peak = {cpu['cores']} x {cpu['mhz'] / 1000:.2f}e9 x ({pipes} x {lanes} x 2) = "
+                     f"{cpu['cores'] * hz * fp32_cycle / 1e9:.1f} GFLOP/s\n"
+                     f"  int8 peak (VPDPBUSD: 4 int8 multiply-adds per 32-bit lane) = {cpu['cores']} x "
+                     f"{cpu['mhz'] / 1000:.2f}e9 x ({pipes} x {lanes} x 4 x 2) = "
+                     f"{cpu['cores'] * hz * int8_cycle / 1e9:.1f} GOP/s")}
+
+
+def model_flops(st, texts) -> tuple:
+    """(total FLOPs of the transformer on ``texts``, mean tokens per text, config string)."""
+    cfg = st[0].model.config
+    n_layers, h, i = cfg.num_hidden_layers, cfg.hidden_size, cfg.intermediate_size
+    tokens = []
+    for start in range(0, len(texts), 64):
+        f = st[0].preprocess(texts[start:start + 64])
+        tokens += f["attention_mask"].sum(1).tolist()
+    t = np.asarray(tokens, dtype=np.float64)
+    total = float((2 * n_layers * (t * (4 * h * h + 2 * h * i) + 2 * t * t * h)).sum())
+    return total, float(t.mean()), f"L={n_layers}, h={h}, i={i}"
+
+
+GUARD_DATASETS = ("irds:sci/csfcube/background", "irds:sci/csfcube/method", "irds:sci/csfcube/result",
+                  "irds:sci/csfcube")
+GUARD_POINTS = 0.5
+
+
+def quality_guard(settings, model: str = "default", datasets=GUARD_DATASETS):
+    """A frame with, per fast setting and dataset, NDCG%20 (x100), its difference to the first
+    setting (torch fp32), the mean top-10 overlap with that setting's run and whether it passes."""
+    import pandas as pd
+
+    from pyterrier_sci.experiment import experiment_outcome
+    comps = {s: "dense_" + s.replace(":", "_") for s in settings}
+    names = {s: c.upper() for s, c in comps.items()}  # pipeline names (not the components')
+    config = {"dataset": "irds:sci/csfcube",
+              "components": {n: {"component": "dense", "model": model, "backend": s.split(":")[0],
+                                 "precision": s.split(":")[1], "verbose": False} for s, n in comps.items()},
+              "pipelines": {names[s]: f"pool >> {c}" for s, c in comps.items()},
+              "experiments": {"guard": {"datasets": list(datasets), "pipelines": list(names.values()),
+                                        "measures": ["NDCG%20"]}}}
+    out = experiment_outcome(config, name="guard")
+    ref_setting = settings[0]
+    rows = []
+    for ds in out.datasets:
+        tab = ds.table.set_index("name")
+        col = next(c for c in tab.columns if str(c).startswith("NDCG"))
+        ref_run = ds.runs[names[ref_setting]]
+        ref_top = {q: set(g.nsmallest(10, "rank")["docno"]) for q, g in ref_run.groupby("qid")}
+        for s in settings[1:]:
+            run = ds.runs[names[s]]
+            top = {q: set(g.nsmallest(10, "rank")["docno"]) for q, g in run.groupby("qid")}
+            overlap = float(np.mean([len(top.get(q, set()) & d) / max(len(d), 1) for q, d in ref_top.items()]))
+            delta = 100 * (tab.loc[names[s], col] - tab.loc[names[ref_setting], col])
+            rows.append({"setting": s, "dataset": ds.dataset, "NDCG%20": 100 * tab.loc[names[s], col],
+                         "torch fp32": 100 * tab.loc[names[ref_setting], col], "difference (points)": delta,
+                         "top-10 overlap": overlap, "passes": abs(delta) <= GUARD_POINTS})
+    return pd.DataFrame(rows)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--docs", type=int, default=2000)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--model", default="default")
+    ap.add_argument("--calibration", type=int, default=300, help="int8 calibration: the corpus's first N documents")
+    ap.add_argument("--settings", default="torch:fp32,openvino:fp32,openvino:int8,onnx:fp32,onnx:int8",
+                    help="backend:precision pairs; the first is the reference")
+    ap.add_argument("--vector-bits", type=int, default=256, help="executed vector width (Zen 4: 256)")
+    ap.add_argument("--pipes", type=int, default=2, help="FMA / VNNI pipes per core")
+    ap.add_argument("--json", help="also write the results here")
+    ap.add_argument("--guard", action="store_true", help="run the CSFCube quality guard instead")
+    args = ap.parse_args(argv)
+    if args.guard:
+        from pyterrier_sci.bench import load_note, markdown
+        before = os.getloadavg()
+        table = quality_guard(args.settings.split(","), args.model)
+        print(markdown(table))
+        print("passes (every dataset within", GUARD_POINTS, "points):",
+              table.groupby("setting")["passes"].all().to_dict())
+        print(load_note(before))
+        return 0
+
+    import pandas as pd
+
+    import pyterrier_sci  # noqa: F401  (registers the datasets)
+    from pyterrier_sci.bench import interleaved, load_note, markdown
+    from pyterrier_sci.corpus import corpus_texts
+    from pyterrier_sci.plugins.dense.backends import BackendError, calibration_from_corpus, load_encoder
+
+    before = os.getloadavg()
+    texts = [d["text"] for d in itertools.islice((d for d in corpus_texts(DATASET, ["abstract"]) if d["text"].strip()),
+                                                 args.docs)]
+    encoders, skipped = {}, {}
+    cal = None
+    for s in args.settings.split(","):
+        backend, precision = s.split(":")
+        try:
+            if precision == "int8" and cal is None:
+                cal = calibration_from_corpus(DATASET, ["abstract"], args.calibration)
+            t = time.perf_counter()
+            encoders[s] = load_encoder(args.model, None, backend, precision, cal)
+            print(f"loaded {s} in {time.perf_counter() - t:.1f} s", file=sys.stderr)
+        except BackendError as e:
+            skipped[s] = str(e)
+            print(f"skipped {s}: {e}", file=sys.stderr)
+    ref_name = next(iter(encoders))
+    st = encoders[ref_name] if ref_name.startswith("torch") else load_encoder(args.model)
+    flops, mean_tokens, cfg = model_flops(st, texts)
+    cpu = cpu_info()
+    peak = peaks(cpu, args.vector_bits, args.pipes)
+
+    sides = {s: (lambda e=e: e.encode(texts, batch_size=args.batch_size, show_progress_bar=False))
+             for s, e in encoders.items()}
+    timings = interleaved(sides, args.rounds)
+    ref = timings.results[ref_name]
+    rows = []
+    for s in encoders:
+        docs_s = len(texts) / timings.median(s)
+        ratio = timings.ratio(ref_name, s)  # time_ref / time_s = speed-up
+        got = timings.results[s]
+        cos = float(((got * ref).sum(1) / np.linalg.norm(got, axis=1) / np.linalg.norm(ref, axis=1)).mean())
+        rate = flops / timings.median(s)
+        kind = "int8" if s.endswith("int8") else "fp32"
+        rows.append({"setting": s, "docs/s": docs_s, "speed-up vs " + ref_name: ratio.median,
+                     "min": ratio.min, "max": ratio.max, "mean cos": f"{cos:.4f}",
+                     "G(FL)OP/s": rate / 1e9, "% of peak": 100 * rate / peak[kind], "peak": kind})
+    table = pd.DataFrame(rows)
+    print(f"\n{len(texts)} abstracts of {DATASET}, mean {mean_tokens:.1f} word pieces (truncated), batch "
+          f"{args.batch_size}, {args.rounds} interleaved rounds; model {args.model} ({cfg}); "
+          f"{flops / len(texts) / 1e9:.3f} GFLOP per document")
+    print(peak["text"])
+    print(markdown(table))
+    for s, why in skipped.items():
+        print(f"- {s} not run: {why}")
+    print(load_note(before))
+    if args.json:
+        json.dump({"rows": rows, "skipped": skipped, "docs": len(texts), "mean_tokens": mean_tokens,
+                   "flops_per_doc": flops / len(texts), "peak": peak, "cpu": cpu, "load_before": before,
+                   "load_after": os.getloadavg(), "times": timings.times}, open(args.json, "w"), indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,421 @@
+"""Fast sentence-transformers encoders: the model's transformer exported to OpenVINO or ONNX Runtime,
+in fp32 or int8 (NNCF post-training static quantisation for OpenVINO, onnxruntime dynamic
+quantisation for ONNX), behind sentence-transformers' ``encode`` interface.
+
+Only the transformer runs in the exported engine: tokenisation is the model's own
+sentence-transformers tokenizer (same truncation), and its pooling, dense and normalisation modules
+run on the engine's token embeddings as in sentence-transformers, so fp32 exports match the torch
+model to ~1e-6.  Exports are cached as artifacts under ``<work dir>/models/<model slug>-<backend>-
+<precision>-<settings hash>/`` (built atomically and locked by
+:func:`pyterrier_sci.artifacts.build_atomically`), with ``pt_meta.json`` recording the source model
+and its weight hash, the backend, precision, library versions, the int8 calibration documents and
+the quality check run at build time.  An int8 build whose mean cosine to torch fp32 on its
+calibration texts is below :data:`INT8_MIN_COSINE` is refused with one :class:`BackendError`.  A
+damaged cache entry (files not matching their checksums, unreadable ``pt_meta.json``) is rebuilt
+with a :class:`~pyterrier_sci.artifacts.DamagedFileWarning`.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import itertools
+import json
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional, Sequence, Union
+
+import numpy as np
+
+from pyterrier_sci.models import (
+    BACKENDS,
+    PRECISIONS,
+    BackendError,
+    check_backend,
+    load_sentence_transformer,
+    model_slug,
+    resolve_model,
+    weights_sha256,
+)
+
+__all__ = ["BACKENDS", "PRECISIONS", "BackendError", "check_backend", "INT8_MIN_COSINE", "CALIBRATION_SIZE",
+           "ENCODER_TYPE", "Calibration", "calibration_from_corpus", "calibration_from_texts", "encoder_path",
+           "load_encoder", "ExportedEncoder"]
+
+#: the ``type`` of an exported encoder's ``pt_meta.json`` (its ``format`` is the backend)
+ENCODER_TYPE = "dense_encoder"
+#: an int8 export is refused when its mean cosine to torch fp32 on the calibration texts is lower
+INT8_MIN_COSINE = 0.99
+#: fp32 exports must reach this cosine to torch fp32 on every checked text
+FP32_MIN_COSINE = 0.9999
+#: documents used to calibrate int8 (NNCF's default subset size)
+CALIBRATION_SIZE = 300
+#: bump when the export changes so that old cache entries are not reused
+EXPORT_VERSION = 1
+#: sentences that check an fp32 export when no calibration texts are given
+CHECK_TEXTS = ("Dense retrieval of scientific papers.", "A second, somewhat longer sentence used to check that "
+               "an exported encoder gives the embeddings of the torch model it was exported from.",
+               "short", "Graph neural networks for citation recommendation with contrastive pre-training.")
+_MODEL_FILES = {"openvino": ("model.xml", "model.bin"), "onnx": ("model.onnx",)}
+
+
+@dataclass
+class Calibration:
+    """Texts that calibrate an int8 quantisation, and how they were chosen (recorded in the export's
+    ``pt_meta.json`` and part of its cache key)."""
+    texts: list
+    source: str
+    docnos: Optional[list] = None
+    fields: Optional[Sequence[str]] = None
+    extra: dict = field(default_factory=dict)
+
+    def record(self) -> dict:
+        rec = {"source": self.source, "documents": len(self.texts),
+               "texts_sha256": hashlib.sha256("\0".join(self.texts).encode()).hexdigest()}
+        if self.docnos is not None:
+            rec["selection"] = f"the first {len(self.texts)} non-empty documents in corpus order"
+            rec["docnos_sha256"] = hashlib.sha256("\n".join(self.docnos).encode()).hexdigest()
+            rec["first_docnos"] = list(self.docnos[:5])
+        if self.fields:
+            rec["fields"] = list(self.fields)
+        rec.update(self.extra)
+        return rec
+
+
+def calibration_from_corpus(corpus: str, fields: Optional[Sequence[str]] = None,
+                            size: int = CALIBRATION_SIZE) -> Calibration:
+    """The first ``size`` non-empty documents of an ir_datasets corpus (streamed: nothing else is read);
+    the subsets of a benchmark (``sci/csfcube/method``) calibrate on their shared corpus."""
+    from pyterrier_sci.corpus import corpus_id, corpus_texts
+    corpus = corpus_id(corpus)
+    docs = list(itertools.islice((d for d in corpus_texts(corpus, fields) if d["text"].strip()), size))
+    if not docs:
+        raise BackendError(f"int8 calibration: corpus {corpus} has no non-empty documents")
+    return Calibration([d["text"] for d in docs], corpus, [str(d["docno"]) for d in docs], fields)
+
+
+def calibration_from_texts(texts: Sequence[str], source: str = "texts given by the caller") -> Calibration:
+    texts = [str(t) for t in texts if str(t).strip()]
+    if not texts:
+        raise BackendError("int8 calibration needs at least one non-empty text")
+    return Calibration(texts, source)
+
+
+# ------------------------------------------------------------------------------------- the export
+
+def _exported_module(st):
+    """The torch module to export: sentence-transformers' first module's transformer, returning
+    the token embeddings sentence-transformers pools; one :class:`BackendError` for a model whose
+    first module is not a plain text transformer."""
+    import torch
+    first = st[0]
+    model = getattr(first, "model", None)
+    if model is None:
+        model = getattr(first, "auto_model", None)
+    cfg = getattr(first, "modality_config", None) or {}
+    text_cfg = cfg.get("text", {}) if isinstance(cfg, dict) else {}
+    if model is None or text_cfg.get("method", "forward") != "forward" or \
+            text_cfg.get("method_output_name", "last_hidden_state") != "last_hidden_state":
+        raise BackendError(f"only sentence-transformers models whose first module is a text Transformer returning "
+                           f"last_hidden_state can be exported (this one: {type(first).__name__} {cfg}); "
+                           "use backend='torch'")
+
+    class TokenEmbeddings(torch.nn.Module):
+        def __init__(self, m):
+            super().__init__()
+            self.m = m
+
+        def forward(self, input_ids, attention_mask, token_type_ids=None):
+            kw = {"input_ids": input_ids, "attention_mask": attention_mask}
+            if token_type_ids is not None:
+                kw["token_type_ids"] = token_type_ids
+            return self.m(**kw, return_dict=True).last_hidden_state
+
+    return TokenEmbeddings(model).eval()
+
+
+_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+
+
+def _features(st, texts: Sequence[str]) -> dict:
+    """sentence-transformers' own tokenisation (padding to the longest text, truncation to
+    ``max_seq_length``)."""
+    first = st[0]
+    prep = getattr(first, "preprocess", None) or first.tokenize
+    return prep(list(texts))
+
+
+def _engine_inputs(features: dict) -> dict:
+    return {k: features[k].numpy().astype(np.int64) for k in _INPUTS if k in features}
+
+
+def _export_openvino(st, tmp: Path, precision: str, calibration: Optional[Calibration]) -> dict:
+    import openvino as ov
+    import torch
+    module = _exported_module(st)
+    example = {k: torch.from_numpy(v) for k, v in _engine_inputs(_features(st, CHECK_TEXTS[:2])).items()}
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # tracer warnings about shapes: the exported graph keeps them dynamic
+        ovm = ov.convert_model(module, example_input=example)
+    ovm.reshape({inp.get_any_name(): ov.PartialShape([-1, -1]) for inp in ovm.inputs})
+    info = {"openvino": ov.__version__}
+    if precision == "int8":
+        import nncf
+        data = [_engine_inputs(_features(st, [t])) for t in calibration.texts]
+        ovm = nncf.quantize(ovm, nncf.Dataset(data), model_type=nncf.ModelType.TRANSFORMER, subset_size=len(data))
+        info.update(nncf=nncf.__version__, method="nncf.quantize (post-training static, ModelType.TRANSFORMER, "
+                    "per-text calibration inputs)")
+    tmp.mkdir(parents=True)
+    ov.save_model(ovm, str(tmp / "model.xml"), compress_to_fp16=False)
+    return info
+
+
+def _export_onnx(st, tmp: Path, precision: str, calibration: Optional[Calibration]) -> dict:
+    import onnxruntime
+    import torch
+    module = _exported_module(st)
+    example = {k: torch.from_numpy(v) for k, v in _engine_inputs(_features(st, CHECK_TEXTS[:2])).items()}
+    names = list(example)
+    tmp.mkdir(parents=True)
+    target = tmp / ("model-fp32.onnx" if precision == "int8" else "model.onnx")
+    axes = {n: {0: "batch", 1: "tokens"} for n in names + ["token_embeddings"]}
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(module, tuple(example[n] for n in names), str(target), input_names=names,
+                          output_names=["token_embeddings"], dynamic_axes=axes, opset_version=17, dynamo=False)
+    info = {"onnxruntime": onnxruntime.__version__, "torch_onnx_opset": 17}
+    if precision == "int8":
+        from onnxruntime.quantization import QuantType, quantize_dynamic
+        quantize_dynamic(str(target), str(tmp / "model.onnx"), weight_type=QuantType.QInt8)
+        target.unlink()
+        info["method"] = "onnxruntime.quantization.quantize_dynamic (weights QInt8, activations per batch)"
+    return info
+
+
+def _check_available(backend: str) -> None:
+    need = {"openvino": ("openvino",), "onnx": ("onnxruntime", "onnx")}[backend]
+    missing = [m for m in need if importlib.util.find_spec(m) is None]
+    if missing:
+        raise BackendError(f"backend {backend!r} needs the package(s) {', '.join(missing)} "
+                           "(pip install 'pyterrier-sci[fast]'); backend='torch' needs none")
+
+
+def _versions() -> dict:
+    from importlib import metadata
+    out = {}
+    for d in ("openvino", "nncf", "onnxruntime", "onnx", "torch", "transformers", "sentence-transformers"):
+        try:
+            out[d] = metadata.version(d)
+        except metadata.PackageNotFoundError:
+            pass
+    return out
+
+
+def _settings(model: str, backend: str, precision: str, calibration: Optional[Calibration]) -> dict:
+    s = {"source": resolve_model(model), "weights_sha256": weights_sha256(model), "backend": backend,
+         "precision": precision, "export_version": EXPORT_VERSION}
+    if precision == "int8":
+        rec = calibration.record()
+        s["calibration"] = {k: rec[k] for k in ("source", "documents", "texts_sha256")}
+    return s
+
+
+def _settings_hash(settings: dict) -> str:
+    return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def encoder_path(model: str, backend: str, precision: str, calibration: Optional[Calibration] = None,
+                 work: Union[None, str, Path] = None) -> Path:
+    """Where the export of ``model`` with these settings is cached."""
+    from pyterrier_sci.data import work_dir
+    h = _settings_hash(_settings(model, backend, precision, calibration))
+    return Path(work or work_dir()) / "models" / f"{model_slug(model)}-{backend}-{precision}-{h}"
+
+
+def _cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    a = a / np.linalg.norm(a, axis=1, keepdims=True)
+    b = b / np.linalg.norm(b, axis=1, keepdims=True)
+    return (a * b).sum(axis=1)
+
+
+def _quality_check(st, tmp: Path, backend: str, precision: str, texts: Sequence[str], meta: dict) -> dict:
+    """Cosines of the new export to the torch model on ``texts``; a :class:`BackendError` when they
+    fall below the bar (the build is then discarded)."""
+    texts = list(texts)[:256]
+    got = ExportedEncoder(st, tmp, meta).encode(texts, batch_size=32)
+    ref = st.encode(texts, batch_size=32, convert_to_numpy=True, show_progress_bar=False)
+    cos = _cosines(got, ref)
+    check = {"texts": len(texts), "mean_cosine": float(cos.mean()), "min_cosine": float(cos.min()),
+             "max_abs_diff": float(np.abs(got - ref).max())}
+    if precision == "int8" and check["mean_cosine"] < INT8_MIN_COSINE:
+        raise BackendError(
+            f"backend {backend!r} precision 'int8' is refused: its mean cosine to torch fp32 on the {len(texts)} "
+            f"calibration texts is {check['mean_cosine']:.4f}, below {INT8_MIN_COSINE} "
+            f"({'onnxruntime dynamic quantisation; ' if backend == 'onnx' else ''}use backend='openvino' for int8)")
+    if precision == "fp32" and check["min_cosine"] < FP32_MIN_COSINE:
+        raise BackendError(f"the fp32 {backend} export does not reproduce the torch model "
+                           f"(min cosine {check['min_cosine']:.6f} < {FP32_MIN_COSINE})")
+    return check
+
+
+def _build(st, model: str, backend: str, precision: str, calibration: Optional[Calibration], settings: dict):
+    from pyterrier_sci.artifacts import record_checksum, write_pt_meta
+
+    def build(tmp: Path):
+        export = _export_openvino if backend == "openvino" else _export_onnx
+        info = export(st, tmp, precision, calibration)
+        meta = {"type": ENCODER_TYPE, "format": backend, "source_model": str(model),
+                "source_path": settings["source"], "weights_sha256": settings["weights_sha256"],
+                "backend": backend, "precision": precision, "settings_hash": _settings_hash(settings),
+                "export_version": EXPORT_VERSION, "export": info, "versions": _versions(),
+                "files": list(_MODEL_FILES[backend]),
+                "calibration": calibration.record() if calibration is not None and precision == "int8" else None}
+        meta["check"] = _quality_check(st, tmp, backend, precision,
+                                       calibration.texts if calibration is not None else CHECK_TEXTS, meta)
+        for f in meta["files"]:
+            record_checksum(tmp / f)
+        write_pt_meta(tmp, **meta)
+    return build
+
+
+def _damage(path: Path, settings: dict) -> Optional[str]:
+    """Why the cache entry at ``path`` cannot be used (None: it can)."""
+    from pyterrier_sci.artifacts import verify_checksum
+    try:
+        meta = json.loads((path / "pt_meta.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        return f"its pt_meta.json cannot be read ({e})"
+    if meta.get("settings_hash") != _settings_hash(settings):
+        return "its pt_meta.json records other settings"
+    for f in meta.get("files") or ["?"]:
+        if verify_checksum(path / f) is not True:
+            return f"{f} is missing or does not match its checksum"
+    return None
+
+
+def load_encoder(model: str, device: Optional[str] = None, backend: str = "torch", precision: str = "fp32",
+                 calibration: Union[None, Calibration, Sequence[str]] = None,
+                 work: Union[None, str, Path] = None):
+    """An encoder with sentence-transformers' ``encode`` interface: the ``SentenceTransformer``
+    itself for ``backend='torch'``, else an :class:`ExportedEncoder` (exported, quantised and cached on
+    first use; see the module doc).  ``calibration`` (int8 only, required there): a
+    :class:`Calibration` (e.g. :func:`calibration_from_corpus`) or a list of texts."""
+    check_backend(backend, precision)
+    if backend == "torch":
+        return load_sentence_transformer(model, device or "cpu")
+    if device not in (None, "cpu"):
+        raise BackendError(f"backend {backend!r} runs on the CPU; device {device!r} needs backend='torch'")
+    _check_available(backend)
+    if precision == "int8":
+        if calibration is None:
+            raise BackendError("precision 'int8' calibrates on documents: give calibration= (a dataset whose first "
+                               f"{CALIBRATION_SIZE} documents are used, or a list of texts)")
+        if not isinstance(calibration, Calibration):
+            calibration = calibration_from_texts(calibration)
+    else:
+        calibration = None
+    from pyterrier_sci.artifacts import DamagedFileWarning, build_atomically
+    st = load_sentence_transformer(model, "cpu")
+    settings = _settings(model, backend, precision, calibration)
+    path = encoder_path(model, backend, precision, calibration, work)
+    build = _build(st, model, backend, precision, calibration, settings)
+    build_atomically(path, build, what=f"the {backend} {precision} export of {model}")
+    why = _damage(path, settings)
+    if why is not None:
+        warnings.warn(f"the cached encoder {path} is damaged: {why}; it is rebuilt", DamagedFileWarning, stacklevel=2)
+        build_atomically(path, build, overwrite=True, what=f"the {backend} {precision} export of {model}")
+    meta = json.loads((path / "pt_meta.json").read_text(encoding="utf-8"))
+    return ExportedEncoder(st, path, meta)
+
+
+# -------------------------------------------------------------------------------- the encoder
+
+class ExportedEncoder:
+    """sentence-transformers' ``encode`` on an exported transformer (OpenVINO or ONNX Runtime, on the
+    CPU): the model's tokenizer and its pooling / normalisation modules around the engine.  Texts
+    are sorted by length and padded per batch, as sentence-transformers does."""
+
+    def __init__(self, st, path: Union[str, Path], meta: dict):
+        self._st = st
+        self.path = Path(path)
+        self.meta = meta
+        self.backend, self.precision = meta["backend"], meta["precision"]
+        self._run = self._openvino() if self.backend == "openvino" else self._onnx()
+
+    def _openvino(self):
+        import openvino as ov
+        core = ov.Core()
+        # f32: on CPUs with bf16 units OpenVINO would otherwise run fp32 models in bf16
+        compiled = core.compile_model(core.read_model(str(self.path / "model.xml")), "CPU",
+                                      {"INFERENCE_PRECISION_HINT": "f32"})
+        request = compiled.create_infer_request()
+        names = {i.get_any_name() for i in compiled.inputs}
+
+        def run(inputs):
+            request.infer({k: v for k, v in inputs.items() if k in names})
+            return np.array(request.get_output_tensor(0).data, copy=True)
+        return run
+
+    def _onnx(self):
+        import onnxruntime as ort
+        sess = ort.InferenceSession(str(self.path / "model.onnx"), providers=["CPUExecutionProvider"])
+        names = {i.name for i in sess.get_inputs()}
+
+        def run(inputs):
+            return sess.run(None, {k: v for k, v in inputs.items() if k in names})[0]
+        return run
+
+    # sentence-transformers' interface ------------------------------------------------------------
+    @property
+    def max_seq_length(self) -> int:
+        return self._st.max_seq_length
+
+    @property
+    def tokenizer(self):
+        return self._st.tokenizer
+
+    def get_sentence_embedding_dimension(self) -> int:
+        st = self._st
+        return st.get_embedding_dimension() if hasattr(st, "get_embedding_dimension") \
+            else st.get_sentence_embedding_dimension()
+
+    get_embedding_dimension = get_sentence_embedding_dimension
+
+    def _embed(self, texts: Sequence[str]):
+        import torch
+        features = _features(self._st, texts)
+        features["token_embeddings"] = torch.from_numpy(self._run(_engine_inputs(features)))
+        with torch.inference_mode():
+            for module in list(self._st)[1:]:
+                features = module(features)
+        return features["sentence_embedding"].float().numpy()
+
+    def encode(self, sentences, batch_size: int = 32, show_progress_bar: Optional[bool] = None,
+               convert_to_numpy: bool = True, convert_to_tensor: bool = False, normalize_embeddings: bool = False,
+               output_value: Optional[str] = "sentence_embedding", precision: str = "float32", **kwargs):
+        """Embeddings of ``sentences`` (one string: one vector), as ``SentenceTransformer.encode``."""
+        unsupported = {k: v for k, v in kwargs.items() if v is not None and k not in ("device",)}
+        if output_value != "sentence_embedding" or precision != "float32" or unsupported:
+            raise BackendError(f"the {self.backend} encoder supports sentence embeddings in float32 only "
+                               f"(not {dict(output_value=output_value, precision=precision, **unsupported)}); "
+                               "use backend='torch'")
+        single = isinstance(sentences, str)
+        texts = [sentences] if single else [str(s) for s in sentences]
+        dim = self.get_sentence_embedding_dimension()
+        out = np.zeros((len(texts), dim), dtype=np.float32)
+        order = np.argsort([-len(t) for t in texts], kind="stable")
+        from tqdm.auto import tqdm
+        for start in tqdm(range(0, len(texts), batch_size), desc="Batches", disable=not show_progress_bar):
+            idx = order[start:start + batch_size]
+            out[idx] = self._embed([texts[i] for i in idx])
+        if normalize_embeddings:
+            out /= np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
+        result = out[0] if single else out
+        if convert_to_tensor:
+            import torch
+            return torch.from_numpy(result)
+        return result
+
+    def __repr__(self) -> str:
+        return f"ExportedEncoder({self.meta.get('source_model')!r}, backend={self.backend!r}, " \
+               f"precision={self.precision!r}, path={str(self.path)!r})"

@@ -1,0 +1,84 @@
+"""The benchmark helpers' arithmetic (pyterrier_sci.bench): interleaving order, per-round timings
+on a fake clock, the ratio summary (median, min, max) and the load note. No speed is measured."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from pyterrier_sci.bench import interleaved, load_note, ratio_summary
+
+
+class FakeClock:
+    """A clock that only moves when a side 'works' for a set number of seconds."""
+
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_interleaved_runs_sides_in_turn_after_untimed_warmup():
+    calls = []
+    clock = FakeClock()
+    # side A takes 2, 4, 6 s in its timed rounds; side B 3, 3, 12 s; warm-up costs are not timed
+    durations = {"A": iter([50.0, 2.0, 4.0, 6.0]), "B": iter([70.0, 3.0, 3.0, 12.0])}
+
+    def side(name):
+        def run():
+            calls.append(name)
+            clock.now += next(durations[name])
+            return f"{name}{len(calls)}"
+        return run
+
+    t = interleaved({"A": side("A"), "B": side("B")}, rounds=3, warmup=1, clock=clock)
+    assert calls == ["A", "B", "A", "B", "A", "B", "A", "B"]  # warm-up round, then A B A B A B
+    assert t.order == [("A", 0), ("B", 0), ("A", 1), ("B", 1), ("A", 2), ("B", 2)]
+    assert t.times == {"A": [2.0, 4.0, 6.0], "B": [3.0, 3.0, 12.0]}
+    assert t.results == {"A": "A7", "B": "B8"}  # the last call's result of each side
+    assert t.median("A") == 4.0 and t.median("B") == 3.0
+    r = t.ratio("B", "A")  # per round: 3/2, 3/4, 12/6
+    assert r.ratios == (1.5, 0.75, 2.0)
+    assert (r.median, r.min, r.max, r.n) == (1.5, 0.75, 2.0, 3)
+    assert str(r) == "1.50 (0.75-2.00, n=3)"
+    # the median of the ratios, not the ratio of the medians (3 / 4 = 0.75) or of the fastest (3 / 2)
+    assert r.median != t.median("B") / t.median("A")
+
+
+def test_interleaved_three_sides_and_bad_rounds():
+    seen = []
+    t = interleaved({k: (lambda k=k: seen.append(k)) for k in "xyz"}, rounds=2)
+    assert seen == list("xyzxyz") and all(len(v) == 2 for v in t.times.values())
+    with pytest.raises(ValueError, match="rounds must be at least 1"):
+        interleaved({"x": lambda: None}, rounds=0)
+    with pytest.raises(ValueError, match="no sides"):
+        interleaved({}, rounds=1)
+
+
+def test_interleaved_alternate_reverses_odd_rounds():
+    seen = []
+    t = interleaved({k: (lambda k=k: seen.append(k)) for k in "ab"}, rounds=3, warmup=1, alternate=True)
+    assert seen == list("ab" "ab" "ba" "ab")  # warm-up in the given order, then A B, B A, A B
+    assert t.order == [("a", 0), ("b", 0), ("b", 1), ("a", 1), ("a", 2), ("b", 2)]
+    assert list(t.times) == ["a", "b"] and all(len(v) == 3 for v in t.times.values())
+
+
+def test_ratio_summary_even_count_and_errors():
+    r = ratio_summary([1.0, 2.0, 3.0, 10.0], [1.0, 1.0, 1.0, 1.0])
+    assert r.median == 2.5 and r.min == 1.0 and r.max == 10.0
+    assert r.as_dict() == {"median": 2.5, "min": 1.0, "max": 10.0, "n": 4, "ratios": [1.0, 2.0, 3.0, 10.0]}
+    with pytest.raises(ValueError, match="each round needs both sides"):
+        ratio_summary([1.0, 2.0], [1.0])
+    with pytest.raises(ValueError, match="no timings"):
+        ratio_summary([], [])
+    with pytest.raises(ValueError, match="zero or negative"):
+        ratio_summary([1.0], [0.0])
+
+
+def test_load_note_reports_before_and_after():
+    before = (1.25, 0.5, 0.0)
+    note = load_note(before)
+    assert note.startswith("load average 1.25/0.50/0.00 before, ")
+    assert " after (1/5/15 min) on " in note and note.endswith(f"{os.cpu_count()} cores")
+    assert load_note().startswith("load average ") and "before" not in load_note()

@@ -1,0 +1,176 @@
+"""Exported encoders (plugins/dense/backends.py): OpenVINO fp32 reproduces the torch model, NNCF int8
+stays close to it, exports are cached (reused, atomic, rebuilt when damaged), and bad settings get
+one error naming the choices."""
+import itertools
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import pyterrier_sci as ps
+from pyterrier_sci.artifacts import DamagedFileWarning
+from pyterrier_sci.corpus import corpus_texts
+from pyterrier_sci.plugins.dense import backends
+from pyterrier_sci.plugins.dense.backends import BackendError, calibration_from_corpus, encoder_path, load_encoder
+from pyterrier_sci.plugins.dense.retriever import DenseRetriever
+
+pytest.importorskip("openvino")
+pytest.importorskip("nncf")
+
+CSF = "sci/csfcube"
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory):
+    return tmp_path_factory.mktemp("encoders")
+
+
+@pytest.fixture(scope="module")
+def torch_model():
+    return load_encoder("default")
+
+
+@pytest.fixture(scope="module")
+def abstracts():
+    return [d["text"] for d in itertools.islice(corpus_texts(CSF), 50)]
+
+
+@pytest.fixture(scope="module")
+def titles():
+    return [d["text"] for d in itertools.islice(corpus_texts(CSF, ["title"]), 300)]
+
+
+@pytest.fixture(scope="module")
+def ov_fp32(work):
+    return load_encoder("default", backend="openvino", work=work)
+
+
+@pytest.fixture(scope="module")
+def calibration():
+    return calibration_from_corpus(CSF, size=16)
+
+
+@pytest.fixture(scope="module")
+def ov_int8(work, calibration):
+    return load_encoder("default", backend="openvino", precision="int8", calibration=calibration, work=work)
+
+
+def test_openvino_fp32_matches_torch(ov_fp32, torch_model, abstracts):
+    ref = torch_model.encode(abstracts, batch_size=8)
+    got = ov_fp32.encode(abstracts, batch_size=8)
+    assert got.shape == ref.shape == (50, 384) and got.dtype == np.float32
+    assert np.abs(got - ref).max() < 1e-4
+    # the sentence-transformers interface: one string, tensors, dimension
+    one = ov_fp32.encode(abstracts[3])
+    assert one.shape == (384,) and np.abs(one - ref[3]).max() < 1e-4
+    assert tuple(ov_fp32.encode(abstracts[:2], convert_to_tensor=True).shape) == (2, 384)
+    assert ov_fp32.get_sentence_embedding_dimension() == 384
+    meta = ov_fp32.meta
+    assert meta["backend"] == "openvino" and meta["precision"] == "fp32" and meta["calibration"] is None
+    assert meta["weights_sha256"] and meta["versions"]["openvino"]
+
+
+def test_int8_close_to_fp32_and_records_calibration(ov_int8, torch_model, titles, calibration):
+    ref = torch_model.encode(titles, batch_size=32)
+    got = ov_int8.encode(titles, batch_size=32)
+    cos = (got * ref).sum(1) / np.linalg.norm(got, axis=1) / np.linalg.norm(ref, axis=1)
+    assert cos.mean() >= 0.99, cos.mean()
+    cal = ov_int8.meta["calibration"]
+    assert cal["documents"] == 16 and cal["source"] == CSF
+    assert cal["docnos_sha256"] == calibration.record()["docnos_sha256"]
+    assert cal["first_docnos"] == [d["docno"] for d in itertools.islice(corpus_texts(CSF), 5)]
+    assert ov_int8.meta["check"]["mean_cosine"] >= backends.INT8_MIN_COSINE
+    assert ov_int8.meta["versions"]["nncf"]
+    # a different calibration set is a different cache entry
+    other = backends.calibration_from_texts(titles[:16])
+    assert encoder_path("default", "openvino", "int8", other) != ov_int8.path
+
+
+def test_second_load_builds_nothing(ov_fp32, work, monkeypatch):
+    def no_export(*a, **k):
+        raise AssertionError("exported again")
+    monkeypatch.setattr(backends, "_export_openvino", no_export)
+    again = load_encoder("default", backend="openvino", work=work)
+    assert again.path == ov_fp32.path
+
+
+def test_interrupted_build_leaves_nothing(tmp_path, monkeypatch):
+    def interrupted(*a, **k):  # after the model files are written
+        raise KeyboardInterrupt
+    monkeypatch.setattr(backends, "_quality_check", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        load_encoder("default", backend="openvino", work=tmp_path)
+    path = encoder_path("default", "openvino", "fp32", None, tmp_path)
+    assert not path.exists()
+    assert not [p for p in path.parent.iterdir() if "partial" in p.name]
+
+
+def test_damaged_cache_is_rebuilt(ov_fp32, work, torch_model, abstracts):
+    with open(ov_fp32.path / "model.bin", "r+b") as f:  # flip bytes of the weights
+        f.seek(4096)
+        f.write(b"\xff" * 64)
+    with pytest.warns(DamagedFileWarning, match="rebuilt"):
+        fresh = load_encoder("default", backend="openvino", work=work)
+    assert np.abs(fresh.encode(abstracts[:5]) - torch_model.encode(abstracts[:5])).max() < 1e-4
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DamagedFileWarning)
+        load_encoder("default", backend="openvino", work=work)
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(backend="tensorrt"), "choose one of 'torch', 'openvino', 'onnx'"),
+    (dict(backend="openvino", precision="int4"), "choose one of 'fp32', 'int8'"),
+    (dict(precision="int8"), "needs backend 'openvino' or 'onnx'"),
+])
+def test_bad_backend_or_precision(kwargs, match):
+    with pytest.raises(BackendError, match=match):
+        load_encoder("default", **kwargs)
+    with pytest.raises(BackendError, match=match):
+        DenseRetriever("default", **kwargs)
+
+
+def test_component_rejects_bad_backend():
+    with pytest.raises(ValueError, match="'backend' got 'tensorrt'.*one of 'torch', 'openvino', 'onnx'"):
+        ps.pipeline('dense(backend="tensorrt", index=False)')
+    with pytest.raises(ValueError, match="needs backend 'openvino' or 'onnx'"):
+        ps.pipeline('dense(precision="int8", index=False)')
+
+
+def test_int8_needs_calibration(work):
+    with pytest.raises(BackendError, match="calibration"):
+        load_encoder("default", backend="openvino", precision="int8", work=work)
+
+
+def test_dense_rescoring_with_openvino(ov_fp32, abstracts, work, monkeypatch):
+    monkeypatch.setenv("PYTERRIER_SCI_HOME", str(work))  # the export built above
+    frame = pd.DataFrame({"qid": ["1"] * 5, "query": ["graph neural networks"] * 5,
+                          "docno": [str(i) for i in range(5)], "text": abstracts[:5]})
+    torch_scores = DenseRetriever("default", verbose=False)(frame).set_index("docno")["score"]
+    ov = DenseRetriever("default", backend="openvino", verbose=False)
+    ov_scores = ov(frame).set_index("docno")["score"]
+    assert ov.encoder.backend == "openvino" and ov.encoder.meta["check"]["max_abs_diff"] < 1e-4
+    assert np.abs(ov_scores.loc[torch_scores.index] - torch_scores).max() < 1e-4
+
+
+def test_onnx(work, torch_model, abstracts):
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnx")
+    enc = load_encoder("default", backend="onnx", work=work)
+    assert np.abs(enc.encode(abstracts[:10]) - torch_model.encode(abstracts[:10])).max() < 1e-4
+    try:  # dynamic int8: offered only when it passes the cosine bar
+        q = load_encoder("default", backend="onnx", precision="int8", calibration=abstracts[:16], work=work)
+    except BackendError as e:
+        assert "is refused" in str(e)
+    else:
+        assert q.meta["check"]["mean_cosine"] >= backends.INT8_MIN_COSINE
+
+
+def test_mir_dense_takes_the_backend_and_precision():
+    from pyterrier_sci.models import resolve_model
+    from pyterrier_sci.plugins.mir.training import mir_dense_component
+    model = str(resolve_model("default"))
+    t = mir_dense_component(model=model, backend="openvino", precision="fp32")
+    assert (t.backend, t.precision) == ("openvino", "fp32")
+    with pytest.raises(ValueError, match="one of 'torch', 'openvino', 'onnx'"):
+        mir_dense_component(model=model, backend="tensorrt")
