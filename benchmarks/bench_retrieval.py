@@ -19,7 +19,7 @@ per-round toolkit/raw ratios with their min and max (target: median <= 1.15), an
 before and after the run.  ``--json`` also writes every timing.
 
     python benchmarks/bench_retrieval.py [--queries 1000] [--dense-docs 3000] [--rounds 5]
-        [--dense-rounds 3] [--alternate] [--skip lucene] [--json out.json]
+        [--dense-rounds 3] [--no-alternate] [--skip lucene] [--json out.json]
 """
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ import pandas as pd
 
 from pyterrier_sci.bench import interleaved, load_note
 
-ALTERNATE = False  # --alternate: odd rounds run toolkit before raw
+ALTERNATE = True  # odd rounds run toolkit before raw (--no-alternate: always raw first)
 
 
 def _interleaved(sides, rounds, **kw):
@@ -288,9 +288,9 @@ def main(argv=None):
     ap.add_argument("--dense-rounds", type=int, default=3,
                     help="interleaved rounds of dense encoding (about 2 x dense-docs / 48 s each on two cores)")
     ap.add_argument("--skip", action="append", default=[], choices=["pisa", "lucene", "dense"])
-    ap.add_argument("--alternate", action="store_true",
-                    help="reverse the order in odd rounds (raw, toolkit, toolkit, raw, ...): cancels an advantage "
-                         "of running first or second")
+    ap.add_argument("--alternate", action=argparse.BooleanOptionalAction, default=True,
+                    help="reverse the order in odd rounds (raw, toolkit, toolkit, raw, ...; the default): cancels an "
+                         "advantage of running first or second")
     ap.add_argument("--json", help="also write every timing here")
     args = ap.parse_args(argv)
     global ALTERNATE
