@@ -91,9 +91,9 @@ def bench_hepth(k: int, rounds: int, tmp: Path) -> pd.DataFrame:
     print(f"hep-th: {len(docs)} documents, {len(topics)} queries, TF-IDF projected to 384 dims, k={k}")
 
     def retriever(**kw):
-        r = DenseRetriever("tfidf-384", index=flex, verbose=False, **kw) % k
-        r._encoder = lookup
-        return r
+        r = DenseRetriever("tfidf-384", index=flex, verbose=False, **kw)
+        r._encoder = lookup   # the retriever itself, before % k wraps it
+        return (r % k).compile()
     exact = retriever()
     ref = exact(topics)
     ref_ids = [g.docno.tolist() for _, g in ref.groupby("qid", sort=True)]
