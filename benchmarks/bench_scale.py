@@ -123,7 +123,6 @@ def throughput(work: Path, docs: int, rounds: int, batch_size: int) -> dict:
 def memory(work: Path, sizes, shards: int, workers: int, chars: int, batch_size: int) -> list:
     """Each size in a process of its own, so that the driver's peak RSS is that build's."""
     import subprocess
-    import sys
     out = []
     for size in sizes:
         res = work / f"memory-{size}.json"

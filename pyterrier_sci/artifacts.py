@@ -399,8 +399,9 @@ def write_pt_meta(directory: PathLike, artifact=None, **fields) -> dict:
     """Writes ``directory/pt_meta.json`` (what ``pt.Artifact.load`` reads) and returns it: ``type``,
     ``format`` and ``package_hint`` from the artifact class ``artifact`` (its ``ARTIFACT_TYPE``,
     ``ARTIFACT_FORMAT``, ``ARTIFACT_PACKAGE_HINT``) unless given in ``fields``, then ``fields``.
-    Values JSON cannot hold (paths, ...) are written as strings.  Call it last inside a
-    :func:`build_atomically` build, which makes the whole directory atomic."""
+    Values JSON cannot hold (paths, ...) are written as strings.  The file itself is written
+    atomically (:func:`atomic_write_text`), so it can also mark a directory built piece by piece as
+    complete (a sharded index's manifest); inside a :func:`build_atomically` build, call it last."""
     meta = {}
     if artifact is not None:
         meta = {"type": artifact.ARTIFACT_TYPE, "format": artifact.ARTIFACT_FORMAT}
@@ -410,7 +411,8 @@ def write_pt_meta(directory: PathLike, artifact=None, **fields) -> dict:
     meta.update(fields)
     if "type" not in meta or "format" not in meta:
         raise ValueError("pt_meta.json needs a type and a format (give an artifact class or type=, format=)")
-    (Path(directory) / "pt_meta.json").write_text(json.dumps(meta, indent=2, default=str), encoding="utf-8")
+    target = Path(directory) / "pt_meta.json"
+    atomic_write_text(target, json.dumps(meta, indent=2, default=str), what=str(target))
     return meta
 
 

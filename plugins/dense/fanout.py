@@ -277,7 +277,7 @@ def write_sharded_flex(path: Union[str, os.PathLike], docnos: Iterable[str], vec
     the manifest last.  Returns the loaded index."""
     from pyterrier_dr import FlexIndex
 
-    from pyterrier_sci.artifacts import atomic_write_text, build_atomically
+    from pyterrier_sci.artifacts import build_atomically, write_pt_meta
     docnos = list(docnos)
     vectors = np.asarray(vectors, dtype=np.float32)
     n, dim = vectors.shape
@@ -301,8 +301,7 @@ def write_sharded_flex(path: Union[str, os.PathLike], docnos: Iterable[str], vec
             (Path(tmp) / "shard.json").write_text(json.dumps(info, indent=2), encoding="utf-8")
         build_atomically(path / shard_name(i), build)
         entries.append({"name": shard_name(i), "start": start, "end": end, "num_docs": end - start})
-    meta = {"type": ARTIFACT_TYPE, "format": ARTIFACT_FORMAT, "package_hint": "pyterrier-sci",
-            "version": FORMAT_VERSION, "model": model, "model_id": model_id, "dim": dim, "sim_fn": sim_fn,
-            "corpus": corpus, "fields": fields, "num_docs": n, "num_shards": num_shards, "shards": entries}
-    atomic_write_text(path / "pt_meta.json", json.dumps(meta, indent=2))  # last: the index is complete
+    write_pt_meta(path, type=ARTIFACT_TYPE, format=ARTIFACT_FORMAT, package_hint="pyterrier-sci",  # last: complete
+                  version=FORMAT_VERSION, model=model, model_id=model_id, dim=dim, sim_fn=sim_fn, corpus=corpus,
+                  fields=fields, num_docs=n, num_shards=num_shards, shards=entries)
     return ShardedDenseIndex(path)

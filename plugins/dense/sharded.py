@@ -324,7 +324,7 @@ def _check_target(index: Path, spec: dict, bounds: List[Tuple[int, int]]) -> Lis
 def _write_manifest(index: Path, spec: dict, bounds: List[Tuple[int, int]]) -> dict:
     from pyterrier_dr import FlexIndex
 
-    from pyterrier_sci.artifacts import atomic_write_text
+    from pyterrier_sci.artifacts import write_pt_meta
     shards, dims = [], set()
     for i, (start, end) in enumerate(bounds):
         path = index / shard_name(i)
@@ -337,11 +337,10 @@ def _write_manifest(index: Path, spec: dict, bounds: List[Tuple[int, int]]) -> d
     if len(dims) != 1:
         raise ShardedIndexError(f"the shards of {index} have different dimensions {sorted(dims)}", where="index")
     sim_fn = FlexIndex(str(index / shard_name(0)), verbose=False).sim_fn.value
-    meta = {"type": MANIFEST_TYPE, "format": MANIFEST_FORMAT, "version": FORMAT_VERSION, "model": spec["model"],
-            "model_id": spec["model_id"], "dim": dims.pop(), "sim_fn": sim_fn, "corpus": spec["corpus_key"],
-            "fields": spec["fields"], "num_docs": bounds[-1][1], "num_shards": len(bounds), "shards": shards}
-    atomic_write_text(index / "pt_meta.json", json.dumps(meta, indent=2), what=str(index / "pt_meta.json"))
-    return meta
+    return write_pt_meta(index, type=MANIFEST_TYPE, format=MANIFEST_FORMAT, version=FORMAT_VERSION,
+                         model=spec["model"], model_id=spec["model_id"], dim=dims.pop(), sim_fn=sim_fn,
+                         corpus=spec["corpus_key"], fields=spec["fields"], num_docs=bounds[-1][1],
+                         num_shards=len(bounds), shards=shards)
 
 
 def _cause(e: BaseException) -> BaseException:

@@ -278,7 +278,7 @@ class LedgerBook:
         ledger = Ledger(limits)
         ledger.load_state(state)
         with self._lock:
-            self._ledgers[tuple(key) if isinstance(key, list) else key] = ledger
+            self._ledgers[key] = ledger
 
     def _get(self, key) -> Ledger:
         with self._lock:
