@@ -130,3 +130,20 @@ def test_dense_component_index_false_rescoring_from_text():
     ctx = Context(dataset="irds:sci/csfcube")
     assert dense_component(context=ctx).index is not None  # the corpus index by default
     assert dense_component(context=ctx, index=False).index is None  # re-scores the input's text
+
+
+def test_corpus_encoding_reports_progress_per_batch_and_keeps_the_vectors(dense):
+    """The corpus index builder's bar moves after every batch (not per window of 2,048 documents), and
+    encoding batch by batch gives the vectors of one sentence-transformers ``encode`` call."""
+    from pyterrier_sci.plugins.dense.encoding import encode_stream
+
+    texts = [("word " * (i % 37 + 1)).strip() + f" paper {i}" for i in range(70)]
+    docs = [{"docno": f"d{i}", "text": t} for i, t in enumerate(texts)]
+    counts = []
+    out = list(encode_stream(dense.encoder, iter(docs), batch_size=16, on_batch=counts.append, window=50))
+    assert counts == [16, 16, 16, 2, 16, 4]  # two windows (50 + 20), each in batches of 16
+    assert [d["docno"] for d in out] == [d["docno"] for d in docs]
+    ref = dense.encoder.encode(texts, batch_size=16, convert_to_numpy=True, show_progress_bar=False)
+    got = np.stack([d["doc_vec"] for d in out])
+    assert got.dtype == np.float32
+    np.testing.assert_allclose(got, ref, atol=2e-6)

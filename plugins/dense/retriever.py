@@ -96,21 +96,15 @@ class DenseRetriever(pt.Transformer):
         return self.encoder.encode(texts, batch_size=self.batch_size, show_progress_bar=show,
                                    convert_to_numpy=True).astype(np.float32, copy=False)
 
-    def _encode_docs(self, docs, chunk: int = 2048):
-        """Adds ``doc_vec`` to a stream of ``{'docno', 'text'}``, encoding ``chunk`` documents at a time
-        under one progress bar."""
-        import itertools
-
+    def _encode_docs(self, docs):
+        """Adds ``doc_vec`` to a stream of ``{'docno', 'text'}`` under one progress bar that moves per
+        encoded batch (:func:`.encoding.encode_stream`)."""
         from pyterrier_sci.corpus import corpus_id
+
+        from .encoding import encode_stream
         bar = pt.tqdm(desc=f"encoding {corpus_id(self.corpus) if self.corpus else 'documents'}", unit="doc",
                       disable=not self.verbose)
-        it = iter(docs)
-        while batch := list(itertools.islice(it, chunk)):
-            vecs = self.encoder.encode([d["text"] for d in batch], batch_size=self.batch_size,
-                                       show_progress_bar=False, convert_to_numpy=True)
-            for d, v in zip(batch, vecs):
-                yield {"docno": d["docno"], "doc_vec": v.astype("float32", copy=False)}
-            bar.update(len(batch))
+        yield from encode_stream(self.encoder, docs, self.batch_size, bar.update)
         bar.close()
 
     def _use_index(self, index):
