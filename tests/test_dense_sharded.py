@@ -208,3 +208,146 @@ def test_cli_error_is_one_line(capsys):
     assert main(["index", CORPUS, "--shards", "0"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "must be an integer >= 1" in err[0]
+
+
+# ------------------------------------------------------------------ encoder backends and precisions
+
+N_INT8 = 160
+
+
+@pytest.fixture(scope="module")
+def int8_calibration():
+    from pyterrier_sci.plugins.dense.backends import calibration_from_corpus
+    return calibration_from_corpus(CORPUS, FIELDS, size=16)
+
+
+@pytest.fixture(scope="module")
+def built_int8(tmp_path_factory, ray_local, int8_calibration):
+    """A sharded OpenVINO int8 build (2 workers); the export's pt_meta.json as the driver left it,
+    before the workers started."""
+    pytest.importorskip("openvino")
+    pytest.importorskip("nncf")
+    from pyterrier_sci.plugins.dense import build_sharded_index, sharded
+    from pyterrier_sci.plugins.dense.backends import encoder_path
+    export = encoder_path("default", "openvino", "int8", int8_calibration)
+    seen = {}
+    real = sharded._encoder_spec
+
+    def spy(*args):
+        assert not seen, "the export was prepared twice"
+        out = real(*args)
+        seen["stamp"] = (export / "pt_meta.json").stat().st_mtime_ns  # built before any worker exists
+        return out
+    path = tmp_path_factory.mktemp("sharded-int8") / "index"
+    reports = []
+    mp = pytest.MonkeyPatch()
+    mp.setattr(sharded, "_encoder_spec", spy)
+    try:
+        build_sharded_index(CORPUS, "default", path, 2, workers=2, fields=FIELDS, limit=N_INT8, verbose=False,
+                            backend="openvino", precision="int8", calibration=int8_calibration,
+                            on_shard=reports.append)
+    finally:
+        mp.undo()
+    return path, reports, export, seen["stamp"]
+
+
+def test_int8_shards_equal_the_single_process_int8_encoder(built_int8, int8_calibration, flat):
+    from pyterrier_sci.corpus import corpus_texts
+    from pyterrier_sci.plugins.dense.backends import load_encoder
+    path, reports, export, stamp = built_int8
+    assert len({r["pid"] for r in reports}) == 2 and all(r["built"] for r in reports)
+    # the workers loaded the driver's export: not rebuilt, no second export of these settings
+    assert (export / "pt_meta.json").stat().st_mtime_ns == stamp
+    assert [p.name for p in export.parent.glob(export.name.rsplit("-", 1)[0] + "-*")] == [export.name]
+    enc = load_encoder("default", backend="openvino", precision="int8", calibration=int8_calibration)
+    assert enc.path == export
+    meta = json.loads((path / "pt_meta.json").read_text())
+    vectors = f"openvino-int8-{enc.meta['settings_hash']}"
+    assert (meta["backend"], meta["precision"], meta["vectors"]) == ("openvino", "int8", vectors)
+    assert meta["encoder"]["calibration"]["documents"] == 16 and meta["encoder"]["settings_hash"] in vectors
+    for s in meta["shards"]:
+        info = json.loads((path / s["name"] / "shard.json").read_text())
+        assert (info["vectors"], info["precision"]) == (vectors, "int8")
+    docnos, vecs = read_sharded(path)
+    docs = list(itertools.islice(corpus_texts(CORPUS, FIELDS), N_INT8))
+    assert docnos == [d["docno"] for d in docs]
+    texts = [d["text"] for d in docs]
+    # each shard is its texts encoded in the same batches by the single-process int8 encoder
+    per_shard = np.concatenate([enc.encode(texts[s["start"]:s["end"]], batch_size=32) for s in meta["shards"]])
+    np.testing.assert_allclose(vecs, per_shard, atol=1e-6)
+    # OpenVINO int8 vectors depend a little on which texts share a batch (fp32 ones do not): the whole
+    # corpus encoded at once, as a flat index is, agrees to that tolerance
+    whole = enc.encode(texts, batch_size=32)
+    cos = (vecs * whole).sum(1) / np.linalg.norm(vecs, axis=1) / np.linalg.norm(whole, axis=1)
+    assert np.abs(vecs - whole).max() < 1e-2 and cos.min() > 0.999
+    # int8 vectors, close to fp32 but not fp32's
+    fp32 = flat[1][:N_INT8]
+    cos = (vecs * fp32).sum(1) / np.linalg.norm(vecs, axis=1) / np.linalg.norm(fp32, axis=1)
+    assert cos.mean() > 0.98 and np.abs(vecs - fp32).max() > 1e-3
+
+
+def test_int8_and_fp32_shards_are_not_mixed(built_int8, built, int8_calibration):
+    from pyterrier_sci.plugins.dense import ShardedIndexError, build_sharded_index
+    args = dict(fields=FIELDS, verbose=False)
+    with pytest.raises(ShardedIndexError, match=r"another build: .*vectors 'openvino-int8-\w+' \(this build: 'fp32'\)"):
+        build_sharded_index(CORPUS, "default", built_int8[0], 2, limit=N_INT8, **args)
+    with pytest.raises(ShardedIndexError, match=r"another build: .*vectors 'fp32' \(this build: 'openvino-int8-"):
+        build_sharded_index(CORPUS, "default", built[0], N_SHARDS, limit=N_DOCS, backend="openvino",
+                            precision="int8", calibration=int8_calibration, **args)
+    # fp32 exports reproduce torch: an OpenVINO fp32 build may finish a torch fp32 one
+    assert build_sharded_index(CORPUS, "default", built[0], N_SHARDS, limit=N_DOCS, backend="openvino",
+                               **args) == built[0]
+
+
+def test_index_paths_follow_the_dense_components_rule():
+    from pyterrier_sci.plugins.dense import default_index_path
+    torch_path = default_index_path(CORPUS, "default", 4, FIELDS)
+    assert default_index_path(CORPUS, "default", 4, FIELDS, backend="openvino") == torch_path
+    q8 = default_index_path(CORPUS, "default", 4, FIELDS, limit=10, backend="openvino", precision="int8")
+    assert q8.parent == torch_path.parent and q8.name == torch_path.name.replace(
+        "4shards", "4shards-openvino-int8-first10")
+
+
+def test_indexes_built_before_backends_were_recorded_are_fp32(built, tmp_path):
+    from pyterrier_sci.plugins.dense import build_sharded_index
+    old = tmp_path / "old"
+    shutil.copytree(built[0], old)
+    for f in [old / "pt_meta.json"] + list(old.glob("shard-*/shard.json")):
+        meta = json.loads(f.read_text())
+        for k in ("vectors", "backend", "precision", "encoder"):
+            meta.pop(k, None)
+        f.write_text(json.dumps(meta))
+    before = (old / "pt_meta.json").read_text()
+    assert build_sharded_index(CORPUS, "default", old, N_SHARDS, fields=FIELDS, limit=N_DOCS, verbose=False) == old
+    assert (old / "pt_meta.json").read_text() == before  # accepted as it is
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(backend="tensorrt"), "choose one of 'torch', 'openvino', 'onnx'"),
+    (dict(precision="int8"), "needs backend 'openvino' or 'onnx'"),
+    (dict(backend="openvino", device="cuda"), "runs on the CPU"),
+])
+def test_bad_backend_is_one_error(tmp_path, kwargs, match):
+    from pyterrier_sci.models import BackendError
+    from pyterrier_sci.plugins.dense import build_sharded_index
+    with pytest.raises(BackendError, match=match):
+        build_sharded_index(CORPUS, "default", tmp_path / "index", 2, fields=FIELDS, limit=10, verbose=False, **kwargs)
+    assert not (tmp_path / "index").exists()
+
+
+def test_cli_passes_the_backend(monkeypatch, tmp_path, capsys):
+    from pyterrier_sci.cli import main
+    from pyterrier_sci.plugins.dense import sharded
+    got = {}
+
+    def fake(*args, **kwargs):
+        got.update(kwargs)
+        (tmp_path / "pt_meta.json").write_text(json.dumps({"num_docs": 1, "num_shards": 1, "dim": 384}))
+        return tmp_path
+    monkeypatch.setattr(sharded, "build_sharded_index", fake)
+    assert main(["index", CORPUS, "--shards", "2", "--backend", "openvino", "--precision", "int8",
+                 "--calibration", "irds:sci/csfcube"]) == 0
+    assert (got["backend"], got["precision"], got["calibration"]) == ("openvino", "int8", "irds:sci/csfcube")
+    with pytest.raises(SystemExit):
+        main(["index", CORPUS, "--shards", "2", "--backend", "tensorrt"])
+    assert "invalid choice: 'tensorrt'" in capsys.readouterr().err

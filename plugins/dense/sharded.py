@@ -4,6 +4,12 @@ format ``sharded_flex``; the layout is in ``docs/scale.md``).  Encoder actors ea
 and build whole shards: each streams its contiguous slice of the corpus, encodes it batch by batch and
 writes the shard atomically, so no process holds the corpus text or all vectors.  A rerun after an
 interruption redoes only the shards without a complete directory; ``fanout.py`` searches the result.
+
+The encoder runs on any backend and precision (:func:`.backends.load_encoder`); an OpenVINO / ONNX
+export is built once by the driver before the workers start, and they load it from the cache.  The
+manifest and every ``shard.json`` record which vectors the shards hold (``vectors``: ``fp32`` for
+every fp32 backend, whose exports reproduce torch, else ``<backend>-int8-<export hash>``), so int8
+shards are never mixed with fp32 ones or with those of another int8 export.
 """
 from __future__ import annotations
 
@@ -17,9 +23,13 @@ import resource
 import sys
 import time
 from pathlib import Path
-from typing import Callable, Iterator, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Callable, Iterator, List, Optional, Sequence, Tuple, Union
 
+from pyterrier_sci.models import BACKENDS, PRECISIONS
 from pyterrier_sci.registry import PipelineError
+
+if TYPE_CHECKING:
+    from .backends import Calibration
 
 __all__ = ["ShardedIndexError", "MANIFEST_FORMAT", "FORMAT_VERSION", "SHARD_FILE", "shard_name", "shard_bounds",
            "default_index_path", "build_sharded_index", "add_index_commands", "index_main"]
@@ -28,8 +38,8 @@ MANIFEST_TYPE = "dense_index"
 MANIFEST_FORMAT = "sharded_flex"
 FORMAT_VERSION = 1
 SHARD_FILE = "shard.json"
-#: documents sorted by length and encoded together (as sentence-transformers' ``encode`` does with its input)
-CHUNK = 2048
+#: what shards of an index built before backends were recorded hold
+LEGACY_VECTORS = "fp32"
 #: the corpus fields of a JSONL corpus file when none are given
 JSONL_TEXT = ("text",)
 _OFFSET_EVERY = 4096  # a JSONL corpus's byte offset is kept every this many lines (to seek near a shard's start)
@@ -178,34 +188,27 @@ class _Progress:
 
 
 class _ShardEncoder:
-    """A Ray actor holding one sentence-transformers model; :meth:`build` builds whole shards."""
+    """A Ray actor holding one encoder (:func:`.backends.load_encoder`: torch, or the export the driver
+    built); :meth:`build` builds whole shards."""
 
-    def __init__(self, model: str, device: Optional[str], threads: Optional[int]):
+    def __init__(self, model: str, device: Optional[str], threads: Optional[int], backend: str = "torch",
+                 precision: str = "fp32", calibration=None, work: Optional[str] = None):
         if threads:
             import torch
             torch.set_num_threads(int(threads))
-        from pyterrier_sci.models import load_sentence_transformer
-        self.model = load_sentence_transformer(model, device or "cpu")
+        from .backends import load_encoder
+        self.model = load_encoder(model, device, backend, precision, calibration, work=work)
 
     def _encode(self, docs: Iterator[dict], batch_size: int, report: Callable[[int], None]) -> Iterator[dict]:
-        """``docs`` with ``doc_vec``: ``CHUNK`` documents at a time sorted by length (as
-        sentence-transformers' ``encode`` sorts its input), encoded one batch at a time."""
-        import numpy as np
-        done = 0
-        while chunk := list(itertools.islice(docs, CHUNK)):
-            texts = [d["text"] for d in chunk]
-            order = np.argsort([-len(t) for t in texts])
-            vecs = [None] * len(chunk)
-            for b in range(0, len(order), batch_size):
-                ids = order[b:b + batch_size]
-                out = self.model.encode([texts[j] for j in ids], batch_size=batch_size, show_progress_bar=False,
-                                        convert_to_numpy=True)
-                for j, v in zip(ids, out):
-                    vecs[j] = v.astype(np.float32, copy=False)
-                done += len(ids)
-                report(done)
-            for d, v in zip(chunk, vecs):
-                yield {"docno": d["docno"], "doc_vec": v}
+        """``docs`` with ``doc_vec`` (:func:`.encoding.encode_stream`); ``report(n)`` after every batch
+        with the documents encoded so far."""
+        from .encoding import encode_stream
+        done = [0]
+
+        def on_batch(n: int) -> None:
+            done[0] += n
+            report(done[0])
+        yield from encode_stream(self.model, docs, batch_size, on_batch)
 
     def build(self, spec: dict, progress) -> dict:
         """Builds shard ``spec['shard']`` unless its directory is complete; returns what it did."""
@@ -233,7 +236,8 @@ class _ShardEncoder:
             info = {k: spec[k] for k in ("model", "model_id")}
             info = {"shard": i, "num_shards": spec["num_shards"], **info, "dim": meta["vec_size"],
                     "corpus": spec["corpus_key"], "fields": spec["fields"], "start": start, "end": end,
-                    "num_docs": end - start}
+                    "num_docs": end - start, "vectors": spec["vectors"], "backend": spec["backend"],
+                    "precision": spec["precision"]}
             (tmp / SHARD_FILE).write_text(json.dumps(info, indent=2), encoding="utf-8")
             built.append(True)
 
@@ -248,14 +252,16 @@ class _ShardEncoder:
 # --------------------------------------------------------------------------------------------- driver
 
 def default_index_path(corpus: str, model: str, num_shards: int, fields: Optional[Sequence[str]] = None,
-                       limit: Optional[int] = None) -> Path:
-    """``<work>/indexes/<corpus>/dense-<model slug>-<N>shards[-first<limit>][-<fields>]`` (a JSONL corpus file
-    is named by its stem and a hash of its path)."""
+                       limit: Optional[int] = None, backend: str = "torch", precision: str = "fp32") -> Path:
+    """``<work>/indexes/<corpus>/dense-<model slug>-<N>shards[-<backend>-int8][-first<limit>][-<fields>]``
+    (a JSONL corpus file is named by its stem and a hash of its path); fp32 backends share a path, as
+    their vectors are the same, while int8 gets its own (as the ``dense`` component's corpus index)."""
     from pyterrier_sci.corpus import index_path
     from pyterrier_sci.data import work_dir
 
     from .models import model_slug
-    kind = f"dense-{model_slug(model)}-{num_shards}shards" + (f"-first{limit}" if limit else "")
+    kind = f"dense-{model_slug(model)}-{num_shards}shards" + (f"-{backend}-int8" if precision == "int8" else "") \
+        + (f"-first{limit}" if limit else "")
     if _is_file_corpus(corpus):
         key = _corpus_key(corpus)
         name = Path(key).name.split(".")[0] + "-" + hashlib.sha1(key.encode()).hexdigest()[:8]
@@ -274,11 +280,49 @@ def _check_int(value, name: str, minimum: int = 1) -> Optional[int]:
 
 def _expected_shard(spec: dict, i: int, start: int, end: int) -> dict:
     return {"shard": i, "num_shards": spec["num_shards"], "model_id": spec["model_id"], "corpus": spec["corpus_key"],
-            "fields": spec["fields"], "start": start, "end": end}
+            "fields": spec["fields"], "start": start, "end": end, "vectors": spec["vectors"]}
 
 
 def _mismatch(found: dict, want: dict) -> List[str]:
-    return [f"{k} {found.get(k)!r} (this build: {v!r})" for k, v in want.items() if found.get(k) != v]
+    """What ``found`` (a manifest or ``shard.json``) says otherwise than ``want``; one written before
+    backends were recorded holds fp32 vectors."""
+    def value(k):
+        return found.get(k, LEGACY_VECTORS) if k == "vectors" else found.get(k)
+    return [f"{k} {value(k)!r} (this build: {v!r})" for k, v in want.items() if value(k) != v]
+
+
+def _calibration(corpus: str, fields: Optional[Sequence[str]], calibration):
+    """The int8 calibration: ``calibration`` (a :class:`.backends.Calibration`, a list of texts, an
+    ir_datasets id or a JSONL corpus file), by default the corpus itself: its first
+    :data:`.backends.CALIBRATION_SIZE` non-empty documents (whatever ``limit`` is, so a trial run
+    calibrates as the full build and as the ``dense`` component over the same corpus do)."""
+    from .backends import CALIBRATION_SIZE, Calibration, calibration_from_corpus, calibration_from_texts
+    if isinstance(calibration, Calibration):
+        return calibration
+    if calibration is not None and not isinstance(calibration, str):
+        return calibration_from_texts(calibration)
+    source = calibration or corpus
+    if not _is_file_corpus(source):
+        return calibration_from_corpus(source, fields)
+    cols = list(fields or JSONL_TEXT)
+    n, offsets = _scan_jsonl(source)
+    docs = list(itertools.islice((d for d in _iter_jsonl(source, cols, 0, n, offsets) if d["text"].strip()),
+                                 CALIBRATION_SIZE))
+    return Calibration([d["text"] for d in docs], _corpus_key(source), [d["docno"] for d in docs], cols)
+
+
+def _encoder_spec(model: str, device: Optional[str], backend: str, precision: str, calibration, work: str) -> dict:
+    """Builds the export of ``model`` once, here (its cache entry is locked: concurrent builds wait),
+    and returns what the workers need to load it and what the manifest records of it."""
+    from .backends import load_encoder
+    if backend == "torch":
+        return {"backend": backend, "precision": precision, "calibration": None, "vectors": "fp32", "encoder": None}
+    enc = load_encoder(model, device, backend, precision, calibration, work=work)
+    meta = enc.meta
+    vectors = "fp32" if precision == "fp32" else f"{backend}-int8-{meta['settings_hash']}"
+    return {"backend": backend, "precision": precision, "calibration": calibration, "vectors": vectors,
+            "encoder": {k: meta.get(k) for k in ("backend", "precision", "settings_hash", "weights_sha256",
+                                                 "calibration", "check")}}
 
 
 def _check_target(index: Path, spec: dict, bounds: List[Tuple[int, int]]) -> List[int]:
@@ -292,7 +336,7 @@ def _check_target(index: Path, spec: dict, bounds: List[Tuple[int, int]]) -> Lis
             raise ShardedIndexError(f"{index} holds a {meta.get('type')}/{meta.get('format')} artifact, not a "
                                     "sharded dense index: choose another output path", where="index")
         want = {"model_id": spec["model_id"], "corpus": spec["corpus_key"], "fields": spec["fields"],
-                "num_shards": spec["num_shards"], "num_docs": bounds[-1][1]}
+                "num_shards": spec["num_shards"], "num_docs": bounds[-1][1], "vectors": spec["vectors"]}
         bad = _mismatch(meta, want)
         if bad:
             raise ShardedIndexError(f"{index} is a sharded index of another build: {'; '.join(bad)}. "
@@ -340,7 +384,8 @@ def _write_manifest(index: Path, spec: dict, bounds: List[Tuple[int, int]]) -> d
     return write_pt_meta(index, type=MANIFEST_TYPE, format=MANIFEST_FORMAT, version=FORMAT_VERSION,
                          model=spec["model"], model_id=spec["model_id"], dim=dims.pop(), sim_fn=sim_fn,
                          corpus=spec["corpus_key"], fields=spec["fields"], num_docs=bounds[-1][1],
-                         num_shards=len(bounds), shards=shards)
+                         num_shards=len(bounds), shards=shards, vectors=spec["vectors"], backend=spec["backend"],
+                         precision=spec["precision"], encoder=spec["encoder"])
 
 
 def _cause(e: BaseException) -> BaseException:
@@ -354,7 +399,9 @@ def build_sharded_index(corpus: str, model: str = "default", index_path=None, nu
                         fields: Optional[Sequence[str]] = None, batch_size: int = 32, verbose: bool = True, *,
                         limit: Optional[int] = None, device: Optional[str] = None,
                         cpus_per_worker: Optional[int] = None, num_gpus_per_worker: float = 0,
-                        on_shard: Optional[Callable[[dict], None]] = None) -> Path:
+                        on_shard: Optional[Callable[[dict], None]] = None, backend: str = "torch",
+                        precision: str = "fp32", calibration: Union[None, str, Sequence[str], Calibration] = None
+                        ) -> Path:
     """Builds (or finishes) a sharded dense index of ``corpus`` with ``model`` on Ray; returns its path.
 
     Args:
@@ -378,13 +425,31 @@ def build_sharded_index(corpus: str, model: str = "default", index_path=None, nu
         num_gpus_per_worker: GPUs Ray reserves per worker.
         on_shard: called in this process with each shard's report (``shard``, ``num_docs``, ``built``,
             ``seconds``, ``pid``, ``host``, ``peak_rss_bytes`` of its worker).
+        backend, precision: the encoder's engine (``torch``, ``openvino``, ``onnx``; the exported ones run
+            on the CPU) and precision (``fp32``, ``int8``); docs/dense.md.  The export is built here,
+            once, under the work directory (on a cluster a path every node sees, like ``index_path``),
+            before the workers start; they load it.  A bad value is one :class:`~.backends.BackendError`.
+        calibration: what int8 calibrates on: an ir_datasets id or JSONL corpus file (its first
+            :data:`~.backends.CALIBRATION_SIZE` non-empty documents, joined ``fields``), a list of texts or a
+            :class:`~.backends.Calibration`; default the corpus (not limited by ``limit``).
 
     A rerun after an interruption (driver or worker killed) rebuilds only the shards without a complete
-    directory; the manifest ``pt_meta.json`` is written last.  Shards of another model, corpus, fields
-    or shard count in ``index_path`` are one :class:`ShardedIndexError`.
+    directory; the manifest ``pt_meta.json`` is written last.  Shards of another model, corpus, fields,
+    shard count or vectors (int8 against fp32, another int8 export) in ``index_path`` are one
+    :class:`ShardedIndexError`.
     """
-    from pyterrier_sci.models import ModelNotFoundError, load_sentence_transformer, resolve_model
+    from pyterrier_sci.data import work_dir
+    from pyterrier_sci.models import (
+        BackendError,
+        ModelNotFoundError,
+        check_backend,
+        load_sentence_transformer,
+        resolve_model,
+    )
     from pyterrier_sci.scale import ScaleError, init_ray
+    check_backend(backend, precision)
+    if backend != "torch" and device not in (None, "cpu"):
+        raise BackendError(f"backend {backend!r} runs on the CPU; device {device!r} needs backend='torch'")
     num_shards = _check_int(num_shards, "num_shards (--shards)")
     workers = _check_int(workers, "workers (--workers)")
     batch_size = _check_int(batch_size, "batch_size (--batch-size)")
@@ -408,11 +473,16 @@ def build_sharded_index(corpus: str, model: str = "default", index_path=None, nu
         raise ShardedIndexError(f"corpus {corpus} has no documents", where="index")
     if num_shards > n:
         raise ShardedIndexError(f"{num_shards} shards for {n} documents: give at most {n} shards", where="index")
-    index = Path(index_path if index_path is not None else default_index_path(corpus, model, num_shards, fields, limit))
-    index = index.expanduser().resolve()
+    index = index_path if index_path is not None else \
+        default_index_path(corpus, model, num_shards, fields, limit, backend, precision)
+    index = Path(index).expanduser().resolve()
+    work = str(work_dir())
+    cal = _calibration(corpus, fields, calibration) if precision == "int8" else None
+    encoder = _encoder_spec(model, device, backend, precision, cal, work)
     spec = {"index": str(index), "corpus": str(Path(corpus).resolve()) if _is_file_corpus(corpus) else corpus,
             "corpus_key": _corpus_key(corpus), "fields": fields, "model": model, "model_id": model_id,
-            "num_shards": num_shards, "batch_size": batch_size, "offsets": offsets}
+            "num_shards": num_shards, "batch_size": batch_size, "offsets": offsets,
+            **{k: encoder[k] for k in ("backend", "precision", "vectors", "encoder")}}
     bounds = shard_bounds(n, num_shards)
     todo = _check_target(index, spec, bounds)
     if not todo:
@@ -435,9 +505,10 @@ def build_sharded_index(corpus: str, model: str = "default", index_path=None, nu
         if cpus > node_cpus:
             raise ScaleError(f"cpus_per_worker={cpus}, but the largest Ray node has {node_cpus} CPUs")
         progress = ray.remote(num_cpus=0)(_Progress).remote()
-        encoder = ray.remote(_ShardEncoder).options(num_cpus=cpus, num_gpus=num_gpus_per_worker,
-                                                    max_restarts=1, max_task_retries=1)
-        actors = [encoder.remote(model, device, cpus) for _ in range(workers)]
+        actor_cls = ray.remote(_ShardEncoder).options(num_cpus=cpus, num_gpus=num_gpus_per_worker,
+                                                      max_restarts=1, max_task_retries=1)
+        actors = [actor_cls.remote(model, device, cpus, backend, precision, encoder["calibration"], work)
+                  for _ in range(workers)]
         already = n - sum(bounds[i][1] - bounds[i][0] for i in todo)
         from pyterrier_sci.corpus import corpus_id
         name = Path(spec["corpus_key"]).name if _is_file_corpus(corpus) else corpus_id(corpus)
@@ -462,7 +533,7 @@ def build_sharded_index(corpus: str, model: str = "default", index_path=None, nu
                     report = ray.get(ref)
                 except ray.exceptions.RayTaskError as e:
                     cause = _cause(e)
-                    if isinstance(cause, (ShardedIndexError, ModelNotFoundError)):
+                    if isinstance(cause, (ShardedIndexError, ModelNotFoundError, BackendError)):
                         raise cause from None
                     raise ShardedIndexError(f"building {shard_name(i)} failed: {type(cause).__name__}: {cause}",
                                             where="index") from None
@@ -510,6 +581,11 @@ def add_index_commands(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--limit", type=int, help="index only the first LIMIT documents")
     p.add_argument("--device", help="torch device of the workers (default cpu)")
     p.add_argument("--gpus-per-worker", type=float, default=0, help="GPUs Ray reserves per worker")
+    p.add_argument("--backend", default="torch", choices=BACKENDS,
+                   help="encoder engine (default torch; openvino/onnx run on the CPU, exported once)")
+    p.add_argument("--precision", default="fp32", choices=PRECISIONS, help="encoder precision (int8: openvino/onnx)")
+    p.add_argument("--calibration", help="what int8 calibrates on: an ir_datasets id or a .jsonl corpus file "
+                                         "(its first documents; default: the corpus)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=index_main)
     return p
@@ -519,7 +595,8 @@ def index_main(args) -> int:
     path = build_sharded_index(args.dataset, args.model, args.output, args.shards, workers=args.workers,
                                ray_address=args.ray_address, fields=args.fields, batch_size=args.batch_size,
                                verbose=not args.quiet, limit=args.limit, device=args.device,
-                               num_gpus_per_worker=args.gpus_per_worker)
+                               num_gpus_per_worker=args.gpus_per_worker, backend=args.backend,
+                               precision=args.precision, calibration=args.calibration)
     meta = json.loads((path / "pt_meta.json").read_text())
     print(f"{path}: {meta['num_docs']} documents in {meta['num_shards']} shards (dim {meta['dim']})", file=sys.stderr)
     print(path)

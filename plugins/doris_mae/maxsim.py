@@ -1,12 +1,14 @@
 """DORIS-MAE's sentence-level multi-vector scorer (Eq. 4) with the aspect query modes of §5.2 /
 appendix C.3: :class:`MaxSimScorer` (the ``doris_maxsim`` component) re-scores a first stage with any
-sentence-transformers model.  See ``docs/doris-mae.md``.
+sentence-transformers model, run by any encoder backend and precision
+(:func:`pyterrier_sci.plugins.dense.backends.load_encoder`).  See ``docs/doris-mae.md``.
 """
 from __future__ import annotations
 
+import hashlib
 import re
 import threading
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import pandas as pd
@@ -14,7 +16,15 @@ import pyterrier as pt
 import pyterrier_alpha as pta
 
 from pyterrier_sci.corpus import dataset_of, irds_id
-from pyterrier_sci.plugins.dense.models import DEFAULT_MODEL, load_sentence_transformer, resolve_model
+from pyterrier_sci.plugins.dense.backends import Calibration, calibration_from_corpus, load_encoder
+from pyterrier_sci.plugins.dense.models import (
+    BACKENDS,
+    DEFAULT_MODEL,
+    PRECISIONS,
+    BackendError,
+    check_backend,
+    resolve_model,
+)
 from pyterrier_sci.registry import DATASET, Param, params
 
 QUERY_MODES = ("whole", "sentences", "aspects", "aspects_concat")
@@ -56,26 +66,59 @@ def split_sentences(text: str) -> List[str]:
 # encoding with a cache shared by every scorer of the same model
 # ------------------------------------------------------------------------------------------------
 
+#: what an int8 encoder calibrates on: an ir_datasets id (its corpus's first documents), the texts
+#: themselves, or a :class:`~pyterrier_sci.plugins.dense.backends.Calibration`
+CalibrationSpec = Union[None, str, Sequence[str], Calibration]
+
+
+def _calibration_key(calibration: CalibrationSpec, fields: Optional[Sequence[str]]) -> Optional[tuple]:
+    """A hashable name of what an int8 encoder calibrates on (part of the encoder cache key)."""
+    if calibration is None:
+        return None
+    if isinstance(calibration, str):
+        return ("corpus", irds_id(calibration), tuple(fields) if fields else None)
+    if isinstance(calibration, Calibration):
+        return ("texts", calibration.record()["texts_sha256"])
+    return ("texts", hashlib.sha256("\0".join(map(str, calibration)).encode()).hexdigest())
+
+
 class SentenceEncoder:
     """A sentence-transformers model with an in-memory cache of unit-length vectors by text: the
-    whole-text, sentence and aspect rows of an experiment encode each distinct text once."""
+    whole-text, sentence and aspect rows of an experiment encode each distinct text once.
+
+    ``backend`` / ``precision`` pick the engine (:func:`~pyterrier_sci.plugins.dense.backends.load_encoder`);
+    int8 calibrates on ``calibration`` (an ir_datasets id: the first documents of its corpus, joined
+    ``fields``; or a list of texts) and is one :class:`BackendError` without it.  ``max_seq_length``
+    truncates every backend's input alike (the exports take any length)."""
 
     def __init__(self, model: str = DEFAULT_MODEL, device: Optional[str] = None, batch_size: int = 32,
-                 max_seq_length: Optional[int] = None):
+                 max_seq_length: Optional[int] = None, backend: str = "torch", precision: str = "fp32",
+                 calibration: CalibrationSpec = None, fields: Optional[Sequence[str]] = None):
         self.model_name = model
         self.device = device or "cpu"
         self.batch_size = batch_size
         self.max_seq_length = max_seq_length
+        self.backend, self.precision = check_backend(backend, precision)
+        if self.precision == "int8" and calibration is None:
+            raise BackendError("precision 'int8' calibrates on documents: give calibration= (an ir_datasets id whose "
+                               "first documents are used, or a list of texts) or a dataset")
+        self.calibration = calibration if self.precision == "int8" else None
+        self.fields = tuple(fields) if fields else None
         self._model = None
         self._cache: Dict[str, np.ndarray] = {}
         self._lock = threading.Lock()
 
     @property
     def model(self):
+        """The encoder: a ``SentenceTransformer`` (torch) or an exported one, loaded on first use."""
         if self._model is None:
-            self._model = load_sentence_transformer(self.model_name, self.device)
+            cal = self.calibration
+            if isinstance(cal, str):
+                cal = calibration_from_corpus(cal, self.fields)
+            model = load_encoder(self.model_name, self.device, self.backend, self.precision, cal)
             if self.max_seq_length:
-                self._model.max_seq_length = int(self.max_seq_length)
+                _set_max_seq_length(model, int(self.max_seq_length))
+            self._model = model
         return self._model
 
     def encode(self, texts: Sequence[str], verbose: bool = False) -> np.ndarray:
@@ -99,15 +142,29 @@ class SentenceEncoder:
         self._cache.clear()
 
 
+def _set_max_seq_length(model, length: int) -> None:
+    """Truncation at ``length`` tokens: ``SentenceTransformer.max_seq_length``; an exported encoder
+    tokenises with its ``SentenceTransformer`` (its own ``max_seq_length`` is read-only)."""
+    try:
+        model.max_seq_length = length
+    except AttributeError:
+        model._st.max_seq_length = length
+
+
 _ENCODERS: Dict[Tuple, SentenceEncoder] = {}
 
 
 def shared_encoder(model: str = DEFAULT_MODEL, device: Optional[str] = None, batch_size: int = 32,
-                   max_seq_length: Optional[int] = None) -> SentenceEncoder:
-    """One :class:`SentenceEncoder` per (resolved model, device, max_seq_length) in the process."""
-    key = (resolve_model(model), device or "cpu", max_seq_length)
+                   max_seq_length: Optional[int] = None, backend: str = "torch", precision: str = "fp32",
+                   calibration: CalibrationSpec = None, fields: Optional[Sequence[str]] = None) -> SentenceEncoder:
+    """One :class:`SentenceEncoder` per (resolved model, device, max_seq_length, backend, precision and,
+    for int8, calibration) in the process: vectors of one precision are never reused for another."""
+    check_backend(backend, precision)
+    cal_key = _calibration_key(calibration, fields) if precision == "int8" else None
+    key = (resolve_model(model), device or "cpu", max_seq_length, backend, precision, cal_key)
     if key not in _ENCODERS:
-        _ENCODERS[key] = SentenceEncoder(model, device, batch_size, max_seq_length)
+        _ENCODERS[key] = SentenceEncoder(model, device, batch_size, max_seq_length, backend, precision,
+                                         calibration, fields)
     return _ENCODERS[key]
 
 
@@ -137,8 +194,14 @@ class MaxSimScorer(pt.Transformer):
             ``aspects`` column.
         text_field: the input column with the document text (default ``text``).
         doc_field: the document field read from the docstore (default: the document's ``default_text()``).
-        batch_size, device, max_seq_length: encoding settings.
+        batch_size, device, max_seq_length: encoding settings (``max_seq_length`` applies to every backend).
         verbose: a progress bar while encoding many texts.
+        backend, precision: the encoder's engine (``torch``, ``openvino``, ``onnx``) and precision
+            (``fp32``, ``int8``; docs/dense.md).  Vectors are cached per backend and precision.
+        calibration: what int8 calibrates on: an ir_datasets id (the first documents of its corpus,
+            ``doc_field`` or the documents' default text) or a list of texts; default ``dataset``.
+            int8 with neither is one :class:`~pyterrier_sci.models.BackendError` (the texts being
+            scored are not used: an export must not depend on which frame came first).
 
     The aspect modes read the query's aspects from an ``aspects`` column (a tuple of texts, as
     :func:`pyterrier_sci.datasets.doris_mae.aspect_topics` gives) or from ``dataset``.
@@ -147,7 +210,8 @@ class MaxSimScorer(pt.Transformer):
     def __init__(self, model: str = DEFAULT_MODEL, query_mode: str = "sentences", doc_mode: str = "sentences",
                  dataset: Optional[str] = None, text_field: str = "text", doc_field: Optional[str] = None,
                  batch_size: int = 32, device: Optional[str] = None, max_seq_length: Optional[int] = None,
-                 verbose: bool = False):
+                 verbose: bool = False, backend: str = "torch", precision: str = "fp32",
+                 calibration: CalibrationSpec = None):
         if query_mode not in QUERY_MODES:
             raise ValueError(f"query_mode must be one of {QUERY_MODES}, not {query_mode!r}")
         if doc_mode not in DOC_MODES:
@@ -162,11 +226,24 @@ class MaxSimScorer(pt.Transformer):
         self.device = device
         self.max_seq_length = max_seq_length
         self.verbose = verbose
+        self.backend, self.precision = check_backend(backend, precision)
+        if backend != "torch" and device not in (None, "cpu"):
+            raise BackendError(f"backend {backend!r} runs on the CPU; device {device!r} needs backend='torch'")
+        self.calibration = calibration
+        if self.precision == "int8" and self._calibration() is None:
+            raise BackendError("precision 'int8' calibrates on documents: give dataset= (its corpus's first documents "
+                               "are used) or calibration= (an ir_datasets id or a list of texts)")
         self._aspects: Optional[Dict[str, Tuple[str, ...]]] = None
+
+    def _calibration(self) -> CalibrationSpec:
+        if self.precision != "int8":
+            return None
+        return self.calibration if self.calibration is not None else self.dataset
 
     @property
     def encoder(self) -> SentenceEncoder:
-        return shared_encoder(self.model, self.device, self.batch_size, self.max_seq_length)
+        return shared_encoder(self.model, self.device, self.batch_size, self.max_seq_length, self.backend,
+                              self.precision, self._calibration(), [self.doc_field] if self.doc_field else None)
 
     # -- units ------------------------------------------------------------------------------
     def query_units(self, qid: str, query: str, aspects: Optional[Sequence[str]] = None) -> List[str]:
@@ -238,11 +315,14 @@ class MaxSimScorer(pt.Transformer):
         return out
 
     def __repr__(self) -> str:
-        return f"MaxSimScorer({self.model!r}, query_mode={self.query_mode!r}, doc_mode={self.doc_mode!r})"
+        fast = "" if self.backend == "torch" else f", backend={self.backend!r}, precision={self.precision!r}"
+        return f"MaxSimScorer({self.model!r}, query_mode={self.query_mode!r}, doc_mode={self.doc_mode!r}{fast})"
 
     def _key(self):
+        cal = self._calibration()
         return (self.model, self.query_mode, self.doc_mode, self.dataset, self.text_field, self.doc_field,
-                self.max_seq_length)
+                self.max_seq_length, self.backend, self.precision,
+                _calibration_key(cal, [self.doc_field] if self.doc_field else None))
 
     def __eq__(self, other) -> bool:
         return isinstance(other, MaxSimScorer) and self._key() == other._key()
@@ -258,13 +338,18 @@ class MaxSimScorer(pt.Transformer):
 
 @params(model=Param(str, min_len=1), query_mode=Param(str, min_len=1), doc_mode=Param(str, min_len=1),
         dataset=Param(DATASET, optional=True), batch_size=Param(int, min=1, max=65536),
-        max_seq_length=Param(int, min=1, max=100_000, optional=True))
+        max_seq_length=Param(int, min=1, max=100_000, optional=True), backend=Param(str, choices=BACKENDS),
+        precision=Param(str, choices=PRECISIONS), calibration=Param(DATASET, optional=True))
 def maxsim_component(*, context=None, model: str = DEFAULT_MODEL, query_mode: str = "sentences",
                      doc_mode: str = "sentences", dataset: Optional[str] = None, text_field: str = "text",
                      doc_field: Optional[str] = None, batch_size: int = 32, device: Optional[str] = None,
-                     max_seq_length: Optional[int] = None, verbose: bool = False) -> MaxSimScorer:
+                     max_seq_length: Optional[int] = None, verbose: bool = False, backend: str = "torch",
+                     precision: str = "fp32", calibration: Optional[str] = None) -> MaxSimScorer:
     """``doris_maxsim``: DORIS-MAE's multi-vector scorer (Eq. 4) over sentences or aspects, any
-    sentence-transformers model."""
+    sentence-transformers model.  ``backend`` / ``precision``: the encoder's engine and precision
+    (docs/dense.md); int8 calibrates on ``calibration`` (an ir_datasets id), default the dataset's corpus."""
+    check_backend(backend, precision)
     dataset = dataset_of(dataset, context, "doris_maxsim", required=False)
     return MaxSimScorer(model, query_mode, doc_mode, dataset=dataset, text_field=text_field, doc_field=doc_field,
-                        batch_size=batch_size, device=device, max_seq_length=max_seq_length, verbose=verbose)
+                        batch_size=batch_size, device=device, max_seq_length=max_seq_length, verbose=verbose,
+                        backend=backend, precision=precision, calibration=calibration)
