@@ -299,6 +299,23 @@ def test_int8_and_fp32_shards_are_not_mixed(built_int8, built, int8_calibration)
                                **args) == built[0]
 
 
+
+def test_queries_must_be_encoded_like_the_shards(built_int8, built):
+    """The query side: a retriever whose precision (or int8 backend) is not the index's is refused
+    when it opens the index, not answered with scores of two different encoders."""
+    from pyterrier_sci.plugins.dense import DenseRetriever, ShardedIndexError, dense_component
+    with pytest.raises(ShardedIndexError,
+                       match=r"holds openvino int8 vectors .* Use precision='int8', backend='openvino'"):
+        DenseRetriever("default", index=str(built_int8[0]), verbose=False).flex_index()
+    with pytest.raises(ShardedIndexError, match=r"holds openvino int8 vectors .*backend='onnx', precision='int8'"):
+        dense_component(model="default", index=str(built_int8[0]), backend="onnx", precision="int8")
+    with pytest.raises(ShardedIndexError, match=r"holds fp32 vectors .* Use precision='fp32'"):
+        DenseRetriever("default", index=str(built[0]), backend="openvino", precision="int8", verbose=False).flex_index()
+    # fp32 backends give the same vectors: OpenVINO fp32 queries may search a torch-built index
+    assert DenseRetriever("default", index=str(built[0]), backend="openvino", verbose=False).flex_index().num_docs
+    assert DenseRetriever("default", index=str(built_int8[0]), backend="openvino", precision="int8",
+                          verbose=False).flex_index().num_docs == N_INT8
+
 def test_index_paths_follow_the_dense_components_rule():
     from pyterrier_sci.plugins.dense import default_index_path
     torch_path = default_index_path(CORPUS, "default", 4, FIELDS)

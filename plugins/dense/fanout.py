@@ -170,10 +170,21 @@ class ShardedDenseIndex(pta.Artifact):
     def __len__(self) -> int:
         return self.num_docs
 
-    def check_model(self, model: str) -> None:
+    def check_model(self, model: str, backend: Optional[str] = None, precision: Optional[str] = None) -> None:
         """One :class:`ShardedIndexError` unless ``model`` is the model the index was built with
-        (the same name, or a name resolving to the same path or hub id)."""
+        (the same name, or a name resolving to the same path or hub id) and, when given, ``precision``
+        its vectors' precision and (for int8) ``backend`` its backend: int8 queries against fp32 vectors,
+        or the reverse, would compare vectors of two encoders (fp32 backends all give the same vectors)."""
         from pyterrier_sci.models import resolve_model
+        built_precision = self.manifest.get("precision") or "fp32"
+        built_backend = self.manifest.get("backend") or "torch"
+        if precision is not None and (precision != built_precision or
+                                      precision == "int8" and backend not in (None, built_backend)):
+            built = f"{built_backend} int8" if built_precision == "int8" else "fp32"
+            self._fail(f"holds {built} vectors (built with backend={built_backend!r}, precision={built_precision!r}); "
+                       f"queries encoded with backend={backend!r}, precision={precision!r} would not be comparable. "
+                       f"Use precision={built_precision!r}" + (f", backend={built_backend!r}"
+                                                              if built_precision == "int8" else ""))
         if model in (self.model, self.model_id):
             return
         try:

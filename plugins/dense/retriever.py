@@ -109,7 +109,7 @@ class DenseRetriever(pt.Transformer):
 
     def _use_index(self, index):
         if isinstance(index, ShardedDenseIndex):
-            index.check_model(self.model)
+            index.check_model(self.model, self.backend, self.precision)
         self._flex = index
 
     def flex_index(self):
@@ -376,7 +376,7 @@ def dense_component(*, context=None, model: str = DEFAULT_MODEL, index: Union[No
     fast = dict(backend=backend, precision=precision, calibration=corpus)
     if isinstance(index, str):  # built there on first use when missing
         if is_sharded(index):  # a finished sharded index (its model must be the query model) or an unfinished build
-            ShardedDenseIndex(index).check_model(model)
+            ShardedDenseIndex(index).check_model(model, backend, precision)
         else:
             check_artifact(index, {"dense_index": ["flex", "sharded_flex"]}, "dense", must_exist=False)
     elif fields and index is not False:
