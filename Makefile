@@ -16,7 +16,7 @@ $(BIN)/.installed: setup.cfg pyproject.toml constraints.txt
 	$(BIN)/pip install -q --upgrade pip
 	# the CPU build of torch first: an unpinned torch would pull gigabytes of CUDA wheels
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -c constraints.txt -e ".[lucene,llm-server,colbert,scale,report,test]"
+	$(BIN)/pip install -q -c constraints.txt -e ".[lucene,llm-server,colbert,scale,report,fast,test]"
 	touch $@
 
 install: $(BIN)/.installed
