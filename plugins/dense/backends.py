@@ -13,6 +13,12 @@ the quality check run at build time.  An int8 build whose mean cosine to torch f
 calibration texts is below :data:`INT8_MIN_COSINE` is refused with one :class:`BackendError`.  A
 damaged cache entry (files not matching their checksums, unreadable ``pt_meta.json``) is rebuilt
 with a :class:`~pyterrier_sci.artifacts.DamagedFileWarning`.
+
+Cross-encoders (:func:`load_cross_encoder`, :class:`ExportedCrossEncoder`) go the same way: the
+CrossEncoder's sequence-classification model is exported with its ``logits`` output, int8
+calibrates on text pairs, fp32 must give torch's logits (:data:`CE_FP32_RTOL`) and int8 is
+refused below a Pearson correlation of :data:`CE_INT8_MIN_PEARSON` with torch's logits on its
+calibration pairs.
 """
 from __future__ import annotations
 
@@ -41,7 +47,8 @@ from pyterrier_sci.models import (
 
 __all__ = ["BACKENDS", "PRECISIONS", "BackendError", "check_backend", "INT8_MIN_COSINE", "CALIBRATION_SIZE",
            "ENCODER_TYPE", "Calibration", "calibration_from_corpus", "calibration_from_texts", "encoder_path",
-           "load_encoder", "ExportedEncoder"]
+           "load_encoder", "ExportedEncoder", "CROSS_ENCODER_TYPE", "CE_INT8_MIN_PEARSON", "CE_FP32_RTOL",
+           "calibration_from_pairs", "load_cross_encoder", "ExportedCrossEncoder"]
 
 #: the ``type`` of an exported encoder's ``pt_meta.json`` (its ``format`` is the backend)
 ENCODER_TYPE = "dense_encoder"
@@ -60,10 +67,15 @@ CHECK_TEXTS = ("Dense retrieval of scientific papers.", "A second, somewhat long
 _MODEL_FILES = {"openvino": ("model.xml", "model.bin"), "onnx": ("model.onnx",)}
 
 
+def _text_key(text) -> str:
+    """A calibration text as hashed: a string itself, a text pair its two texts joined by U+001F."""
+    return text if isinstance(text, str) else "\x1f".join(map(str, text))
+
+
 @dataclass
 class Calibration:
-    """Texts that calibrate an int8 quantisation, and how they were chosen (recorded in the export's
-    ``pt_meta.json`` and part of its cache key)."""
+    """Texts (for a cross-encoder: text pairs) that calibrate an int8 quantisation, and how they were
+    chosen (recorded in the export's ``pt_meta.json`` and part of its cache key)."""
     texts: list
     source: str
     docnos: Optional[list] = None
@@ -72,7 +84,7 @@ class Calibration:
 
     def record(self) -> dict:
         rec = {"source": self.source, "documents": len(self.texts),
-               "texts_sha256": hashlib.sha256("\0".join(self.texts).encode()).hexdigest()}
+               "texts_sha256": hashlib.sha256("\0".join(map(_text_key, self.texts)).encode()).hexdigest()}
         if self.docnos is not None:
             rec["selection"] = f"the first {len(self.texts)} non-empty documents in corpus order"
             rec["docnos_sha256"] = hashlib.sha256("\n".join(self.docnos).encode()).hexdigest()
@@ -104,10 +116,11 @@ def calibration_from_texts(texts: Sequence[str], source: str = "texts given by t
 
 # ------------------------------------------------------------------------------------- the export
 
-def _exported_module(st):
+def _exported_module(st, output: str = "last_hidden_state"):
     """The torch module to export: sentence-transformers' first module's transformer, returning
-    the token embeddings sentence-transformers pools; one :class:`BackendError` for a model whose
-    first module is not a plain text transformer."""
+    its ``output`` (``last_hidden_state``: the token embeddings sentence-transformers pools;
+    ``logits``: a CrossEncoder's scores); one :class:`BackendError` for a model whose first module is
+    not a plain text transformer with that output."""
     import torch
     first = st[0]
     model = getattr(first, "model", None)
@@ -116,9 +129,9 @@ def _exported_module(st):
     cfg = getattr(first, "modality_config", None) or {}
     text_cfg = cfg.get("text", {}) if isinstance(cfg, dict) else {}
     if model is None or text_cfg.get("method", "forward") != "forward" or \
-            text_cfg.get("method_output_name", "last_hidden_state") != "last_hidden_state":
+            text_cfg.get("method_output_name", "last_hidden_state") != output:
         raise BackendError(f"only sentence-transformers models whose first module is a text Transformer returning "
-                           f"last_hidden_state can be exported (this one: {type(first).__name__} {cfg}); "
+                           f"{output} can be exported (this one: {type(first).__name__} {cfg}); "
                            "use backend='torch'")
 
     class TokenEmbeddings(torch.nn.Module):
@@ -130,7 +143,7 @@ def _exported_module(st):
             kw = {"input_ids": input_ids, "attention_mask": attention_mask}
             if token_type_ids is not None:
                 kw["token_type_ids"] = token_type_ids
-            return self.m(**kw, return_dict=True).last_hidden_state
+            return getattr(self.m(**kw, return_dict=True), output)
 
     return TokenEmbeddings(model).eval()
 
@@ -165,11 +178,13 @@ def _quiet_nncf():
         log.setLevel(level)
 
 
-def _export_openvino(st, tmp: Path, precision: str, calibration: Optional[Calibration]) -> dict:
+def _export_openvino(st, tmp: Path, precision: str, calibration: Optional[Calibration],
+                     output: str = "last_hidden_state", examples: Sequence = CHECK_TEXTS[:2]) -> dict:
+    """``output`` of ``st``'s transformer as an OpenVINO model; ``examples``: inputs that trace it."""
     import openvino as ov
     import torch
-    module = _exported_module(st)
-    example = {k: torch.from_numpy(v) for k, v in _engine_inputs(_features(st, CHECK_TEXTS[:2])).items()}
+    module = _exported_module(st, output)
+    example = {k: torch.from_numpy(v) for k, v in _engine_inputs(_features(st, examples)).items()}
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # tracer warnings about shapes: the exported graph keeps them dynamic
         ovm = ov.convert_model(module, example_input=example)
@@ -192,19 +207,24 @@ def _export_openvino(st, tmp: Path, precision: str, calibration: Optional[Calibr
     return info
 
 
-def _export_onnx(st, tmp: Path, precision: str, calibration: Optional[Calibration]) -> dict:
+def _export_onnx(st, tmp: Path, precision: str, calibration: Optional[Calibration],
+                 output: str = "last_hidden_state", examples: Sequence = CHECK_TEXTS[:2]) -> dict:
+    """``output`` of ``st``'s transformer as an ONNX model (``last_hidden_state`` is named
+    ``token_embeddings``; any other output has a dynamic batch axis only); ``examples`` trace it."""
     import onnxruntime
     import torch
-    module = _exported_module(st)
-    example = {k: torch.from_numpy(v) for k, v in _engine_inputs(_features(st, CHECK_TEXTS[:2])).items()}
+    module = _exported_module(st, output)
+    example = {k: torch.from_numpy(v) for k, v in _engine_inputs(_features(st, examples)).items()}
     names = list(example)
     tmp.mkdir(parents=True)
     target = tmp / ("model-fp32.onnx" if precision == "int8" else "model.onnx")
-    axes = {n: {0: "batch", 1: "tokens"} for n in names + ["token_embeddings"]}
+    out_name = "token_embeddings" if output == "last_hidden_state" else output
+    axes = {n: {0: "batch", 1: "tokens"} for n in names}
+    axes[out_name] = {0: "batch", 1: "tokens"} if output == "last_hidden_state" else {0: "batch"}
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch.onnx.export(module, tuple(example[n] for n in names), str(target), input_names=names,
-                          output_names=["token_embeddings"], dynamic_axes=axes, opset_version=17, dynamo=False)
+                          output_names=[out_name], dynamic_axes=axes, opset_version=17, dynamo=False)
     info = {"onnxruntime": onnxruntime.__version__, "torch_onnx_opset": 17}
     if precision == "int8":
         from onnxruntime.quantization import QuantType, quantize_dynamic
@@ -281,8 +301,6 @@ def _quality_check(st, tmp: Path, backend: str, precision: str, texts: Sequence[
 
 
 def _build(st, model: str, backend: str, precision: str, calibration: Optional[Calibration], settings: dict):
-    from pyterrier_sci.artifacts import record_checksum, write_pt_meta
-
     def build(tmp: Path):
         export = _export_openvino if backend == "openvino" else _export_onnx
         info = export(st, tmp, precision, calibration)
@@ -294,10 +312,16 @@ def _build(st, model: str, backend: str, precision: str, calibration: Optional[C
                 "calibration": calibration.record() if calibration is not None and precision == "int8" else None}
         meta["check"] = _quality_check(st, tmp, backend, precision,
                                        calibration.texts if calibration is not None else CHECK_TEXTS, meta)
-        for f in meta["files"]:
-            record_checksum(tmp / f)
-        write_pt_meta(tmp, **meta)
+        _write_meta(tmp, meta)
     return build
+
+
+def _write_meta(tmp: Path, meta: dict) -> None:
+    """The checksums of the export's model files, then its ``pt_meta.json`` (last: it marks the build complete)."""
+    from pyterrier_sci.artifacts import record_checksum, write_pt_meta
+    for f in meta["files"]:
+        record_checksum(tmp / f)
+    write_pt_meta(tmp, **meta)
 
 
 def _damage(path: Path, settings: dict) -> Optional[str]:
@@ -336,39 +360,36 @@ def load_encoder(model: str, device: Optional[str] = None, backend: str = "torch
             calibration = calibration_from_texts(calibration)
     else:
         calibration = None
-    from pyterrier_sci.artifacts import DamagedFileWarning, build_atomically
     st = load_sentence_transformer(model, "cpu")
     settings = _settings(model, backend, precision, calibration)
     path = encoder_path(model, backend, precision, calibration, work)
-    build = _build(st, model, backend, precision, calibration, settings)
-    build_atomically(path, build, what=f"the {backend} {precision} export of {model}")
+    meta = _cached(path, settings, _build(st, model, backend, precision, calibration, settings),
+                   f"the {backend} {precision} export of {model}")
+    return ExportedEncoder(st, path, meta)
+
+
+def _cached(path: Path, settings: dict, build, what: str) -> dict:
+    """The ``pt_meta.json`` of the export at ``path``, built first when missing (atomically, locked) and
+    rebuilt with a :class:`~pyterrier_sci.artifacts.DamagedFileWarning` when damaged."""
+    from pyterrier_sci.artifacts import DamagedFileWarning, build_atomically
+    build_atomically(path, build, what=what)
     why = _damage(path, settings)
     if why is not None:
-        warnings.warn(f"the cached encoder {path} is damaged: {why}; it is rebuilt", DamagedFileWarning, stacklevel=2)
-        build_atomically(path, build, overwrite=True, what=f"the {backend} {precision} export of {model}")
-    meta = json.loads((path / "pt_meta.json").read_text(encoding="utf-8"))
-    return ExportedEncoder(st, path, meta)
+        warnings.warn(f"the cached export {path} is damaged: {why}; it is rebuilt", DamagedFileWarning, stacklevel=3)
+        build_atomically(path, build, overwrite=True, what=what)
+    return json.loads((path / "pt_meta.json").read_text(encoding="utf-8"))
 
 
 # -------------------------------------------------------------------------------- the encoder
 
-class ExportedEncoder:
-    """sentence-transformers' ``encode`` on an exported transformer (OpenVINO or ONNX Runtime, on the
-    CPU): the model's tokenizer and its pooling / normalisation modules around the engine.  Texts
-    are sorted by length and padded per batch, as sentence-transformers does."""
-
-    def __init__(self, st, path: Union[str, Path], meta: dict):
-        self._st = st
-        self.path = Path(path)
-        self.meta = meta
-        self.backend, self.precision = meta["backend"], meta["precision"]
-        self._run = self._openvino() if self.backend == "openvino" else self._onnx()
-
-    def _openvino(self):
+def _engine(path: Path, backend: str):
+    """A function running the exported model at ``path`` on the CPU: engine inputs (numpy int64 arrays
+    by input name; inputs the model does not take are dropped) -> its first output as a numpy array."""
+    if backend == "openvino":
         import openvino as ov
         core = ov.Core()
         # f32: on CPUs with bf16 units OpenVINO would otherwise run fp32 models in bf16
-        compiled = core.compile_model(core.read_model(str(self.path / "model.xml")), "CPU",
+        compiled = core.compile_model(core.read_model(str(path / "model.xml")), "CPU",
                                       {"INFERENCE_PRECISION_HINT": "f32"})
         request = compiled.create_infer_request()
         names = {i.get_any_name() for i in compiled.inputs}
@@ -377,25 +398,49 @@ class ExportedEncoder:
             request.infer({k: v for k, v in inputs.items() if k in names})
             return np.array(request.get_output_tensor(0).data, copy=True)
         return run
+    import onnxruntime as ort
+    sess = ort.InferenceSession(str(path / "model.onnx"), providers=["CPUExecutionProvider"])
+    onnx_names = {i.name for i in sess.get_inputs()}
 
-    def _onnx(self):
-        import onnxruntime as ort
-        sess = ort.InferenceSession(str(self.path / "model.onnx"), providers=["CPUExecutionProvider"])
-        names = {i.name for i in sess.get_inputs()}
+    def run_onnx(inputs):
+        return sess.run(None, {k: v for k, v in inputs.items() if k in onnx_names})[0]
+    return run_onnx
 
-        def run(inputs):
-            return sess.run(None, {k: v for k, v in inputs.items() if k in names})[0]
-        return run
 
-    # sentence-transformers' interface ------------------------------------------------------------
+class _Exported:
+    """An export at ``path`` (its ``pt_meta.json`` as ``meta``), the engine that runs it and the torch
+    model it was exported from (its tokenizer tokenises the engine's inputs)."""
+
+    def __init__(self, source, path: Union[str, Path], meta: dict):
+        self._source = source
+        self.path = Path(path)
+        self.meta = meta
+        self.backend, self.precision = meta["backend"], meta["precision"]
+        self._run = _engine(self.path, self.backend)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.meta.get('source_model')!r}, backend={self.backend!r}, " \
+               f"precision={self.precision!r}, path={str(self.path)!r})"
+
     @property
     def max_seq_length(self) -> int:
-        return self._st.max_seq_length
+        return self._source.max_seq_length
 
     @property
     def tokenizer(self):
-        return self._st.tokenizer
+        return self._source.tokenizer
 
+
+class ExportedEncoder(_Exported):
+    """sentence-transformers' ``encode`` on an exported transformer (OpenVINO or ONNX Runtime, on the
+    CPU): the model's tokenizer and its pooling / normalisation modules around the engine.  Texts
+    are sorted by length and padded per batch, as sentence-transformers does."""
+
+    def __init__(self, st, path: Union[str, Path], meta: dict):
+        self._st = st
+        super().__init__(st, path, meta)
+
+    # sentence-transformers' interface (and the base class's tokenizer, max_seq_length) -----------
     def get_sentence_embedding_dimension(self) -> int:
         st = self._st
         return st.get_embedding_dimension() if hasattr(st, "get_embedding_dimension") \
@@ -438,6 +483,228 @@ class ExportedEncoder:
             return torch.from_numpy(result)
         return result
 
-    def __repr__(self) -> str:
-        return f"ExportedEncoder({self.meta.get('source_model')!r}, backend={self.backend!r}, " \
-               f"precision={self.precision!r}, path={str(self.path)!r})"
+
+# ----------------------------------------------------------------------------------- cross-encoders
+#
+# A sentence-transformers CrossEncoder is exported the same way: its transformers sequence-
+# classification model (the CrossEncoder's first and only module) with its ``logits`` output, run
+# by :class:`ExportedCrossEncoder` behind ``CrossEncoder.predict``; the pairs are tokenised by the
+# CrossEncoder's own tokenizer (text pairs, its truncation and ``max_length``) and its activation
+# is applied to the engine's logits, so fp32 exports give torch's logits.  int8 calibrates on text
+# pairs; the cache entry is keyed by the weights (a hash of the state dict), the settings and the
+# calibration pairs.
+
+#: the ``type`` of an exported cross-encoder's ``pt_meta.json`` (its ``format`` is the backend)
+CROSS_ENCODER_TYPE = "cross_encoder_export"
+#: an int8 cross-encoder is refused when the Pearson correlation of its logits with torch fp32's
+#: on its calibration pairs is lower
+CE_INT8_MIN_PEARSON = 0.99
+#: an fp32 cross-encoder export must give torch's logits: max |difference| <= this x max(1, max |logit|)
+CE_FP32_RTOL = 1e-3
+#: bump when the cross-encoder export changes so that old cache entries are not reused
+CE_EXPORT_VERSION = 2  # 2: int8 without SmoothQuant
+#: pairs that check an fp32 cross-encoder export when no calibration pairs are given
+CHECK_PAIRS = ((CHECK_TEXTS[0], CHECK_TEXTS[3]), (CHECK_TEXTS[1], CHECK_TEXTS[2]), (CHECK_TEXTS[3], CHECK_TEXTS[1]))
+
+
+def calibration_from_pairs(pairs: Sequence, source: str = "pairs given by the caller",
+                           docnos: Optional[list] = None, **extra) -> Calibration:
+    """A :class:`Calibration` of text pairs ``(a, b)`` (as ``CrossEncoder.predict`` takes them);
+    ``extra`` is recorded in the export's ``pt_meta.json`` (e.g. ``selection``: how they were chosen)."""
+    pairs = [(str(a), str(b)) for a, b in pairs]
+    if not pairs:
+        raise BackendError("int8 calibration of a cross-encoder needs at least one (text, text) pair")
+    return Calibration(pairs, source, docnos, extra=extra)
+
+
+def _state_sha256(module) -> str:
+    """SHA-256 over a torch module's state dict (names, dtypes, shapes and bytes, in name order)."""
+    import torch
+    h = hashlib.sha256()
+    for name, t in sorted(module.state_dict().items()):
+        t = t.detach().to("cpu").contiguous().reshape(-1)
+        h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
+        h.update(t.view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+def _ce_source(ce) -> str:
+    return str(getattr(getattr(getattr(ce, "model", None), "config", None), "_name_or_path", "") or "cross-encoder")
+
+
+def _ce_settings(ce, backend: str, precision: str, calibration: Optional[Calibration]) -> dict:
+    s = {"kind": "cross_encoder", "source": _ce_source(ce), "state_sha256": _state_sha256(ce.model),
+         "backend": backend, "precision": precision, "max_length": ce.max_seq_length, "num_labels": ce.num_labels,
+         "export_version": CE_EXPORT_VERSION}
+    if precision == "int8":
+        rec = calibration.record()
+        s["calibration"] = {k: rec[k] for k in ("source", "documents", "texts_sha256")}
+    return s
+
+
+def _pearson_spearman(a: np.ndarray, b: np.ndarray) -> tuple:
+    from scipy.stats import pearsonr, spearmanr
+    if len(a) < 3 or np.ptp(a) == 0 or np.ptp(b) == 0:
+        return float("nan"), float("nan")
+    return float(pearsonr(a, b)[0]), float(spearmanr(a, b)[0])
+
+
+def _ce_quality_check(ce, tmp: Path, backend: str, precision: str, pairs: Sequence, meta: dict) -> dict:
+    """The new export's logits against torch's on ``pairs`` (at most 256); a :class:`BackendError`
+    when they fall below the bar (the build is then discarded)."""
+    import torch
+    pairs = list(pairs)[:256]
+    got = ExportedCrossEncoder(ce, tmp, meta).predict(pairs, batch_size=32, activation_fn=torch.nn.Identity())
+    ref = ce.predict(pairs, batch_size=32, activation_fn=torch.nn.Identity(), show_progress_bar=False,
+                     convert_to_numpy=True)
+    got, ref = np.asarray(got, dtype=np.float64).reshape(-1), np.asarray(ref, dtype=np.float64).reshape(-1)
+    pearson, spearman = _pearson_spearman(got, ref)
+    check = {"pairs": len(pairs), "max_abs_diff": float(np.abs(got - ref).max()),
+             "max_abs_logit": float(np.abs(ref).max()), "logit_std": float(ref.std()),
+             "pearson": pearson, "spearman": spearman}
+    if precision == "int8" and not check["pearson"] >= CE_INT8_MIN_PEARSON:
+        raise BackendError(
+            f"backend {backend!r} precision 'int8' is refused for this cross-encoder: the Pearson correlation of "
+            f"its logits with torch fp32's on the {len(pairs)} calibration pairs is {check['pearson']:.4f}, below "
+            f"{CE_INT8_MIN_PEARSON} (use precision='fp32'{'' if backend == 'openvino' else ' or backend=openvino'})")
+    if precision == "fp32" and check["max_abs_diff"] > CE_FP32_RTOL * max(1.0, check["max_abs_logit"]):
+        raise BackendError(f"the fp32 {backend} export does not reproduce the torch cross-encoder (max logit "
+                           f"difference {check['max_abs_diff']:.2e} on {len(pairs)} pairs)")
+    return check
+
+
+@contextlib.contextmanager
+def _transformers_quiet():
+    """transformers' warnings and load bars off (tracing a classification model warns about its unset loss)."""
+    from transformers.utils import logging as hf_logging
+    level, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(level)
+        if bars:
+            hf_logging.enable_progress_bar()
+
+
+def _build_cross_encoder(ce, backend: str, precision: str, calibration: Optional[Calibration], settings: dict):
+    def build(tmp: Path):
+        export = _export_openvino if backend == "openvino" else _export_onnx
+        with _transformers_quiet():
+            info = export(ce, tmp, precision, calibration, output="logits", examples=CHECK_PAIRS[:2])
+        meta = {"type": CROSS_ENCODER_TYPE, "format": backend, "source_model": settings["source"],
+                "state_sha256": settings["state_sha256"], "backend": backend, "precision": precision,
+                "max_length": settings["max_length"], "num_labels": settings["num_labels"], "output": "logits",
+                "settings_hash": _settings_hash(settings), "export_version": CE_EXPORT_VERSION, "export": info,
+                "versions": _versions(), "files": list(_MODEL_FILES[backend]),
+                "calibration": calibration.record() if precision == "int8" else None}
+        meta["check"] = _ce_quality_check(ce, tmp, backend, precision,
+                                          calibration.texts if precision == "int8" else CHECK_PAIRS, meta)
+        _write_meta(tmp, meta)
+    return build
+
+
+def _load_ce(model: str, max_length: Optional[int], device: Optional[str]):
+    """A sentence-transformers CrossEncoder from a path or hub id, quietly."""
+    from sentence_transformers import CrossEncoder
+    with _transformers_quiet():
+        return CrossEncoder(resolve_model(model), max_length=max_length, device=device)
+
+
+def load_cross_encoder(path_or_model, backend: str = "torch", precision: str = "fp32",
+                       calibration_pairs: Union[None, Calibration, Sequence] = None,
+                       work: Union[None, str, Path] = None, max_length: Optional[int] = None,
+                       device: Optional[str] = None):
+    """A cross-encoder with ``CrossEncoder.predict``: the sentence-transformers ``CrossEncoder``
+    itself for ``backend='torch'``, else an :class:`ExportedCrossEncoder` of its sequence-
+    classification model (exported, quantised, checked and cached on first use under
+    ``<work dir>/models/``; see the module doc).  ``path_or_model``: a CrossEncoder (on the CPU) or its
+    path / hub id (loaded with ``max_length``).  ``calibration_pairs`` (int8 only, required there):
+    a :class:`Calibration` (:func:`calibration_from_pairs`) or a list of text pairs; an int8 export
+    whose logits correlate with torch's below :data:`CE_INT8_MIN_PEARSON` (Pearson) on them is
+    refused with one :class:`BackendError`."""
+    check_backend(backend, precision)
+    if backend != "torch" and device not in (None, "cpu"):
+        raise BackendError(f"backend {backend!r} runs on the CPU; device {device!r} needs backend='torch'")
+    if isinstance(path_or_model, (str, Path)):
+        ce = _load_ce(str(path_or_model), max_length, device if backend == "torch" else "cpu")
+    else:
+        ce = path_or_model
+        if max_length is not None and max_length != ce.max_seq_length:
+            raise ValueError(f"max_length={max_length} differs from the CrossEncoder's own {ce.max_seq_length}")
+    if backend == "torch":
+        return ce
+    if getattr(ce.device, "type", "cpu") != "cpu":
+        raise BackendError(f"backend {backend!r} exports a CrossEncoder on the CPU (this one is on {ce.device})")
+    _check_available(backend)
+    calibration = None
+    if precision == "int8":
+        if calibration_pairs is None:
+            raise BackendError("precision 'int8' calibrates on text pairs: give calibration_pairs= "
+                               "(a Calibration or a list of (text, text) pairs)")
+        calibration = calibration_pairs if isinstance(calibration_pairs, Calibration) \
+            else calibration_from_pairs(calibration_pairs)
+    settings = _ce_settings(ce, backend, precision, calibration)
+    from pyterrier_sci.data import work_dir
+    path = Path(work or work_dir()) / "models" / \
+        f"{model_slug(settings['source'])}-ce-{backend}-{precision}-{_settings_hash(settings)}"
+    meta = _cached(path, settings, _build_cross_encoder(ce, backend, precision, calibration, settings),
+                   f"the {backend} {precision} export of the cross-encoder {settings['source']}")
+    return ExportedCrossEncoder(ce, path, meta)
+
+
+class ExportedCrossEncoder(_Exported):
+    """``CrossEncoder.predict`` on an exported sequence-classification model (OpenVINO or ONNX
+    Runtime, on the CPU): the CrossEncoder's tokenizer before the engine, its activation after it.
+    Pairs are sorted by length and padded per batch, as sentence-transformers does."""
+
+    def __init__(self, ce, path: Union[str, Path], meta: dict):
+        self._ce = ce
+        super().__init__(ce, path, meta)
+
+    # CrossEncoder's interface (and the base class's tokenizer, max_seq_length) -------------------
+    @property
+    def num_labels(self) -> int:
+        return self._ce.num_labels
+
+    @property
+    def activation_fn(self):
+        return self._ce.activation_fn
+
+    def predict(self, inputs, batch_size: int = 32, show_progress_bar: Optional[bool] = None,
+                activation_fn=None, apply_softmax: Optional[bool] = False, convert_to_numpy: bool = True,
+                convert_to_tensor: bool = False, **kwargs):
+        """Scores of text pairs (one pair: one score), as ``CrossEncoder.predict``; ``activation_fn``
+        defaults to the CrossEncoder's own (``torch.nn.Identity()``: the raw logits)."""
+        import torch
+        unsupported = {k: v for k, v in kwargs.items() if v is not None and k not in ("device",)}
+        if unsupported:
+            raise BackendError(f"the {self.backend} cross-encoder does not take {sorted(unsupported)}; "
+                               "use backend='torch'")
+        if batch_size <= 0:
+            raise ValueError(f"batch_size must be a positive integer, got {batch_size}.")
+        single = len(inputs) == 2 and all(isinstance(t, str) for t in inputs)
+        pairs = [tuple(inputs)] if single else [tuple(p) for p in inputs]
+        out = np.zeros((len(pairs), self.num_labels), dtype=np.float32)
+        order = np.argsort([-sum(len(t) for t in p) for p in pairs], kind="stable")
+        from tqdm.auto import tqdm
+        for start in tqdm(range(0, len(pairs), batch_size), desc="Batches", disable=not show_progress_bar):
+            idx = order[start:start + batch_size]
+            out[idx] = self._run(_engine_inputs(_features(self._ce, [pairs[i] for i in idx]))).reshape(len(idx), -1)
+        scores = torch.from_numpy(out)
+        activation_fn = self.activation_fn if activation_fn is None else activation_fn
+        with torch.inference_mode():
+            if activation_fn is not None:
+                scores = activation_fn(scores)
+            if self.num_labels == 1:
+                scores = scores.squeeze(-1)
+            elif apply_softmax:
+                scores = torch.nn.functional.softmax(scores, dim=1)
+        if single:
+            scores = scores[0]
+        if convert_to_tensor:
+            return scores
+        if convert_to_numpy:
+            return scores.float().numpy()
+        return list(scores)

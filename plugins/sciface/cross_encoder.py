@@ -1,7 +1,9 @@
 """SciFACE's facet cross-encoders (Background, Method): the :class:`FacetCrossEncoder` artifact and
 :func:`train_facet_cross_encoder` (margin ranking loss, best validation epoch kept, written
 atomically).  The re-rankers live in :mod:`.rerank`; the input format and training are described in
-``docs/sciface.md``.
+``docs/sciface.md``.  A facet model runs on torch or, exported, on OpenVINO / ONNX Runtime in fp32
+or int8 (``backend``, ``precision``; :func:`pyterrier_sci.plugins.dense.backends.load_cross_encoder`);
+int8 calibrates on :func:`calibration_pairs` of a dataset's corpus.
 """
 from __future__ import annotations
 
@@ -11,13 +13,14 @@ import logging
 import math
 import tempfile
 from pathlib import Path
-from typing import Any, Dict, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import pandas as pd
 import pyterrier as pt
 
 from pyterrier_sci.artifacts import build_atomically
+from pyterrier_sci.models import BackendError, check_backend
 from pyterrier_sci.training import run_trainer, save_model_artifact, seed_everything, train_summary, trainer_arguments
 
 from .triplets import (  # noqa: F401
@@ -34,6 +37,8 @@ from .triplets import (  # noqa: F401
 
 ARTIFACT_TYPE = "facet_cross_encoder"
 ARTIFACT_FORMAT = "sentence-transformers"
+#: (seed, candidate) pairs that calibrate an int8 facet model (:func:`calibration_pairs`)
+CALIBRATION_PAIRS = 128
 
 
 def _clean(v) -> str:
@@ -78,6 +83,35 @@ def _load_cross_encoder(path: str, max_length: int, device: Optional[str] = None
         return CrossEncoder(str(path), num_labels=1, max_length=max_length, device=device)
 
 
+Paper = Tuple[str, str]  # (title, abstract)
+
+
+def calibration_pairs(dataset: str, size: int = CALIBRATION_PAIRS, title_field: str = "title",
+                      abstract_field: str = "abstract") -> Tuple[List[Tuple[Paper, Paper]], List[str]]:
+    """The int8 calibration pairs of a facet model on ``dataset``: its corpus's first ``2 * size``
+    documents with a non-empty abstract, in corpus order, paired in turn (document 2i is the seed,
+    2i+1 the candidate), as ``((seed title, seed abstract), (cand title, cand abstract))``; and their
+    docnos in that order.  Deterministic, streamed (nothing else is read), the same for every subset
+    of a benchmark (they share a corpus), and it reads no query, pool or judgement of the benchmark."""
+    import itertools
+
+    import ir_datasets
+
+    from pyterrier_sci.corpus import corpus_id, irds_id
+    corpus = corpus_id(irds_id(dataset))
+    ds = ir_datasets.load(corpus)
+    if not ds.has_docs():
+        raise BackendError(f"int8 calibration: dataset {dataset} has no documents")
+    docs = ((str(d.doc_id), _clean(getattr(d, title_field, "")), _clean(getattr(d, abstract_field, None)))
+            for d in ds.docs_iter())
+    docs = list(itertools.islice((d for d in docs if d[2]), 2 * size))
+    if len(docs) < 2:
+        raise BackendError(f"int8 calibration: the corpus of {dataset} has fewer than two documents with "
+                           f"a {abstract_field!r}")
+    pairs = [((a[1], a[2]), (b[1], b[2])) for a, b in zip(docs[::2], docs[1::2])]
+    return pairs, [d[0] for d in docs[:2 * len(pairs)]]
+
+
 # ----------------------------------------------------------------------------------------------
 # the artifact
 # ----------------------------------------------------------------------------------------------
@@ -85,14 +119,32 @@ class FacetCrossEncoder(pt.Artifact):
     """A trained SciFACE facet model (directory with ``pt_meta.json`` and ``model/``).
 
     ``FacetCrossEncoder(path)`` or ``pt.Artifact.load(path)`` opens it; ``.scorer()`` hands out a
-    :class:`FacetReranker`; ``.score(seeds, cands)`` scores pairs of ``(title, abstract)``."""
+    :class:`FacetReranker`; ``.score(seeds, cands)`` scores pairs of ``(title, abstract)``.
+
+    ``backend`` (``torch``, ``openvino``, ``onnx``) and ``precision`` (``fp32``, ``int8``): the engine
+    the model runs on; the exports are built on first use and cached under ``<work>/models``
+    (``work``: default the work directory).  int8 needs ``calibration``: a dataset id (its
+    :func:`calibration_pairs`) or a list of ``((seed title, seed abstract), (cand title, cand
+    abstract))``; an int8 export that does not keep the torch model's scores is refused with a
+    :class:`~pyterrier_sci.models.BackendError` (docs/sciface.md, "Backends")."""
 
     ARTIFACT_TYPE = ARTIFACT_TYPE
     ARTIFACT_FORMAT = ARTIFACT_FORMAT
 
-    def __init__(self, path: Union[str, Path], device: Optional[str] = None):
+    def __init__(self, path: Union[str, Path], device: Optional[str] = None, backend: str = "torch",
+                 precision: str = "fp32", calibration: Union[None, str, Sequence] = None,
+                 work: Union[None, str, Path] = None):
         super().__init__(path)
         self.device = device
+        self.backend, self.precision = check_backend(backend, precision)
+        if backend != "torch" and device not in (None, "cpu"):
+            raise BackendError(f"backend {backend!r} runs on the CPU; device {device!r} needs backend='torch'")
+        if precision == "int8" and calibration is None:
+            raise BackendError("precision 'int8' calibrates on (seed, candidate) pairs: give calibration= a dataset "
+                               f"(the first {CALIBRATION_PAIRS} pairs of its corpus) or a list of pairs")
+        self.calibration = calibration if calibration is None or isinstance(calibration, str) \
+            else tuple((tuple(a), tuple(b)) for a, b in calibration)
+        self.work = work
         meta_path = Path(self.path) / "pt_meta.json"
         if not meta_path.exists():
             raise FileNotFoundError(f"{self.path} is not a facet cross-encoder artifact (no pt_meta.json); "
@@ -106,9 +158,36 @@ class FacetCrossEncoder(pt.Artifact):
 
     @property
     def model(self):
+        """The sentence-transformers CrossEncoder, or its export on ``backend`` (both have ``predict``
+        and ``tokenizer``)."""
         if self._model is None:
-            self._model = _load_cross_encoder(str(Path(self.path) / "model"), self.max_length, self.device)
+            ce = _load_cross_encoder(str(Path(self.path) / "model"), self.max_length, self.device)
+            if self.backend != "torch":
+                from pyterrier_sci.plugins.dense.backends import load_cross_encoder
+                ce = load_cross_encoder(ce, self.backend, self.precision, self._calibration(ce), work=self.work)
+            self._model = ce
         return self._model
+
+    def _calibration(self, ce):
+        if self.precision != "int8":
+            return None
+        from pyterrier_sci.plugins.dense.backends import calibration_from_pairs
+        sep = ce.tokenizer.sep_token or "[SEP]"
+        if isinstance(self.calibration, str):
+            from pyterrier_sci.corpus import corpus_id, irds_id
+            pairs, docnos = calibration_pairs(self.calibration, CALIBRATION_PAIRS)
+            source, extra = corpus_id(irds_id(self.calibration)), {  # the subsets of a benchmark share it
+                "selection": f"the first {2 * len(pairs)} documents with an abstract in corpus order, paired in "
+                             "turn (document 2i the seed, 2i+1 the candidate)",
+                "first_docnos": docnos[:6]}
+        else:
+            pairs, docnos, source, extra = self.calibration, None, "pairs given by the caller", {}
+        texts = [pair_input(s[0], s[1], c[0], c[1], sep) for s, c in pairs]
+        return calibration_from_pairs(texts, source, docnos, **extra)
+
+    def _key(self):
+        return (str(Path(self.path).resolve()), self.backend, self.precision,
+                self.calibration if self.precision == "int8" else None)
 
     def __getstate__(self):
         state = dict(self.__dict__)
@@ -116,13 +195,27 @@ class FacetCrossEncoder(pt.Artifact):
         return state
 
     def __repr__(self) -> str:
-        return f"FacetCrossEncoder({str(self.path)!r}, facet={self.facet!r})"
+        on = "" if self.backend == "torch" else f", backend={self.backend!r}, precision={self.precision!r}"
+        return f"FacetCrossEncoder({str(self.path)!r}, facet={self.facet!r}{on})"
 
     def __eq__(self, other) -> bool:
-        return isinstance(other, FacetCrossEncoder) and Path(other.path).resolve() == Path(self.path).resolve()
+        return isinstance(other, FacetCrossEncoder) and other._key() == self._key()
 
     def __hash__(self) -> int:
-        return hash(("FacetCrossEncoder", str(Path(self.path).resolve())))
+        return hash(("FacetCrossEncoder",) + self._key())
+
+    def on_backend(self, backend: Optional[str] = None, precision: Optional[str] = None,
+                   calibration: Union[None, str, Sequence] = None,
+                   work: Union[None, str, Path] = None) -> "FacetCrossEncoder":
+        """This model on another backend / precision (None: keep this one's; ``backend='torch'`` alone
+        means fp32); ``self`` when nothing changes."""
+        precision = precision or ("fp32" if backend == "torch" else self.precision)
+        backend = backend or self.backend
+        calibration = self.calibration if calibration is None else calibration
+        work = self.work if work is None else work
+        if (backend, precision, calibration, work) == (self.backend, self.precision, self.calibration, self.work):
+            return self
+        return FacetCrossEncoder(self.path, self.device, backend, precision, calibration, work)
 
     def score(self, seeds: Sequence[Tuple[str, str]], cands: Sequence[Tuple[str, str]], batch_size: int = 32,
               show_progress_bar: bool = False) -> np.ndarray:

@@ -1,7 +1,8 @@
 """SciFACE's re-rankers over a result frame: :class:`FacetReranker` (one facet model, component
 ``facet_rerank``), :class:`FacetControl` (the controllable weighted sum of the z-normalised
 Background and Method scores, ``facet_rerank(weights=...)``) and :class:`SeedText` (the seed
-paper's title and abstract from a docstore)."""
+paper's title and abstract from a docstore).  All take the facet models' ``backend`` and
+``precision`` (docs/sciface.md, "Backends")."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -13,6 +14,7 @@ import pyterrier as pt
 import pyterrier_alpha as pta
 
 from pyterrier_sci.corpus import dataset_of, irds_id, pt_dataset_id, sorted_results
+from pyterrier_sci.models import BACKENDS, PRECISIONS, BackendError, check_backend
 from pyterrier_sci.registry import DATASET, PATH, Param, params
 
 from .cross_encoder import FacetCrossEncoder
@@ -30,13 +32,15 @@ PRESETS: Dict[str, Dict[str, float]] = {
 # ----------------------------------------------------------------------------------------------
 # transformers
 # ----------------------------------------------------------------------------------------------
-def _as_model(model) -> FacetCrossEncoder:
+def _as_model(model, backend: Optional[str] = None, precision: Optional[str] = None, calibration=None,
+              work=None) -> FacetCrossEncoder:
     if isinstance(model, FacetCrossEncoder):
-        return model
+        return model.on_backend(backend, precision, calibration, work)
     if model is None:
         raise ValueError("a facet model is needed: the path of a FacetCrossEncoder artifact "
                          "(train one with pyterrier_sci.plugins.sciface.train_facet_cross_encoder)")
-    return FacetCrossEncoder(model)
+    return FacetCrossEncoder(model, backend=backend or "torch", precision=precision or "fp32",
+                             calibration=calibration, work=work)
 
 
 class FacetReranker(pt.Transformer):
@@ -46,12 +50,18 @@ class FacetReranker(pt.Transformer):
     ``query_abstract`` (:class:`SeedText` adds them); without seed columns the ``query`` text is
     the seed (no title split).  Sets ``score`` (the raw facet score) and 0-based ``rank``, and keeps
     the score as ``<facet>_score``; other input columns are kept.
+
+    ``backend`` / ``precision`` / ``calibration`` / ``work``: the model's engine (None: an artifact's
+    own, else torch fp32; see :class:`FacetCrossEncoder`).
     """
 
     def __init__(self, model, batch_size: int = 32, title_field: str = "title", abstract_field: str = "abstract",
                  seed_title_field: str = "query_title", seed_abstract_field: str = "query_abstract",
-                 verbose: bool = False):
-        self.model = _as_model(model)
+                 verbose: bool = False, backend: Optional[str] = None, precision: Optional[str] = None,
+                 calibration=None, work=None):
+        self.model = _as_model(model, backend, precision, calibration, work)
+        self.backend, self.precision = self.model.backend, self.model.precision
+        self.calibration, self.work = self.model.calibration, self.model.work
         self.batch_size = batch_size
         self.title_field = title_field
         self.abstract_field = abstract_field
@@ -96,7 +106,8 @@ class FacetReranker(pt.Transformer):
         return _ranked(df)
 
     def __repr__(self) -> str:
-        return f"FacetReranker({str(self.model.path)!r}, facet={self.facet!r})"
+        on = "" if self.backend == "torch" else f", backend={self.backend!r}, precision={self.precision!r}"
+        return f"FacetReranker({str(self.model.path)!r}, facet={self.facet!r}{on})"
 
     def _key(self):
         return (self.model, self.title_field, self.abstract_field, self.seed_title_field, self.seed_abstract_field)
@@ -124,13 +135,22 @@ class FacetControl(pt.Transformer):
     z-normalised within each query (the two models' scales differ; ``normalise="none"`` uses the raw
     scores).  ``weights`` is a dict or a preset name (:data:`PRESETS`, e.g.
     ``"same_method_different_problem"`` = method 1, background -0.5).  Keeps ``background_score``
-    and ``method_score`` (raw) as columns."""
+    and ``method_score`` (raw) as columns.  ``backend`` / ``precision`` / ``calibration`` / ``work``:
+    both models' engine (:class:`FacetReranker`)."""
 
     def __init__(self, background, method, weights: Union[str, Mapping[str, float]] = "both",
-                 normalise: str = "zscore", batch_size: int = 32, verbose: bool = False, **fields):
+                 normalise: str = "zscore", batch_size: int = 32, verbose: bool = False,
+                 backend: Optional[str] = None, precision: Optional[str] = None, calibration=None, work=None,
+                 **fields):
+        engine = dict(backend=backend, precision=precision, calibration=calibration, work=work)
+
         def reranker(m):
-            return m if isinstance(m, FacetReranker) else FacetReranker(m, batch_size=batch_size, verbose=verbose,
-                                                                        **fields)
+            if not isinstance(m, FacetReranker):
+                return FacetReranker(m, batch_size=batch_size, verbose=verbose, **engine, **fields)
+            if m.model.on_backend(**engine) is m.model:
+                return m
+            return FacetReranker(m.model, m.batch_size, m.title_field, m.abstract_field, m.seed_title_field,
+                                 m.seed_abstract_field, m.verbose, **engine)
         self.background, self.method = reranker(background), reranker(method)
         if self.background.facet != "background" or self.method.facet != "method":
             raise ValueError(f"FacetControl needs a background and a method model, got "
@@ -148,6 +168,7 @@ class FacetControl(pt.Transformer):
         self.normalise = normalise
         self.batch_size = batch_size
         self.verbose = verbose
+        self.backend, self.precision, self.calibration, self.work = backend, precision, calibration, work
 
     def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
         self.background._validate(inp)
@@ -225,19 +246,30 @@ class SeedText(pt.Transformer):
         background_model=Param(PATH, optional=True), method_model=Param(PATH, optional=True),
         weights=Param(str, dict, item=Param(float, min=-1e6, max=1e6), optional=True),
         dataset=Param(DATASET, optional=True),
-        batch_size=Param(int, min=1, max=65536))
+        batch_size=Param(int, min=1, max=65536),
+        backend=Param(str, choices=BACKENDS), precision=Param(str, choices=PRECISIONS))
 def facet_rerank_component(*inputs, context=None, facet: Optional[str] = None, model: Optional[str] = None,
                            background_model: Optional[str] = None, method_model: Optional[str] = None,
                            weights: Union[None, str, Mapping[str, float]] = None, normalise: str = "zscore",
                            dataset: Optional[str] = None, add_text: bool = True, batch_size: int = 32,
-                           verbose: bool = False) -> pt.Transformer:
+                           verbose: bool = False, backend: str = "torch", precision: str = "fp32") -> pt.Transformer:
     """``facet_rerank(facet=method, model=PATH)``: SciFACE facet re-ranking of the input's results.
     ``facet_rerank(weights=same_method_different_problem, background_model=P1, method_model=P2)``:
     the controllable mode.  ``facet`` defaults to ``model``'s own facet (and to ``method`` without
     ``model``); a ``facet`` that differs from the model's is an error.  Without model paths the
     artifacts are looked up under the work directory at ``facet/<facet>``.  With a dataset (the
     pipeline's, or ``dataset=``) and ``add_text``, the seed's and candidates' titles and abstracts are
-    added first."""
+    added first.  ``backend`` / ``precision``: the models' engine (torch, openvino, onnx; fp32, int8;
+    exports cached under the work directory); int8 calibrates on the first pairs of the dataset's
+    corpus (:func:`~pyterrier_sci.plugins.sciface.cross_encoder.calibration_pairs`)."""
+    check_backend(backend, precision)
+    dataset = dataset_of(dataset, context, "facet_rerank", required=False)
+    if precision == "int8" and not dataset:
+        raise BackendError("facet_rerank(precision='int8') calibrates on (seed, candidate) pairs of the dataset's "
+                           "corpus: give the pipeline a dataset, or dataset='irds:...'")
+    engine = dict(backend=backend, precision=precision, calibration=dataset if precision == "int8" else None,
+                  work=context.workdir() if context is not None else None)
+
     def default_path(f):
         if context is None:
             raise ValueError(f"facet_rerank needs the {f} model's path (model=... / {f}_model=...)")
@@ -252,13 +284,12 @@ def facet_rerank_component(*inputs, context=None, facet: Optional[str] = None, m
             raise ValueError(f"facet must be one of {FACETS}, not {facet!r}")
         want = facet or "method"
         m = model or (method_model if want == "method" else background_model) or default_path(want)
-        rr: pt.Transformer = FacetReranker(m, batch_size=batch_size, verbose=verbose)
+        rr: pt.Transformer = FacetReranker(m, batch_size=batch_size, verbose=verbose, **engine)
         if facet is not None and rr.facet != facet:
             raise ValueError(f"model {m} is a {rr.facet} model, not {facet}")
     else:
         rr = FacetControl(background_model or default_path("background"), method_model or default_path("method"),
-                          weights=weights, normalise=normalise, batch_size=batch_size, verbose=verbose)
-    dataset = dataset_of(dataset, context, "facet_rerank", required=False)
+                          weights=weights, normalise=normalise, batch_size=batch_size, verbose=verbose, **engine)
     if dataset and add_text:
         ds = pt.get_dataset(pt_dataset_id(dataset))
         rr = SeedText(dataset) >> pt.text.get_text(ds, ["title", "abstract"]) >> rr
