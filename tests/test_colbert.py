@@ -116,6 +116,8 @@ def test_index_is_an_artifact(retriever, tiny_docs):
     assert meta["num_embeddings"] > N_DOCS * 50  # one vector per (non-punctuation) word piece
     t = meta["build_timings"]
     assert 0 < t["kmeans_s"] < t["worker_s"] and t["encode_and_write_s"] > 0
+    # colbert-ai's k-means sample is the whole collection here: its encoding is reused, not repeated
+    assert t["passages_encoded"] == N_DOCS
     assert sorted(loaded.docnos().fwd.lookup(np.arange(N_DOCS))) == sorted(d.doc_id for d in tiny_docs)
     assert not list(Path(retriever.index.path).parent.glob("*.building-*"))
     top = loaded.retriever(num_results=3, query_maxlen=64)(_queries(tiny_docs[:3]))
@@ -243,6 +245,164 @@ def test_importing_colbert_leaves_the_process_settings_alone(retriever):
 
     if int(transformers.__version__.split(".")[0]) >= 5:
         assert getattr(hf.class_factory, "_pyterrier_sci_shim", False)
+
+
+def _unseen_queries(n=30, words=30):
+    """The first words of CSFCube abstracts that are not in the tiny index."""
+    from pyterrier_sci.datasets import csfcube
+
+    docs = sorted(csfcube.docs().values(), key=lambda d: d.doc_id)[N_DOCS:N_DOCS + n]
+    return pd.DataFrame({"qid": [f"u{i}" for i in range(len(docs))],
+                         "query": [" ".join(d.abstract.split()[:words]) for d in docs]})
+
+
+def _exact_top(retriever, topics, k):
+    """The exact MaxSim top k of every query: every document of the index re-scored (the re-scoring path)."""
+    docnos = list(retriever.index.docnos().fwd.lookup(np.arange(len(retriever.index))))
+    everything = pd.DataFrame([(q.qid, q.query, d) for q in topics.itertuples() for d in docnos],
+                              columns=["qid", "query", "docno"])
+    res = retriever(everything)
+    return {qid: set(g[g["rank"] < k]["docno"]) for qid, g in res.groupby("qid")}
+
+
+def test_plaid_settings_scale_with_k_and_index_size():
+    from pyterrier_sci.plugins.colbert.plaid import plaid_settings
+
+    assert plaid_settings(1000, 2244) == {"ncells": 4, "centroid_score_threshold": 0.4, "ndocs": 4096,
+                                          "exhaustive": False}
+    assert plaid_settings(10, 10_000) == {"ncells": 1, "centroid_score_threshold": 0.5, "ndocs": 256,
+                                          "exhaustive": False}
+    assert plaid_settings(100, 10_000)["ndocs"] == 1024 and plaid_settings(5000, 10**6)["ndocs"] == 20_000
+    # PLAID would score three quarters of the index or more: every passage is scored exactly instead
+    assert plaid_settings(1000, 1365)["exhaustive"] and not plaid_settings(1000, 1366)["exhaustive"]
+    assert plaid_settings(10, N_DOCS)["exhaustive"]
+    given = plaid_settings(1000, 2244, ncells=2, centroid_score_threshold=0.3, ndocs=2000)
+    assert given == {"ncells": 2, "centroid_score_threshold": 0.3, "ndocs": 2000, "exhaustive": False}
+    with pytest.raises(ValueError):
+        plaid_settings(0, 10)
+
+
+def test_plaid_search_is_colbert_ais_search(retriever, tiny_docs):
+    """The retriever's own last stage (blocked exact MaxSim) finds the passages and scores colbert-ai's
+    Searcher.dense_search finds, with the filter (ndocs // 4 < candidates) and without it."""
+    from pyterrier_sci.plugins.colbert._compat import quiet
+    from pyterrier_sci.plugins.colbert.plaid import _fast_path, plaid_search
+
+    searcher = retriever.index.searcher()
+    assert _fast_path(searcher)
+    searcher.checkpoint.query_tokenizer.query_maxlen = 64
+    with quiet():
+        qvecs = searcher.checkpoint.queryFromText(_unseen_queries(6)["query"].tolist(), bsize=128, to_cpu=True)
+    for k, ndocs in ((10, 40), (5, 16), (1000, 4096)):
+        searcher.configure(ncells=2, centroid_score_threshold=0.45, ndocs=ndocs, query_maxlen=64)
+        for i in range(len(qvecs)):
+            with quiet():
+                ref_pids, _, ref_scores = searcher.dense_search(qvecs[i:i + 1], k=k)
+            pids, scores = plaid_search(searcher, qvecs[i:i + 1], k, block=300)  # blocks of one or two passages
+            assert sorted(pids.tolist()) == sorted(ref_pids)
+            np.testing.assert_allclose(np.sort(scores), np.sort(ref_scores), rtol=1e-6)
+            assert list(scores) == sorted(scores, reverse=True)
+
+
+def test_plaid_top_k_overlaps_exact_maxsim(retriever):
+    """PLAID's top k against the exact MaxSim top k (every passage re-scored), so that faster settings
+    cannot lose quality silently: PLAID proper (ndocs // 4 = 20 of the 40 passages scored exactly), and the
+    default settings, which on an index this small score every passage (exhaustive, exact)."""
+    topics = _unseen_queries(30)
+    k = 10
+    exact = _exact_top(retriever, topics, k)
+    plaid = retriever.index.retriever(num_results=k, query_maxlen=64, ndocs=80)
+    assert plaid.search_settings()["exhaustive"] is False
+    res = plaid(topics)
+    overlap = [len(set(g["docno"]) & exact[qid]) / k for qid, g in res.groupby("qid")]
+    assert len(overlap) == len(topics) and np.mean(overlap) >= 0.9  # measured: 0.957
+    default = retriever.index.retriever(num_results=k, query_maxlen=64)
+    assert default.search_settings()["exhaustive"] is True
+    res = default(topics)
+    assert all(set(g["docno"]) == exact[qid] for qid, g in res.groupby("qid"))
+
+
+def test_exact_maxsim_in_blocks_is_colbert_ais_scoring(retriever):
+    from pyterrier_sci.plugins.colbert._compat import quiet
+    from pyterrier_sci.plugins.colbert.plaid import exact_maxsim
+
+    searcher = retriever.index.searcher()
+    with quiet():
+        qvec = searcher.checkpoint.queryFromText(["citation recommendation with graphs"], bsize=128, to_cpu=True)
+    pids = np.array([5, 0, 39, 12, 7, 33])
+    ranked, ranked_scores = searcher.ranker.rank(searcher.config, qvec, pids=pids.tolist())
+    reference = dict(zip(ranked, ranked_scores))
+    for block in (1, 300, 10**6):
+        np.testing.assert_allclose(exact_maxsim(searcher, qvec, pids, block=block),
+                                   [reference[p] for p in pids], rtol=1e-6)
+    assert len(exact_maxsim(searcher, qvec, np.array([], dtype=np.int64))) == 0
+
+
+def test_one_searcher_and_one_query_encoding_per_call(retriever, tmp_path, monkeypatch):
+    """A fresh index object loads colbert-ai's Searcher once for any number of queries and calls, and
+    each call encodes all its queries in one batch."""
+    import shutil
+
+    import colbert
+
+    copy = tmp_path / "copy"
+    shutil.copytree(retriever.index.path, copy)  # another index path: not the module's loaded searcher
+    loads = []
+
+    class CountingSearcher(colbert.Searcher):
+        def __init__(self, *args, **kwargs):
+            loads.append(1)
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(colbert, "Searcher", CountingSearcher)
+    index = ColBERTIndex(copy)
+    ret = index.retriever(num_results=20, query_maxlen=64, ndocs=80)
+    topics = _unseen_queries(12)
+    first = ret(topics)
+    searcher = index.searcher()
+    encodings = []
+    encode = searcher.checkpoint.queryFromText
+
+    def counting(queries, *args, **kwargs):
+        encodings.append(len(queries))
+        return encode(queries, *args, **kwargs)
+
+    monkeypatch.setattr(searcher.checkpoint, "queryFromText", counting)
+    for _ in range(3):
+        pd.testing.assert_frame_equal(ret(topics), first)
+    assert ColBERTIndex(copy).retriever(num_results=5)(topics.head(2)).groupby("qid").size().tolist() == [5, 5]
+    assert loads == [1] and encodings == [12, 12, 12, 2]
+
+
+def test_parallel_search_is_the_serial_search_and_restores_threads(retriever):
+    import torch
+
+    topics = _unseen_queries(8)
+    ret = retriever.index.retriever(num_results=10, query_maxlen=64, ndocs=80)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(3)  # three queries at a time, one thread each
+        parallel = ret(topics)
+        assert torch.get_num_threads() == 3
+        torch.set_num_threads(1)  # one query at a time
+        serial = ret(topics)
+    finally:
+        torch.set_num_threads(threads)
+    pd.testing.assert_frame_equal(parallel, serial)
+
+
+def test_one_ninja_for_the_extensions(tmp_path, monkeypatch):
+    """Two ninja versions on one extensions directory rebuild the extensions whenever the other one
+    built last: every process puts the same ninja (the PyPI package's) first on PATH."""
+    from pyterrier_sci.plugins.colbert import _compat
+
+    monkeypatch.setattr(_compat, "_ninja_dir", lambda: "/opt/ninja-bin")
+    assert _compat._path_with_ninja("/usr/bin:/opt/ninja-bin:/bin") == "/opt/ninja-bin:/usr/bin:/bin"
+    assert _compat.worker_env()["PATH"].split(os.pathsep)[0] == "/opt/ninja-bin"
+    monkeypatch.setattr(_compat, "_ninja_dir", lambda: None)
+    (tmp_path / "ninja").write_text("")
+    (tmp_path / "ninja").chmod(0o755)
+    assert _compat._path_with_ninja(str(tmp_path)) == str(tmp_path)  # a ninja on PATH: left alone
 
 
 class TestColBERTTransformer(conftest.TransformerTestCase):

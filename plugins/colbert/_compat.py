@@ -13,7 +13,7 @@ import subprocess
 import sys
 import warnings
 from pathlib import Path
-from typing import List, Optional
+from typing import Optional
 
 from pyterrier_sci.quiet import quiet_native
 
@@ -104,19 +104,36 @@ def _patch_transformers5() -> None:
         module.class_factory = class_factory
 
 
-def _ensure_ninja_on_path() -> None:
-    """torch builds (and re-links, once per process) the extensions with ``ninja``; the PyPI ``ninja``
-    package puts it in the environment's ``bin``, which is not on ``PATH`` when the environment is
-    not activated."""
-    if shutil.which("ninja"):
-        return
-    dirs: List[str] = [os.path.dirname(sys.executable)]
+def _ninja_dir() -> Optional[str]:
+    """The folder of the PyPI ``ninja`` package's binary (a dependency of the ``colbert`` extra), or None."""
     try:
         import ninja
-        dirs.insert(0, str(ninja.BIN_DIR))
+        d = str(ninja.BIN_DIR)
     except (ImportError, AttributeError):
-        pass
-    os.environ["PATH"] = os.pathsep.join(dirs + [os.environ.get("PATH", "")])
+        return None
+    return d if os.path.exists(os.path.join(d, "ninja")) else None
+
+
+def _path_with_ninja(path: Optional[str]) -> str:
+    """``path`` with the PyPI ninja's folder first (else the interpreter's folder last, so that some
+    ninja is found)."""
+    parts = [p for p in (path or "").split(os.pathsep) if p]
+    pinned = _ninja_dir()
+    if pinned is not None:
+        return os.pathsep.join([pinned] + [p for p in parts if p != pinned])
+    if shutil.which("ninja", path=os.pathsep.join(parts)):
+        return os.pathsep.join(parts)
+    return os.pathsep.join(parts + [os.path.dirname(sys.executable)])
+
+
+def _ensure_ninja_on_path() -> None:
+    """torch builds (and checks, once per process) the extensions with ``ninja``, found on ``PATH``.
+    Always the same ninja: the PyPI package's when it is installed.  Two ninja versions on one
+    extensions directory rebuild every extension whenever the other one built last (ninja >= 1.12
+    keeps its build log in a format that 1.11 discards, and the other way round: minutes per
+    process) - which happened here with the system's ninja 1.11 on ``PATH`` in some processes and the
+    environment's ninja 1.13 (``.venv/bin``, on ``PATH`` when the environment is activated) in others."""
+    os.environ["PATH"] = _path_with_ninja(os.environ.get("PATH"))
 
 
 # ------------------------------------------------------------------------------- C++ extensions
@@ -168,6 +185,7 @@ def worker_env() -> dict:
     folders shadow installed packages, without tokenizers' fork warnings."""
     env = dict(os.environ)
     env["PYTHONSAFEPATH"] = "1"
+    env["PATH"] = _path_with_ninja(env.get("PATH"))
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
     return env
 

@@ -279,6 +279,179 @@ class ColBERTIndexer(pt.Indexer):
         return n
 
 
+#: token vectors decompressed and scored at once (PLAID's last stage, exact re-scoring): 8,192 vectors
+#: of 128 dimensions are 4 MiB of float32, which stays in the CPU's cache
+EXACT_BLOCK = 8192
+
+
+def _maxsim(ranker, qvec, pids, block: int = EXACT_BLOCK):
+    """MaxSim of one encoded query against the passages ``pids`` (an int32 tensor of passage ids) over
+    their stored vectors: decompressed (colbert-ai's ``decompress_residuals``), L2-normalised, multiplied
+    with the query's vectors and max-reduced per passage (colbert-ai's ``segmented_maxsim``) - what
+    colbert-ai's ``IndexScorer.score_pids`` computes on CPU, with the same kernels and the same
+    arithmetic, but ``block`` token vectors at a time instead of all of them at once.  colbert-ai
+    materialises every candidate's vectors in fresh float32 buffers (1,024 passages of 259 vectors:
+    136 MiB decompressed, 136 MiB normalised, 68 MiB of scores per query), which made this stage
+    about 2.5 times slower than it is in blocks that stay in the cache (``docs/colbert.md``).  Returns
+    float32 scores in ``pids`` order."""
+    import torch
+    from colbert.modeling.colbert import ColBERT
+    codec = ranker.codec
+    q = qvec.reshape(-1, qvec.shape[-1]).to(torch.float32)
+    qt = q.T.contiguous()
+    lengths = ranker.doclens[pids.long()]
+    out = torch.empty(len(pids), dtype=torch.float32)
+    if len(pids) == 0:
+        return out
+    # blocks of whole passages of about `block` vectors (a longer passage is a block of its own)
+    ends = np.cumsum(lengths.numpy())
+    firsts = np.concatenate([[0], ends[:-1]])
+    cuts = [0]
+    while cuts[-1] < len(pids):
+        c = cuts[-1]
+        cuts.append(max(c + 1, int(np.searchsorted(ends, firsts[c] + block, side="right"))))
+    cuts = np.asarray(cuts)
+    rows = int((ends[cuts[1:] - 1] - firsts[cuts[:-1]]).max())
+    buf = torch.empty((rows, q.shape[0]), dtype=torch.float32)  # the scores of a block, reused
+    for a, b in zip(cuts[:-1].tolist(), cuts[1:].tolist()):
+        d = ranker.decompress_residuals(pids[a:b], ranker.doclens, ranker.offsets, codec.bucket_weights,
+                                        codec.reversed_bit_map, codec.decompression_lookup_table,
+                                        ranker.embeddings.residuals, ranker.embeddings.codes, codec.centroids,
+                                        codec.dim, codec.nbits)
+        # torch.nn.functional.normalize(d, p=2, dim=-1), in place
+        d.div_(torch.linalg.vector_norm(d, ord=2, dim=-1, keepdim=True).clamp_min_(1e-12))
+        scores = torch.mm(d, qt, out=buf[:d.shape[0]])
+        out[a:b] = ColBERT.segmented_maxsim(scores, lengths[a:b])
+    return out
+
+
+def _fast_path(searcher) -> bool:
+    """Whether :func:`plaid_search` can run its own last stage: colbert-ai's CPU index in memory (not its
+    GPU or memory-mapped variants, which then go through colbert-ai's own ``dense_search``)."""
+    ranker = searcher.ranker
+    return not ranker.use_gpu and not getattr(ranker, "load_index_with_mmap", False) and \
+        hasattr(type(ranker), "filter_pids") and hasattr(type(ranker), "decompress_residuals")
+
+
+def plaid_search(searcher, qvec, k: int, exhaustive: bool = False, block: int = EXACT_BLOCK):
+    """PLAID search of one encoded query (``1 x query_maxlen x dim``) with the searcher's configured
+    ``ncells``, ``centroid_score_threshold`` and ``ndocs``: colbert-ai's candidate generation and
+    centroid-interaction filtering (``IndexScorer.retrieve``, ``filter_pids``, which keep the best
+    ``ndocs // 4`` candidates), then exact MaxSim of those over their decompressed vectors
+    (:func:`_maxsim`).  The same passages and scores as colbert-ai's ``Searcher.dense_search``.
+    ``exhaustive``: exact MaxSim of every passage instead (no candidate generation).
+    Returns (passage ids, scores) of the top ``k``, best first, as numpy arrays."""
+    import torch
+    if not _fast_path(searcher):
+        if exhaustive:
+            pids = np.arange(len(searcher.ranker.doclens))
+            scores = exact_maxsim(searcher, qvec, pids)
+            order = np.argsort(-scores, kind="stable")[:k]
+            return pids[order], scores[order].astype(np.float32)
+        pids, _, scores = searcher.dense_search(qvec, k=k)
+        return np.asarray(pids, dtype=np.int64), np.asarray(scores, dtype=np.float32)
+    ranker, config = searcher.ranker, searcher.config
+    with torch.inference_mode():
+        if exhaustive:
+            pids = torch.arange(len(ranker.doclens), dtype=torch.int32)
+        else:
+            pids, centroid_scores = ranker.retrieve(config, qvec)
+            # with no more candidates than ndocs // 4 the filter keeps them all: skip its two passes
+            if len(pids) > config.ndocs // 4:
+                if len(pids) > config.ndocs:
+                    keep = centroid_scores.max(-1).values >= config.centroid_score_threshold
+                else:  # the first pass keeps every candidate: prune every centroid, so that it does no work
+                    keep = torch.zeros(centroid_scores.shape[0], dtype=torch.bool)
+                pids = ranker.filter_pids(pids, centroid_scores, ranker.embeddings.codes, ranker.doclens,
+                                          ranker.offsets, keep, config.ndocs)
+        scores = _maxsim(ranker, qvec, pids, block)
+        top = torch.topk(scores, k=min(k, len(scores)), sorted=True)
+    return pids[top.indices].numpy().astype(np.int64), top.values.numpy()
+
+
+def _search_all(searcher, qvecs, k: int, exhaustive: bool = False, verbose: bool = False) -> List[tuple]:
+    """:func:`plaid_search` of every query (``qvecs``: ``n x query_maxlen x dim``), in order.
+
+    Several queries run in parallel, one per torch thread (``torch.get_num_threads()``), each on one
+    thread; torch's thread count is set back afterwards.  A PLAID search is a chain of small steps
+    (candidate generation, two filter passes, a few dozen blocks of decompression, matrix products and
+    max-reductions), each a parallel region of its own when a query runs on several threads: every
+    step waits for all threads, and on a busy machine for one that is not running.  One query per
+    thread has no such waits (its C++ and torch steps release the GIL)."""
+    import torch
+    n = len(qvecs)
+    threads = torch.get_num_threads()
+    workers = min(threads, n) if _fast_path(searcher) else 1
+    bar = pt.tqdm(total=n, desc="ColBERT", unit="q", disable=not verbose)
+    if workers <= 1:
+        out, fast = [], _fast_path(searcher)
+        for i in range(n):
+            with quiet(enabled=not fast):  # colbert-ai's dense_search prints
+                out.append(plaid_search(searcher, qvecs[i:i + 1], k, exhaustive))
+            bar.update(1)
+        bar.close()
+        return out
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(i):
+        torch.set_num_threads(1)  # this thread's torch and colbert-ai's C++ steps: one thread
+        result = plaid_search(searcher, qvecs[i:i + 1], k, exhaustive)
+        bar.update(1)
+        return result
+
+    try:
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="plaid") as pool:
+            return list(pool.map(one, range(n)))
+    finally:
+        torch.set_num_threads(threads)
+        bar.close()
+
+
+def plaid_settings(k: int, num_docs: int, ncells: Optional[int] = None,
+                   centroid_score_threshold: Optional[float] = None, ndocs: Optional[int] = None) -> Dict[str, Any]:
+    """The search settings for the top ``k`` of an index of ``num_docs`` passages: PLAID's
+    ``ncells``, ``centroid_score_threshold`` and ``ndocs`` (those given, else colbert-ai's defaults
+    for ``k``), and ``exhaustive``, whether to skip PLAID and score every passage exactly.
+
+    PLAID scores exactly (decompressed vectors, MaxSim) only ``ndocs // 4`` passages, the best of its
+    candidates (passages with a vector in one of the ``ncells`` centroids nearest each query vector)
+    by centroid interaction (two passes over the candidates' centroid ids;
+    ``centroid_score_threshold`` prunes centroids in the first).  So ``ndocs // 4`` must be at least
+    ``k`` for ``k`` results (colbert-ai's defaults: ``k <= 10``: 1, 0.5, 256; ``k <= 100``: 2, 0.45,
+    1024; else 4, 0.4, ``max(4 k, 4096)``, i.e. 1,024 passages scored for ``k = 1000``), and on a small
+    index that is most of it: the filtering then saves less than it costs, and PLAID loses some of the
+    exact top ``k``.  Measured (2,244 chunks, ``k = 1000``): the two filter passes cost about half as
+    much as exact scoring of as many passages, so exhaustive MaxSim is as fast as PLAID when PLAID
+    scores three quarters of the index or more: ``exhaustive`` is true when ``ndocs >= 3 num_docs``
+    (``k = 1000``: indexes of up to 1,365 passages; ``k = 10``: 85)."""
+    if k < 1:
+        raise ValueError(f"k must be at least 1, not {k}")
+    defaults = (1, 0.5, 256) if k <= 10 else (2, 0.45, 1024) if k <= 100 else (4, 0.4, max(4 * k, 4096))
+    given = (ncells, centroid_score_threshold, ndocs)
+    ncells, centroid_score_threshold, ndocs = (d if g is None else g for g, d in zip(given, defaults))
+    return {"ncells": int(ncells), "centroid_score_threshold": float(centroid_score_threshold), "ndocs": int(ndocs),
+            "exhaustive": bool(ndocs >= 3 * num_docs)}
+
+
+def exact_maxsim(searcher, qvec, pids: np.ndarray, block: int = EXACT_BLOCK) -> np.ndarray:
+    """Exact MaxSim of one encoded query ``qvec`` (``1 x query_maxlen x dim``) against the passages
+    ``pids`` (any number: they are scored ``block`` token vectors at a time); the scores PLAID's last
+    stage gives them.  Returns float64 scores in ``pids`` order."""
+    import torch
+    pids = np.asarray(pids, dtype=np.int64)
+    if not _fast_path(searcher):  # colbert-ai's own scorer, in batches of passages
+        out = np.empty(len(pids), dtype=np.float64)
+        for start in range(0, len(pids), 1024):
+            part = pids[start:start + 1024]
+            ranked, ranked_scores = searcher.ranker.rank(searcher.config, qvec, pids=part.tolist())
+            by_pid = dict(zip(ranked, ranked_scores))
+            out[start:start + 1024] = [by_pid[p] for p in part.tolist()]
+        return out
+    with torch.inference_mode():
+        scores = _maxsim(searcher.ranker, qvec, torch.from_numpy(pids.astype(np.int32)), block)
+    return scores.numpy().astype(np.float64)
+
+
 def _colbert_version() -> str:
     from importlib.metadata import version
     return version("colbert-ai")
@@ -288,7 +461,8 @@ def _run_worker(args: Dict[str, Any], tmp: Path, n: int, sample: int, desc: str,
                 verbose: bool) -> Dict[str, float]:
     """Runs the indexing worker and supervises it: progress events to a bar, a dead worker or an
     error event to :class:`ColBERTWorkerError`, the timeout to :class:`ColBERTTimeoutError`.
-    Returns the worker's wall-clock time, split into k-means and the rest (encoding, writing)."""
+    Returns the worker's wall-clock time, split into k-means and the rest (encoding, writing), and the
+    number of passage encodings (:func:`~pyterrier_sci.plugins.colbert._worker.reuse_sample_encoding`)."""
     rfd, wfd = os.pipe()
     args = dict(args, progress_fd=wfd)
     (tmp / "worker-args.json").write_text(json.dumps(args))
@@ -353,7 +527,9 @@ def _run_worker(args: Dict[str, Any], tmp: Path, n: int, sample: int, desc: str,
                                  f"{_tail(log_path.read_bytes() if log_path.exists() else None)}")
     total = time.monotonic() - timings["start"]
     kmeans = timings.get("kmeans_end", 0.0) - timings.get("kmeans_start", 0.0)
-    return {"worker_s": round(total, 3), "kmeans_s": round(kmeans, 3), "encode_and_write_s": round(total - kmeans, 3)}
+    reused = sum(e["n"] for e in events if e["event"] == "reused")
+    return {"worker_s": round(total, 3), "kmeans_s": round(kmeans, 3), "encode_and_write_s": round(total - kmeans, 3),
+            "passages_encoded": sample + n - reused}  # k-means sample and collection, less the reused sample
 
 
 def _kill(proc: subprocess.Popen) -> None:
@@ -410,14 +586,11 @@ class ColBERTRetriever(pt.Transformer):
             self.index.indexer(text_field="text", **opts).index(corpus_texts(self.corpus, self.fields))
         return self.index
 
-    def _search_settings(self, k: int) -> Dict[str, Any]:
-        # colbert-ai's defaults by k (Searcher.dense_search), set explicitly on every call since
-        # dense_search would otherwise keep the first call's values for all later ones
-        ncells, thr, ndocs = (1, 0.5, 256) if k <= 10 else (2, 0.45, 1024) if k <= 100 else (4, 0.4, max(k * 4, 4096))
-        if self.centroid_score_threshold is not None:
-            thr = self.centroid_score_threshold
-        return {"ncells": self.ncells or ncells, "centroid_score_threshold": thr,
-                "ndocs": self.ndocs or ndocs, "query_maxlen": self.query_maxlen}
+    def search_settings(self) -> Dict[str, Any]:
+        """The settings a search uses (:func:`plaid_settings` of ``num_results``, the index size and the
+        PLAID settings given to the retriever)."""
+        return plaid_settings(self.num_results, len(self.built_index()), ncells=self.ncells,
+                              centroid_score_threshold=self.centroid_score_threshold, ndocs=self.ndocs)
 
     def _encode(self, searcher, queries: List[str]):
         return searcher.checkpoint.queryFromText(queries, bsize=128, to_cpu=True)
@@ -437,23 +610,23 @@ class ColBERTRetriever(pt.Transformer):
         index = self.built_index()
         searcher = index.searcher()
         inp = inp.drop(columns=[c for c in ("docno", "score", "rank") if c in inp.columns]).reset_index(drop=True)
-        all_pids, all_scores, counts = [], [], []
         with _LOCK:
-            searcher.configure(**self._search_settings(self.num_results))
+            # set on every call: the searcher is shared, and dense_search keeps the first values it sees
+            settings = self.search_settings()
+            searcher.configure(ncells=settings["ncells"], centroid_score_threshold=settings["centroid_score_threshold"],
+                               ndocs=settings["ndocs"], query_maxlen=self.query_maxlen)
             searcher.checkpoint.query_tokenizer.query_maxlen = self.query_maxlen
-            with quiet():
+            with quiet():  # all queries in one batch
                 qvecs = self._encode(searcher, inp["query"].astype(str).tolist())
-            for i in pt.tqdm(range(len(inp)), desc="ColBERT", unit="q", disable=not self.verbose):
-                with quiet():
-                    pids, _, scores = searcher.dense_search(qvecs[i:i + 1], k=self.num_results)
-                all_pids.extend(pids)
-                all_scores.extend(scores)
-                counts.append(len(pids))
-        counts = np.asarray(counts)
+            results = _search_all(searcher, qvecs, self.num_results, settings["exhaustive"], self.verbose)
+        all_pids = [p for p, _ in results]
+        all_scores = [sc for _, sc in results]
+        counts = np.asarray([len(p) for p in all_pids])
         out = inp.iloc[np.repeat(np.arange(len(inp)), counts)].reset_index(drop=True)
-        out["docno"] = np.asarray(index.docnos().fwd.lookup(np.asarray(all_pids, dtype=np.int64)), dtype=object) \
-            if all_pids else np.array([], dtype=object)
-        out["score"] = np.asarray(all_scores, dtype=np.float64)
+        pids = np.concatenate(all_pids)
+        out["docno"] = np.asarray(index.docnos().fwd.lookup(pids), dtype=object) if len(pids) \
+            else np.array([], dtype=object)
+        out["score"] = np.concatenate(all_scores).astype(np.float64)
         out["rank"] = np.concatenate([np.arange(c) for c in counts]) if len(counts) else np.array([], dtype=int)
         return out[cols]
 
@@ -474,14 +647,12 @@ class ColBERTRetriever(pt.Transformer):
         groups = out.groupby("qid", sort=False).indices
         firsts = [idx[0] for idx in groups.values()]
         with _LOCK, quiet():
-            searcher.configure(**self._search_settings(self.num_results))
+            searcher.configure(query_maxlen=self.query_maxlen)
             searcher.checkpoint.query_tokenizer.query_maxlen = self.query_maxlen
             qvecs = self._encode(searcher, out["query"].astype(str).to_numpy()[firsts].tolist())
             for qi, idx in enumerate(groups.values()):
                 unique = np.unique(pids[idx])
-                ranked, ranked_scores = searcher.ranker.rank(searcher.config, qvecs[qi:qi + 1], pids=unique.tolist())
-                by_pid = dict(zip(ranked, ranked_scores))
-                scores[idx] = [by_pid[p] for p in pids[idx]]
+                scores[idx] = exact_maxsim(searcher, qvecs[qi:qi + 1], unique)[np.searchsorted(unique, pids[idx])]
         out["score"] = scores
         out = sorted_results(out).reset_index(drop=True)
         out["rank"] = out.groupby("qid").cumcount()
