@@ -273,8 +273,9 @@ def test_plaid_settings_scale_with_k_and_index_size():
     assert plaid_settings(10, 10_000) == {"ncells": 1, "centroid_score_threshold": 0.5, "ndocs": 256,
                                           "exhaustive": False}
     assert plaid_settings(100, 10_000)["ndocs"] == 1024 and plaid_settings(5000, 10**6)["ndocs"] == 20_000
-    # PLAID would score three quarters of the index or more: every passage is scored exactly instead
-    assert plaid_settings(1000, 1365)["exhaustive"] and not plaid_settings(1000, 1366)["exhaustive"]
+    # PLAID would score 90% of the index or more: every passage is scored exactly instead
+    assert plaid_settings(1000, 1137)["exhaustive"] and not plaid_settings(1000, 1138)["exhaustive"]
+    assert plaid_settings(100, 284)["exhaustive"] and not plaid_settings(100, 285)["exhaustive"]
     assert plaid_settings(10, N_DOCS)["exhaustive"]
     given = plaid_settings(1000, 2244, ncells=2, centroid_score_threshold=0.3, ndocs=2000)
     assert given == {"ncells": 2, "centroid_score_threshold": 0.3, "ndocs": 2000, "exhaustive": False}

@@ -282,6 +282,8 @@ class ColBERTIndexer(pt.Indexer):
 #: token vectors decompressed and scored at once (PLAID's last stage, exact re-scoring): 8,192 vectors
 #: of 128 dimensions are 4 MiB of float32, which stays in the CPU's cache
 EXACT_BLOCK = 8192
+#: centroid ids per block in the centroid interaction (rows of query-vector scores gathered per id)
+FILTER_BLOCK = 16384
 
 
 def _maxsim(ranker, qvec, pids, block: int = EXACT_BLOCK):
@@ -305,13 +307,8 @@ def _maxsim(ranker, qvec, pids, block: int = EXACT_BLOCK):
         return out
     # blocks of whole passages of about `block` vectors (a longer passage is a block of its own)
     ends = np.cumsum(lengths.numpy())
-    firsts = np.concatenate([[0], ends[:-1]])
-    cuts = [0]
-    while cuts[-1] < len(pids):
-        c = cuts[-1]
-        cuts.append(max(c + 1, int(np.searchsorted(ends, firsts[c] + block, side="right"))))
-    cuts = np.asarray(cuts)
-    rows = int((ends[cuts[1:] - 1] - firsts[cuts[:-1]]).max())
+    cuts = _blocks(lengths.numpy(), block)
+    rows = int((ends[cuts[1:] - 1] - (ends - lengths.numpy())[cuts[:-1]]).max())
     buf = torch.empty((rows, q.shape[0]), dtype=torch.float32)  # the scores of a block, reused
     for a, b in zip(cuts[:-1].tolist(), cuts[1:].tolist()):
         d = ranker.decompress_residuals(pids[a:b], ranker.doclens, ranker.offsets, codec.bucket_weights,
@@ -325,20 +322,78 @@ def _maxsim(ranker, qvec, pids, block: int = EXACT_BLOCK):
     return out
 
 
+def _blocks(lengths: np.ndarray, block: int) -> np.ndarray:
+    """Cut points of consecutive passages (``lengths``: their numbers of vectors) into blocks of about
+    ``block`` vectors; a passage longer than that is a block of its own."""
+    ends = np.cumsum(lengths)
+    firsts = ends - lengths
+    cuts = [0]
+    while cuts[-1] < len(lengths):
+        c = cuts[-1]
+        cuts.append(max(c + 1, int(np.searchsorted(ends, firsts[c] + block, side="right"))))
+    return np.asarray(cuts)
+
+
+def _centroid_interaction(ranker, pids, table, block: int = FILTER_BLOCK):
+    """Per passage, the sum over the query vectors of the best ``table`` row among the passage's
+    centroid ids (``table``: centroids x query vectors, non-negative), in blocks of ``block`` vectors."""
+    import torch
+    from colbert.modeling.colbert import ColBERT
+    lengths = ranker.doclens[pids.long()]
+    starts = ranker.offsets[pids.long()]
+    out = torch.empty(len(pids), dtype=torch.float32)
+    cuts = _blocks(lengths.numpy(), block)
+    for a, b in zip(cuts[:-1].tolist(), cuts[1:].tolist()):
+        lens, first = lengths[a:b], starts[a:b]
+        eids = torch.repeat_interleave(first - (torch.cumsum(lens, 0) - lens), lens) + \
+            torch.arange(int(lens.sum()), dtype=torch.int64)
+        rows = table.index_select(0, ranker.embeddings.codes.index_select(0, eids).long())
+        out[a:b] = ColBERT.segmented_maxsim(rows, lens)
+    return out
+
+
+def _filter(ranker, pids, centroid_scores, threshold: float, ndocs: int, block: Optional[int] = None):
+    """PLAID's centroid interaction (colbert-ai's ``filter_pids``): of the candidates ``pids``, the best
+    ``ndocs`` by the approximate score over the centroids scoring at least ``threshold`` with some
+    query vector (a passage with none of them last), then of those the best ``ndocs // 4`` by the
+    approximate score over all their centroids.  The approximate score of a passage is MaxSim with
+    each of its vectors replaced by its centroid (``centroid_scores``: centroids x query vectors).
+
+    The same scores and order as colbert-ai's C++ loop (which de-duplicates each passage's centroid
+    ids in a hash set, then takes maxima one scalar at a time), computed as row gathers and
+    colbert-ai's ``segmented_maxsim`` over blocks: scores shifted by +2 (cosines are at least -1), so
+    that its clipping at 0 never applies, and pruned centroids' rows 0, so that a passage without a
+    kept centroid comes after every other; up to the order of float32 additions.  The first pass is
+    skipped when it would keep every candidate."""
+    import torch
+    block = block or FILTER_BLOCK
+    table = centroid_scores + 2
+    if len(pids) > ndocs:
+        keep = centroid_scores.max(-1).values >= threshold
+        pruned = torch.where(keep.unsqueeze(1), table, torch.zeros((), dtype=table.dtype))
+        approx = _centroid_interaction(ranker, pids, pruned, block)
+        pids = pids[torch.topk(approx, ndocs, sorted=False).indices.sort().values]
+    if len(pids) > ndocs // 4:
+        approx = _centroid_interaction(ranker, pids, table, block)
+        pids = pids[torch.topk(approx, ndocs // 4, sorted=False).indices]
+    return pids
+
+
 def _fast_path(searcher) -> bool:
     """Whether :func:`plaid_search` can run its own last stage: colbert-ai's CPU index in memory (not its
     GPU or memory-mapped variants, which then go through colbert-ai's own ``dense_search``)."""
     ranker = searcher.ranker
     return not ranker.use_gpu and not getattr(ranker, "load_index_with_mmap", False) and \
-        hasattr(type(ranker), "filter_pids") and hasattr(type(ranker), "decompress_residuals")
+        hasattr(type(ranker), "decompress_residuals")
 
 
 def plaid_search(searcher, qvec, k: int, exhaustive: bool = False, block: int = EXACT_BLOCK):
     """PLAID search of one encoded query (``1 x query_maxlen x dim``) with the searcher's configured
-    ``ncells``, ``centroid_score_threshold`` and ``ndocs``: colbert-ai's candidate generation and
-    centroid-interaction filtering (``IndexScorer.retrieve``, ``filter_pids``, which keep the best
-    ``ndocs // 4`` candidates), then exact MaxSim of those over their decompressed vectors
-    (:func:`_maxsim`).  The same passages and scores as colbert-ai's ``Searcher.dense_search``.
+    ``ncells``, ``centroid_score_threshold`` and ``ndocs``: colbert-ai's candidate generation
+    (``IndexScorer.retrieve``), centroid interaction that keeps the best ``ndocs // 4`` candidates
+    (:func:`_filter`, colbert-ai's ``filter_pids`` vectorised), then exact MaxSim of those over their
+    decompressed vectors (:func:`_maxsim`).  The same passages and scores as colbert-ai's
+    ``Searcher.dense_search`` (up to ties and float32 rounding in the centroid interaction).
     ``exhaustive``: exact MaxSim of every passage instead (no candidate generation).
     Returns (passage ids, scores) of the top ``k``, best first, as numpy arrays."""
     import torch
@@ -356,14 +411,7 @@ def plaid_search(searcher, qvec, k: int, exhaustive: bool = False, block: int = 
             pids = torch.arange(len(ranker.doclens), dtype=torch.int32)
         else:
             pids, centroid_scores = ranker.retrieve(config, qvec)
-            # with no more candidates than ndocs // 4 the filter keeps them all: skip its two passes
-            if len(pids) > config.ndocs // 4:
-                if len(pids) > config.ndocs:
-                    keep = centroid_scores.max(-1).values >= config.centroid_score_threshold
-                else:  # the first pass keeps every candidate: prune every centroid, so that it does no work
-                    keep = torch.zeros(centroid_scores.shape[0], dtype=torch.bool)
-                pids = ranker.filter_pids(pids, centroid_scores, ranker.embeddings.codes, ranker.doclens,
-                                          ranker.offsets, keep, config.ndocs)
+            pids = _filter(ranker, pids, centroid_scores, config.centroid_score_threshold, config.ndocs)
         scores = _maxsim(ranker, qvec, pids, block)
         top = torch.topk(scores, k=min(k, len(scores)), sorted=True)
     return pids[top.indices].numpy().astype(np.int64), top.values.numpy()
@@ -419,18 +467,18 @@ def plaid_settings(k: int, num_docs: int, ncells: Optional[int] = None,
     ``centroid_score_threshold`` prunes centroids in the first).  So ``ndocs // 4`` must be at least
     ``k`` for ``k`` results (colbert-ai's defaults: ``k <= 10``: 1, 0.5, 256; ``k <= 100``: 2, 0.45,
     1024; else 4, 0.4, ``max(4 k, 4096)``, i.e. 1,024 passages scored for ``k = 1000``), and on a small
-    index that is most of it: the filtering then saves less than it costs, and PLAID loses some of the
-    exact top ``k``.  Measured (2,244 chunks, ``k = 1000``): the two filter passes cost about half as
-    much as exact scoring of as many passages, so exhaustive MaxSim is as fast as PLAID when PLAID
-    scores three quarters of the index or more: ``exhaustive`` is true when ``ndocs >= 3 num_docs``
-    (``k = 1000``: indexes of up to 1,365 passages; ``k = 10``: 85)."""
+    index that is most of it: then PLAID saves little and loses some of the exact top ``k``.  Measured
+    (2,244 chunks, ``k = 1000``): candidate generation and centroid interaction cost about a tenth of
+    exact scoring per passage, so scoring every passage exactly is as fast as PLAID when PLAID would
+    score 90% of the index or more: ``exhaustive`` is true when ``10 (ndocs // 4) >= 9 num_docs``
+    (``k = 1000``: indexes of up to 1,137 passages; ``k = 100``: 284; ``k = 10``: 71)."""
     if k < 1:
         raise ValueError(f"k must be at least 1, not {k}")
     defaults = (1, 0.5, 256) if k <= 10 else (2, 0.45, 1024) if k <= 100 else (4, 0.4, max(4 * k, 4096))
     given = (ncells, centroid_score_threshold, ndocs)
     ncells, centroid_score_threshold, ndocs = (d if g is None else g for g, d in zip(given, defaults))
     return {"ncells": int(ncells), "centroid_score_threshold": float(centroid_score_threshold), "ndocs": int(ndocs),
-            "exhaustive": bool(ndocs >= 3 * num_docs)}
+            "exhaustive": bool(10 * (ndocs // 4) >= 9 * num_docs)}
 
 
 def exact_maxsim(searcher, qvec, pids: np.ndarray, block: int = EXACT_BLOCK) -> np.ndarray:
