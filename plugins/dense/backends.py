@@ -426,6 +426,10 @@ class _Exported:
     def max_seq_length(self) -> int:
         return self._source.max_seq_length
 
+    @max_seq_length.setter
+    def max_seq_length(self, length: int) -> None:  # the source model tokenises: truncation is its setting
+        self._source.max_seq_length = length
+
     @property
     def tokenizer(self):
         return self._source.tokenizer
@@ -436,13 +440,9 @@ class ExportedEncoder(_Exported):
     CPU): the model's tokenizer and its pooling / normalisation modules around the engine.  Texts
     are sorted by length and padded per batch, as sentence-transformers does."""
 
-    def __init__(self, st, path: Union[str, Path], meta: dict):
-        self._st = st
-        super().__init__(st, path, meta)
-
     # sentence-transformers' interface (and the base class's tokenizer, max_seq_length) -----------
     def get_sentence_embedding_dimension(self) -> int:
-        st = self._st
+        st = self._source
         return st.get_embedding_dimension() if hasattr(st, "get_embedding_dimension") \
             else st.get_sentence_embedding_dimension()
 
@@ -450,10 +450,10 @@ class ExportedEncoder(_Exported):
 
     def _embed(self, texts: Sequence[str]):
         import torch
-        features = _features(self._st, texts)
+        features = _features(self._source, texts)
         features["token_embeddings"] = torch.from_numpy(self._run(_engine_inputs(features)))
         with torch.inference_mode():
-            for module in list(self._st)[1:]:
+            for module in list(self._source)[1:]:
                 features = module(features)
         return features["sentence_embedding"].float().numpy()
 
@@ -659,18 +659,14 @@ class ExportedCrossEncoder(_Exported):
     Runtime, on the CPU): the CrossEncoder's tokenizer before the engine, its activation after it.
     Pairs are sorted by length and padded per batch, as sentence-transformers does."""
 
-    def __init__(self, ce, path: Union[str, Path], meta: dict):
-        self._ce = ce
-        super().__init__(ce, path, meta)
-
     # CrossEncoder's interface (and the base class's tokenizer, max_seq_length) -------------------
     @property
     def num_labels(self) -> int:
-        return self._ce.num_labels
+        return self._source.num_labels
 
     @property
     def activation_fn(self):
-        return self._ce.activation_fn
+        return self._source.activation_fn
 
     def predict(self, inputs, batch_size: int = 32, show_progress_bar: Optional[bool] = None,
                 activation_fn=None, apply_softmax: Optional[bool] = False, convert_to_numpy: bool = True,
@@ -691,7 +687,7 @@ class ExportedCrossEncoder(_Exported):
         from tqdm.auto import tqdm
         for start in tqdm(range(0, len(pairs), batch_size), desc="Batches", disable=not show_progress_bar):
             idx = order[start:start + batch_size]
-            out[idx] = self._run(_engine_inputs(_features(self._ce, [pairs[i] for i in idx]))).reshape(len(idx), -1)
+            out[idx] = self._run(_engine_inputs(_features(self._source, [pairs[i] for i in idx]))).reshape(len(idx), -1)
         scores = torch.from_numpy(out)
         activation_fn = self.activation_fn if activation_fn is None else activation_fn
         with torch.inference_mode():

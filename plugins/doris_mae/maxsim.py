@@ -117,7 +117,7 @@ class SentenceEncoder:
                 cal = calibration_from_corpus(cal, self.fields)
             model = load_encoder(self.model_name, self.device, self.backend, self.precision, cal)
             if self.max_seq_length:
-                _set_max_seq_length(model, int(self.max_seq_length))
+                model.max_seq_length = int(self.max_seq_length)  # a SentenceTransformer or an export
             self._model = model
         return self._model
 
@@ -140,15 +140,6 @@ class SentenceEncoder:
 
     def clear(self) -> None:
         self._cache.clear()
-
-
-def _set_max_seq_length(model, length: int) -> None:
-    """Truncation at ``length`` tokens: ``SentenceTransformer.max_seq_length``; an exported encoder
-    tokenises with its ``SentenceTransformer`` (its own ``max_seq_length`` is read-only)."""
-    try:
-        model.max_seq_length = length
-    except AttributeError:
-        model._st.max_seq_length = length
 
 
 _ENCODERS: Dict[Tuple, SentenceEncoder] = {}
