@@ -13,10 +13,11 @@ measured token count t of each document (after truncation):
 attention scores and weighted sum; a multiply-add counts 2), summed over the documents.  Peak
 from the CPU: cores x clock x per-cycle rate, where the per-cycle rate of one core is (FMA pipes)
 x (lanes of the executed vector width) x 2 for fp32, and (VNNI pipes) x (lanes) x 4 x 2 for int8 (each
-VPDPBUSD lane does 4 int8 multiply-adds).  Assumptions (printed): AMD Zen 4 executes
-512-bit AVX-512 operations as two 256-bit halves on two FMA pipes (fp32: 2 x 8 lanes x 2 = 32
-FLOP/cycle/core) and VPDPBUSD likewise (2 x 8 lanes x 4 MACs x 2 = 128 OP/cycle/core, 4x fp32);
-a CPU with 512-bit data paths (``--vector-bits 512``) doubles both.  Usage::
+VPDPBUSD lane does 4 int8 multiply-adds).  Assumptions (printed), from /proc/cpuinfo's vendor and
+family: AMD Zen 4 (family 25) executes 512-bit AVX-512 operations as two 256-bit halves on two FMA
+pipes (fp32: 2 x 8 lanes x 2 = 32 FLOP/cycle/core) and VPDPBUSD likewise (2 x 8 lanes x 4 MACs x 2
+= 128 OP/cycle/core, 4x fp32); Zen 5 (family 26) and Intel's AVX-512 CPUs have 512-bit data paths,
+which double both (``--vector-bits`` overrides).  Usage::
 
     python benchmarks/bench_encode.py                       # 2,000 abstracts, 3 rounds
     python benchmarks/bench_encode.py --docs 200 --rounds 2 --calibration 64   # a quick check
@@ -48,8 +49,27 @@ def cpu_info() -> dict:
     mhz = float(re.search(r"^cpu MHz\s*:\s*([\d.]+)", text, re.M).group(1))
     name = re.search(r"^model name\s*:\s*(.*)$", text, re.M).group(1)
     cores = len(os.sched_getaffinity(0))
+    vendor = re.search(r"^vendor_id\s*:\s*(.*)$", text, re.M)
+    family = re.search(r"^cpu family\s*:\s*(\d+)", text, re.M)
+    model = re.search(r"^model\s*:\s*(\d+)", text, re.M)
     return {"name": name, "mhz": mhz, "cores": cores, "avx512f": "avx512f" in flags,
-            "avx512_vnni": "avx512_vnni" in flags, "avx2": "avx2" in flags}
+            "avx512_vnni": "avx512_vnni" in flags, "avx2": "avx2" in flags,
+            "vendor": vendor.group(1).strip() if vendor else "?", "family": int(family.group(1)) if family else None,
+            "model": int(model.group(1)) if model else None}
+
+
+def executed_vector_bits(cpu: dict) -> tuple:
+    """(bits, why): the vector width the CPU's FMA / VNNI pipes execute per cycle.  AMD family 25 (Zen 4)
+    runs 512-bit AVX-512 instructions as two 256-bit halves; family 26 (Zen 5, EPYC 9005) has full 512-bit
+    data paths; Intel CPUs with AVX-512 execute 512 bits; without AVX-512, 256 (AVX2)."""
+    fam = cpu.get("family")
+    if not cpu["avx512f"]:
+        return 256, "no AVX-512: AVX2, 256-bit"
+    if cpu.get("vendor") == "AuthenticAMD" and fam == 25:
+        return 256, "AMD family 25 (Zen 4): AVX-512 executed as two 256-bit halves"
+    if cpu.get("vendor") == "AuthenticAMD" and fam is not None and fam >= 26:
+        return 512, f"AMD family {fam} (Zen 5): full 512-bit AVX-512 data paths"
+    return 512, f"{cpu.get('vendor')} family {fam} with AVX-512: 512-bit"
 
 
 def peaks(cpu: dict, vector_bits: int, pipes: int) -> dict:
@@ -128,7 +148,9 @@ def main(argv=None) -> int:
     ap.add_argument("--calibration", type=int, default=300, help="int8 calibration: the corpus's first N documents")
     ap.add_argument("--settings", default="torch:fp32,openvino:fp32,openvino:int8,onnx:fp32,onnx:int8",
                     help="backend:precision pairs; the first is the reference")
-    ap.add_argument("--vector-bits", type=int, default=256, help="executed vector width (Zen 4: 256)")
+    ap.add_argument("--vector-bits", type=int, default=None,
+                    help="executed vector width (default: from the CPU, see executed_vector_bits; "
+                         "Zen 4: 256, Zen 5: 512)")
     ap.add_argument("--pipes", type=int, default=2, help="FMA / VNNI pipes per core")
     ap.add_argument("--json", help="also write the results here")
     ap.add_argument("--guard", action="store_true", help="run the CSFCube quality guard instead")
@@ -170,7 +192,9 @@ def main(argv=None) -> int:
     st = encoders[ref_name] if ref_name.startswith("torch") else load_encoder(args.model)
     flops, mean_tokens, cfg = model_flops(st, texts)
     cpu = cpu_info()
-    peak = peaks(cpu, args.vector_bits, args.pipes)
+    bits, why = (args.vector_bits, "--vector-bits") if args.vector_bits else executed_vector_bits(cpu)
+    peak = peaks(cpu, bits, args.pipes)
+    peak["text"] += f"\n  vector width {bits} bits: {why}"
 
     sides = {s: (lambda e=e: e.encode(texts, batch_size=args.batch_size, show_progress_bar=False))
              for s, e in encoders.items()}

@@ -82,3 +82,38 @@ def test_load_note_reports_before_and_after():
     assert note.startswith("load average 1.25/0.50/0.00 before, ")
     assert " after (1/5/15 min) on " in note and note.endswith(f"{os.cpu_count()} cores")
     assert load_note().startswith("load average ") and "before" not in load_note()
+
+
+def _bench_encode():
+    import importlib.util
+    from pathlib import Path
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "bench_encode.py"
+    spec = importlib.util.spec_from_file_location("bench_encode", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.parametrize("cpu,bits,fp32,int8", [
+    # Zen 4 (EPYC 9004, family 25): double-pumped AVX-512
+    (dict(vendor="AuthenticAMD", family=25, avx512f=True, avx512_vnni=True), 256, 166.4, 665.6),
+    # Zen 5 (EPYC 9005, family 26): full 512-bit data paths, twice the per-cycle rate
+    (dict(vendor="AuthenticAMD", family=26, avx512f=True, avx512_vnni=True), 512, 332.8, 1331.2),
+    (dict(vendor="GenuineIntel", family=6, avx512f=True, avx512_vnni=True), 512, 332.8, 1331.2),
+    # AVX2 only, no VNNI: int8 as 16-bit pairs (2x fp32)
+    (dict(vendor="AuthenticAMD", family=23, avx512f=False, avx512_vnni=False), 256, 166.4, 332.8),
+])
+def test_bench_encode_peaks_by_cpu(cpu, bits, fp32, int8):
+    """bench_encode's peak arithmetic: the executed vector width from the CPU family, 2 cores at 2.6 GHz."""
+    mod = _bench_encode()
+    cpu = dict(cpu, name="test", mhz=2600.0, cores=2, avx2=True)
+    got_bits, why = mod.executed_vector_bits(cpu)
+    assert got_bits == bits and why
+    peak = mod.peaks(cpu, got_bits, 2)
+    assert peak["fp32"] / 1e9 == pytest.approx(fp32) and peak["int8"] / 1e9 == pytest.approx(int8)
+    assert f"{fp32:.1f} GFLOP/s" in peak["text"]
+
+
+def test_bench_encode_reads_this_cpu():
+    cpu = _bench_encode().cpu_info()
+    assert cpu["cores"] >= 1 and cpu["mhz"] > 0 and isinstance(cpu["family"], (int, type(None)))

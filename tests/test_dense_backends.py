@@ -1,6 +1,7 @@
 """Exported encoders (plugins/dense/backends.py): OpenVINO fp32 reproduces the torch model, NNCF int8
 stays close to it, exports are cached (reused, atomic, rebuilt when damaged), and bad settings get
 one error naming the choices."""
+import importlib.util
 import itertools
 import warnings
 
@@ -174,3 +175,49 @@ def test_mir_dense_takes_the_backend_and_precision():
     assert (t.backend, t.precision) == ("openvino", "fp32")
     with pytest.raises(ValueError, match="one of 'torch', 'openvino', 'onnx'"):
         mir_dense_component(model=model, backend="tensorrt")
+
+
+def test_int8_check_reference_is_the_fp32_graph(ov_int8, torch_model, calibration):
+    """The int8 build checks against its own fp32 graph (verified against torch first): the cosine it records
+    is the one torch fp32 gives."""
+    check = ov_int8.meta["check"]
+    assert check["reference"].startswith("the fp32 graph before quantisation") and check["texts"] == 16
+    texts = calibration.texts
+    got, ref = ov_int8.encode(texts, batch_size=32), torch_model.encode(texts, batch_size=32)
+    cos = (got * ref).sum(1) / np.linalg.norm(got, axis=1) / np.linalg.norm(ref, axis=1)
+    assert abs(cos.mean() - check["mean_cosine"]) < 1e-5 and abs(cos.min() - check["min_cosine"]) < 1e-5
+
+
+def test_int8_check_refuses_a_reference_unlike_torch(tmp_path, calibration, monkeypatch):
+    """A reference graph that does not reproduce torch fails the build (nothing cached)."""
+    real = backends._run_compiled
+
+    def skewed(compiled):
+        run = real(compiled)
+        return lambda inputs: run(inputs) * np.linspace(0.5, 1.5, 384, dtype=np.float32)
+    monkeypatch.setattr(backends, "_run_compiled", skewed)
+    with pytest.raises(BackendError, match="fp32 openvino graph does not reproduce the torch model"):
+        load_encoder("default", backend="openvino", precision="int8", calibration=calibration, work=tmp_path)
+    assert not encoder_path("default", "openvino", "int8", calibration, tmp_path).exists()
+
+
+def test_engine_threads_and_sharing(ov_fp32, work, abstracts):
+    """``threads`` bounds the engine (OpenVINO's INFERENCE_NUM_THREADS, ONNX Runtime's intra-op threads),
+    gives the same embeddings, and encoders of one export and thread count share one compiled model."""
+    one = load_encoder("default", backend="openvino", work=work, threads=1)
+    assert one.threads == 1 and "threads=1" in repr(one)
+    compiled = backends._compiled(one.path, "openvino", 1)
+    assert compiled.get_property("INFERENCE_NUM_THREADS") == 1
+    assert backends._compiled(ov_fp32.path, "openvino", None).get_property("INFERENCE_NUM_THREADS") >= 1
+    again = load_encoder("default", backend="openvino", work=work, threads=1)
+    assert backends._compiled(again.path, "openvino", 1) is compiled
+    assert np.abs(one.encode(abstracts[:8]) - ov_fp32.encode(abstracts[:8])).max() < 1e-5
+    if importlib.util.find_spec("onnxruntime") and importlib.util.find_spec("onnx"):
+        onnx = load_encoder("default", backend="onnx", work=work, threads=1)
+        assert backends._compiled(onnx.path, "onnx", 1).get_session_options().intra_op_num_threads == 1
+
+
+@pytest.mark.parametrize("threads", [0, -2, 1.5, True, "2"])
+def test_bad_threads(threads, work):
+    with pytest.raises(BackendError, match="threads must be a whole number >= 1"):
+        load_encoder("default", backend="openvino", work=work, threads=threads)

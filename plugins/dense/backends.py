@@ -27,6 +27,7 @@ import hashlib
 import importlib.util
 import itertools
 import json
+import threading
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,7 +47,8 @@ from pyterrier_sci.models import (
 )
 
 __all__ = ["BACKENDS", "PRECISIONS", "BackendError", "check_backend", "INT8_MIN_COSINE", "CALIBRATION_SIZE",
-           "ENCODER_TYPE", "Calibration", "calibration_from_corpus", "calibration_from_texts", "encoder_path",
+           "ENCODER_TYPE", "Calibration", "check_threads", "calibration_from_corpus", "calibration_from_texts",
+           "encoder_path",
            "load_encoder", "ExportedEncoder", "CROSS_ENCODER_TYPE", "CE_INT8_MIN_PEARSON", "CE_FP32_RTOL",
            "calibration_from_pairs", "load_cross_encoder", "ExportedCrossEncoder"]
 
@@ -179,8 +181,11 @@ def _quiet_nncf():
 
 
 def _export_openvino(st, tmp: Path, precision: str, calibration: Optional[Calibration],
-                     output: str = "last_hidden_state", examples: Sequence = CHECK_TEXTS[:2]) -> dict:
-    """``output`` of ``st``'s transformer as an OpenVINO model; ``examples``: inputs that trace it."""
+                     output: str = "last_hidden_state", examples: Sequence = CHECK_TEXTS[:2],
+                     reference: Optional[dict] = None) -> dict:
+    """``output`` of ``st``'s transformer as an OpenVINO model; ``examples``: inputs that trace it.
+    With ``reference`` (a dict) and int8, ``reference['run']`` is set to an engine function over the fp32
+    graph before quantisation (compiled in memory): the int8 check's reference."""
     import openvino as ov
     import torch
     module = _exported_module(st, output)
@@ -193,6 +198,9 @@ def _export_openvino(st, tmp: Path, precision: str, calibration: Optional[Calibr
     if precision == "int8":
         import nncf
         from nncf.quantization.advanced_parameters import AdvancedQuantizationParameters, AdvancedSmoothQuantParameters
+        if reference is not None:
+            fp32 = ov.Core().compile_model(ovm.clone(), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+            reference["run"] = _run_compiled(fp32)
         data = [_engine_inputs(_features(st, [t])) for t in calibration.texts]
         # SmoothQuant off: on CSFCube it moved NDCG%20 by up to +0.70 points (method facet) against torch
         # fp32, without it at most 0.41 (docs/dense.md, the quality guard)
@@ -280,15 +288,34 @@ def _cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return (a * b).sum(axis=1)
 
 
-def _quality_check(st, tmp: Path, backend: str, precision: str, texts: Sequence[str], meta: dict) -> dict:
+def _quality_check(st, tmp: Path, backend: str, precision: str, texts: Sequence[str], meta: dict,
+                   reference=None) -> dict:
     """Cosines of the new export to the torch model on ``texts``; a :class:`BackendError` when they
-    fall below the bar (the build is then discarded)."""
+    fall below the bar (the build is then discarded).
+
+    ``reference`` (int8 only): an engine function over the fp32 graph the int8 model was quantised from.
+    It stands in for torch on ``texts`` once it has reproduced torch on :data:`CHECK_TEXTS` (cosine
+    >= :data:`FP32_MIN_COSINE`, as an fp32 export must): the same embeddings to ~1e-7, at OpenVINO's
+    speed instead of torch's (the check's torch pass was a third of the int8 export's time)."""
     texts = list(texts)[:256]
-    got = ExportedEncoder(st, tmp, meta).encode(texts, batch_size=32)
-    ref = st.encode(texts, batch_size=32, convert_to_numpy=True, show_progress_bar=False)
+    got = ExportedEncoder._over(st, _engine(tmp, backend, keep=False), meta).encode(texts, batch_size=32)
+    check = {"texts": len(texts)}
+    if reference is not None:
+        fp32 = ExportedEncoder._over(st, reference, meta)
+        probe = _cosines(fp32.encode(list(CHECK_TEXTS)),
+                         st.encode(list(CHECK_TEXTS), convert_to_numpy=True, show_progress_bar=False))
+        if probe.min() < FP32_MIN_COSINE:
+            raise BackendError(f"the fp32 {backend} graph does not reproduce the torch model before quantisation "
+                               f"(min cosine {probe.min():.6f} < {FP32_MIN_COSINE})")
+        ref = fp32.encode(texts, batch_size=32)
+        check["reference"] = (f"the fp32 graph before quantisation, which reproduced torch fp32 on "
+                              f"{len(CHECK_TEXTS)} check texts (min cosine {probe.min():.7f})")
+    else:
+        ref = st.encode(texts, batch_size=32, convert_to_numpy=True, show_progress_bar=False)
+        check["reference"] = "torch fp32"
     cos = _cosines(got, ref)
-    check = {"texts": len(texts), "mean_cosine": float(cos.mean()), "min_cosine": float(cos.min()),
-             "max_abs_diff": float(np.abs(got - ref).max())}
+    check.update(mean_cosine=float(cos.mean()), min_cosine=float(cos.min()),
+                 max_abs_diff=float(np.abs(got - ref).max()))
     if precision == "int8" and check["mean_cosine"] < INT8_MIN_COSINE:
         raise BackendError(
             f"backend {backend!r} precision 'int8' is refused: its mean cosine to torch fp32 on the {len(texts)} "
@@ -302,8 +329,11 @@ def _quality_check(st, tmp: Path, backend: str, precision: str, texts: Sequence[
 
 def _build(st, model: str, backend: str, precision: str, calibration: Optional[Calibration], settings: dict):
     def build(tmp: Path):
-        export = _export_openvino if backend == "openvino" else _export_onnx
-        info = export(st, tmp, precision, calibration)
+        reference = {}
+        if backend == "openvino":
+            info = _export_openvino(st, tmp, precision, calibration, reference=reference)
+        else:
+            info = _export_onnx(st, tmp, precision, calibration)
         meta = {"type": ENCODER_TYPE, "format": backend, "source_model": str(model),
                 "source_path": settings["source"], "weights_sha256": settings["weights_sha256"],
                 "backend": backend, "precision": precision, "settings_hash": _settings_hash(settings),
@@ -311,7 +341,8 @@ def _build(st, model: str, backend: str, precision: str, calibration: Optional[C
                 "files": list(_MODEL_FILES[backend]),
                 "calibration": calibration.record() if calibration is not None and precision == "int8" else None}
         meta["check"] = _quality_check(st, tmp, backend, precision,
-                                       calibration.texts if calibration is not None else CHECK_TEXTS, meta)
+                                       calibration.texts if calibration is not None else CHECK_TEXTS, meta,
+                                       reference.get("run"))
         _write_meta(tmp, meta)
     return build
 
@@ -341,12 +372,15 @@ def _damage(path: Path, settings: dict) -> Optional[str]:
 
 def load_encoder(model: str, device: Optional[str] = None, backend: str = "torch", precision: str = "fp32",
                  calibration: Union[None, Calibration, Sequence[str]] = None,
-                 work: Union[None, str, Path] = None):
+                 work: Union[None, str, Path] = None, threads: Optional[int] = None):
     """An encoder with sentence-transformers' ``encode`` interface: the ``SentenceTransformer``
     itself for ``backend='torch'``, else an :class:`ExportedEncoder` (exported, quantised and cached on
     first use; see the module doc).  ``calibration`` (int8 only, required there): a
-    :class:`Calibration` (e.g. :func:`calibration_from_corpus`) or a list of texts."""
+    :class:`Calibration` (e.g. :func:`calibration_from_corpus`) or a list of texts.  ``threads``: the
+    exported engine's threads (None: every core; torch's are ``torch.set_num_threads``'s, which this
+    leaves alone)."""
     check_backend(backend, precision)
+    threads = check_threads(threads)
     if backend == "torch":
         return load_sentence_transformer(model, device or "cpu")
     if device not in (None, "cpu"):
@@ -365,7 +399,7 @@ def load_encoder(model: str, device: Optional[str] = None, backend: str = "torch
     path = encoder_path(model, backend, precision, calibration, work)
     meta = _cached(path, settings, _build(st, model, backend, precision, calibration, settings),
                    f"the {backend} {precision} export of {model}")
-    return ExportedEncoder(st, path, meta)
+    return ExportedEncoder(st, path, meta, threads)
 
 
 def _cached(path: Path, settings: dict, build, what: str) -> dict:
@@ -382,28 +416,74 @@ def _cached(path: Path, settings: dict, build, what: str) -> dict:
 
 # -------------------------------------------------------------------------------- the encoder
 
-def _engine(path: Path, backend: str):
-    """A function running the exported model at ``path`` on the CPU: engine inputs (numpy int64 arrays
-    by input name; inputs the model does not take are dropped) -> its first output as a numpy array."""
-    if backend == "openvino":
-        import openvino as ov
-        core = ov.Core()
-        # f32: on CPUs with bf16 units OpenVINO would otherwise run fp32 models in bf16
-        compiled = core.compile_model(core.read_model(str(path / "model.xml")), "CPU",
-                                      {"INFERENCE_PRECISION_HINT": "f32"})
-        request = compiled.create_infer_request()
-        names = {i.get_any_name() for i in compiled.inputs}
+#: compiled engines shared by the encoders of one process, by (export, backend, threads); an export rebuilt
+#: in place (a damaged cache entry) has other files, hence another key
+_ENGINES: dict = {}
+_ENGINES_LOCK = threading.Lock()
 
-        def run(inputs):
-            request.infer({k: v for k, v in inputs.items() if k in names})
-            return np.array(request.get_output_tensor(0).data, copy=True)
-        return run
-    import onnxruntime as ort
-    sess = ort.InferenceSession(str(path / "model.onnx"), providers=["CPUExecutionProvider"])
-    onnx_names = {i.name for i in sess.get_inputs()}
+
+def check_threads(threads) -> Optional[int]:
+    """``threads`` as the engine takes it: None (the engine's default: every core) or an int >= 1;
+    anything else is one :class:`BackendError`."""
+    if threads is None:
+        return None
+    if isinstance(threads, bool) or not isinstance(threads, (int, np.integer)) or threads < 1:
+        raise BackendError(f"threads must be a whole number >= 1 (or None: every core), got {threads!r}")
+    return int(threads)
+
+
+def _compiled(path: Path, backend: str, threads: Optional[int], keep: bool = True):
+    """The compiled OpenVINO model / ONNX Runtime session of the export at ``path``, compiled once per
+    process and thread count (``keep=False``: compiled for the caller alone, e.g. a build's check)."""
+    files = [path / f for f in _MODEL_FILES[backend]]
+    key = (str(path.resolve()), backend, threads,
+           tuple((st.st_ino, st.st_size, st.st_mtime_ns) for st in (f.stat() for f in files)))
+    with _ENGINES_LOCK:
+        engine = _ENGINES.get(key)
+        if engine is None:
+            if backend == "openvino":
+                import openvino as ov
+                core = ov.Core()
+                # f32: on CPUs with bf16 units OpenVINO would otherwise run fp32 models in bf16
+                config = {"INFERENCE_PRECISION_HINT": "f32"}
+                if threads:
+                    config["INFERENCE_NUM_THREADS"] = threads
+                engine = core.compile_model(core.read_model(str(files[0])), "CPU", config)
+            else:
+                import onnxruntime as ort
+                options = ort.SessionOptions()
+                if threads:
+                    options.intra_op_num_threads = threads
+                    options.inter_op_num_threads = 1
+                engine = ort.InferenceSession(str(files[0]), options, providers=["CPUExecutionProvider"])
+            if keep:
+                _ENGINES[key] = engine
+        return engine
+
+
+def _run_compiled(compiled):
+    """The engine function of a compiled OpenVINO model (its own infer request: a request runs one
+    inference at a time)."""
+    request = compiled.create_infer_request()
+    names = {i.get_any_name() for i in compiled.inputs}
+
+    def run(inputs):
+        request.infer({k: v for k, v in inputs.items() if k in names})
+        return np.array(request.get_output_tensor(0).data, copy=True)
+    return run
+
+
+def _engine(path: Path, backend: str, threads: Optional[int] = None, keep: bool = True):
+    """A function running the exported model at ``path`` on the CPU with ``threads`` threads (None:
+    the engine's default, every core): engine inputs (numpy int64 arrays by input name; inputs the
+    model does not take are dropped) -> its first output as a numpy array."""
+    compiled = _compiled(path, backend, threads, keep)
+    if backend == "openvino":
+        return _run_compiled(compiled)
+    onnx_names = {i.name for i in compiled.get_inputs()}
 
     def run_onnx(inputs):
-        return sess.run(None, {k: v for k, v in inputs.items() if k in onnx_names})[0]
+        return compiled.run(None, {k: v for k, v in inputs.items() if k in onnx_names})[0]
     return run_onnx
 
 
@@ -411,16 +491,26 @@ class _Exported:
     """An export at ``path`` (its ``pt_meta.json`` as ``meta``), the engine that runs it and the torch
     model it was exported from (its tokenizer tokenises the engine's inputs)."""
 
-    def __init__(self, source, path: Union[str, Path], meta: dict):
+    def __init__(self, source, path: Union[str, Path], meta: dict, threads: Optional[int] = None):
         self._source = source
         self.path = Path(path)
         self.meta = meta
         self.backend, self.precision = meta["backend"], meta["precision"]
-        self._run = _engine(self.path, self.backend)
+        self.threads = check_threads(threads)
+        self._run = _engine(self.path, self.backend, self.threads)
+
+    @classmethod
+    def _over(cls, source, run, meta: dict):
+        """One over the engine function ``run`` (a build's own check: nothing compiled is kept)."""
+        self = cls.__new__(cls)
+        self._source, self.path, self.meta, self.threads, self._run = source, None, meta, None, run
+        self.backend, self.precision = meta["backend"], meta["precision"]
+        return self
 
     def __repr__(self) -> str:
+        threads = "" if self.threads is None else f", threads={self.threads}"
         return f"{type(self).__name__}({self.meta.get('source_model')!r}, backend={self.backend!r}, " \
-               f"precision={self.precision!r}, path={str(self.path)!r})"
+               f"precision={self.precision!r}{threads}, path={str(self.path)!r})"
 
     @property
     def max_seq_length(self) -> int:
@@ -554,7 +644,8 @@ def _ce_quality_check(ce, tmp: Path, backend: str, precision: str, pairs: Sequen
     when they fall below the bar (the build is then discarded)."""
     import torch
     pairs = list(pairs)[:256]
-    got = ExportedCrossEncoder(ce, tmp, meta).predict(pairs, batch_size=32, activation_fn=torch.nn.Identity())
+    got = ExportedCrossEncoder._over(ce, _engine(tmp, backend, keep=False), meta).predict(
+        pairs, batch_size=32, activation_fn=torch.nn.Identity())
     ref = ce.predict(pairs, batch_size=32, activation_fn=torch.nn.Identity(), show_progress_bar=False,
                      convert_to_numpy=True)
     got, ref = np.asarray(got, dtype=np.float64).reshape(-1), np.asarray(ref, dtype=np.float64).reshape(-1)
@@ -615,7 +706,7 @@ def _load_ce(model: str, max_length: Optional[int], device: Optional[str]):
 def load_cross_encoder(path_or_model, backend: str = "torch", precision: str = "fp32",
                        calibration_pairs: Union[None, Calibration, Sequence] = None,
                        work: Union[None, str, Path] = None, max_length: Optional[int] = None,
-                       device: Optional[str] = None):
+                       device: Optional[str] = None, threads: Optional[int] = None):
     """A cross-encoder with ``CrossEncoder.predict``: the sentence-transformers ``CrossEncoder``
     itself for ``backend='torch'``, else an :class:`ExportedCrossEncoder` of its sequence-
     classification model (exported, quantised, checked and cached on first use under
@@ -623,8 +714,9 @@ def load_cross_encoder(path_or_model, backend: str = "torch", precision: str = "
     path / hub id (loaded with ``max_length``).  ``calibration_pairs`` (int8 only, required there):
     a :class:`Calibration` (:func:`calibration_from_pairs`) or a list of text pairs; an int8 export
     whose logits correlate with torch's below :data:`CE_INT8_MIN_PEARSON` (Pearson) on them is
-    refused with one :class:`BackendError`."""
+    refused with one :class:`BackendError`.  ``threads``: the exported engine's threads (None: every core)."""
     check_backend(backend, precision)
+    threads = check_threads(threads)
     if backend != "torch" and device not in (None, "cpu"):
         raise BackendError(f"backend {backend!r} runs on the CPU; device {device!r} needs backend='torch'")
     if isinstance(path_or_model, (str, Path)):
@@ -651,7 +743,7 @@ def load_cross_encoder(path_or_model, backend: str = "torch", precision: str = "
         f"{model_slug(settings['source'])}-ce-{backend}-{precision}-{_settings_hash(settings)}"
     meta = _cached(path, settings, _build_cross_encoder(ce, backend, precision, calibration, settings),
                    f"the {backend} {precision} export of the cross-encoder {settings['source']}")
-    return ExportedCrossEncoder(ce, path, meta)
+    return ExportedCrossEncoder(ce, path, meta, threads)
 
 
 class ExportedCrossEncoder(_Exported):

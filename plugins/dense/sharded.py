@@ -197,7 +197,9 @@ class _ShardEncoder:
             import torch
             torch.set_num_threads(int(threads))
         from .backends import load_encoder
-        self.model = load_encoder(model, device, backend, precision, calibration, work=work)
+        # threads bound the exported engines too (OpenVINO / ONNX Runtime would take every core of the node)
+        self.model = load_encoder(model, device, backend, precision, calibration, work=work,
+                                  threads=int(threads) if threads else None)
 
     def _encode(self, docs: Iterator[dict], batch_size: int, report: Callable[[int], None]) -> Iterator[dict]:
         """``docs`` with ``doc_vec`` (:func:`.encoding.encode_stream`); ``report(n)`` after every batch
