@@ -256,6 +256,8 @@ def test_int8_shards_equal_the_single_process_int8_encoder(built_int8, int8_cali
     from pyterrier_sci.plugins.dense.backends import load_encoder
     path, reports, export, stamp = built_int8
     assert len({r["pid"] for r in reports}) == 2 and all(r["built"] for r in reports)
+    # two workers on two CPUs: each OpenVINO engine computes on its worker's one CPU, not on every core
+    assert [r["threads"] for r in reports] == [1, 1]
     # the workers loaded the driver's export: not rebuilt, no second export of these settings
     assert (export / "pt_meta.json").stat().st_mtime_ns == stamp
     assert [p.name for p in export.parent.glob(export.name.rsplit("-", 1)[0] + "-*")] == [export.name]

@@ -247,8 +247,20 @@ class _ShardEncoder:
         progress.update.remote(i, end - start)
         import socket
         return {"shard": i, "num_docs": end - start, "built": bool(built), "seconds": time.perf_counter() - t0,
-                "pid": os.getpid(), "host": socket.gethostname(),
+                "pid": os.getpid(), "host": socket.gethostname(), "threads": self._threads(),
                 "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+
+    def _threads(self) -> int:
+        """The threads the encoder computes with: torch's, or the exported engine's own setting."""
+        import torch
+
+        from .backends import _compiled
+        enc = self.model
+        if getattr(enc, "backend", "torch") == "openvino":
+            return int(_compiled(enc.path, "openvino", enc.threads).get_property("INFERENCE_NUM_THREADS"))
+        if getattr(enc, "backend", "torch") == "onnx":
+            return int(_compiled(enc.path, "onnx", enc.threads).get_session_options().intra_op_num_threads)
+        return torch.get_num_threads()
 
 
 # --------------------------------------------------------------------------------------------- driver
@@ -426,7 +438,8 @@ def build_sharded_index(corpus: str, model: str = "default", index_path=None, nu
             at most one node's).
         num_gpus_per_worker: GPUs Ray reserves per worker.
         on_shard: called in this process with each shard's report (``shard``, ``num_docs``, ``built``,
-            ``seconds``, ``pid``, ``host``, ``peak_rss_bytes`` of its worker).
+            ``seconds``, ``pid``, ``host``, ``threads`` (the threads its encoder computes with: torch's or
+            the exported engine's), ``peak_rss_bytes`` of its worker).
         backend, precision: the encoder's engine (``torch``, ``openvino``, ``onnx``; the exported ones run
             on the CPU) and precision (``fp32``, ``int8``); docs/dense.md.  The export is built here,
             once, under the work directory (on a cluster a path every node sees, like ``index_path``),
