@@ -242,21 +242,58 @@ def _select(s, i, k: int):
     return ts, ti
 
 
+#: rows of one matrix product in exact search, at global positions aligned to multiples of it (see _scores)
+SCORE_ALIGN = 1024
+
+
+def _scores(qvecs, dvecs, lo: int, hi: int, offset: int = 0, cos: bool = False):
+    """Scores (``len(qvecs) x (hi - lo)``, float32) of rows ``lo:hi`` of ``dvecs`` (global positions
+    ``offset + row``), the same bit for bit however an index is cut into shards.
+
+    A BLAS matrix product's value for one (query, document) pair depends on the product's shape and
+    on where the pair falls in it (OpenBLAS splits the work into tiles and threads by shape, and
+    edge tiles accumulate in another order): with blocks starting at each shard's first row, 2-4 %
+    of the scores differed from a flat index's in the last bits, enough to swap near-ties (the
+    fan-out tests failed on a Zen 5 CPU with OPENBLAS_CORETYPE=Haswell).  So every product here
+    covers :data:`SCORE_ALIGN` rows at global positions ``[j A, (j + 1) A)``; rows of such a block
+    outside ``lo:hi`` (the edges of a shard, the end of the index) are zeros, and their scores are
+    dropped.  Every pair is then computed by the same product shape at the same place in it, in a
+    flat index and in every sharding of it (for the same queries)."""
+    import numpy as np
+    nq, dim = qvecs.shape[0], qvecs.shape[1]
+    out = np.empty((nq, hi - lo), dtype=np.float32)
+    a_glob = offset + lo
+    start = (a_glob // SCORE_ALIGN) * SCORE_ALIGN
+    while start < offset + hi:
+        a, b = max(start, a_glob), min(start + SCORE_ALIGN, offset + hi)  # global rows of this block
+        rows = np.asarray(dvecs[a - offset:b - offset], dtype=np.float32)
+        if cos:
+            rows = rows / np.linalg.norm(rows, axis=1, keepdims=True)
+        if b - a < SCORE_ALIGN:
+            block = np.zeros((SCORE_ALIGN, dim), dtype=np.float32)
+            block[a - start:b - start] = rows
+            out[:, a - a_glob:b - a_glob] = (qvecs @ block.T)[:, a - start:b - start]
+        else:
+            out[:, a - a_glob:b - a_glob] = qvecs @ rows.T
+        start += SCORE_ALIGN
+    return out
+
+
 def _topk(dvecs, qvecs, k: int, offset: int = 0, cos: bool = False, batch_size: int = 8192):
-    """``(scores, ids)`` of the top-``k`` rows of ``dvecs`` for each (prepared) query, one matrix product
-    per block of ``batch_size`` rows; ids are ``offset`` + row, ordered by score (descending) then id
-    (ascending): a flat index and each shard of a sharded one (``offset`` = its start) order ties alike."""
+    """``(scores, ids)`` of the top-``k`` rows of ``dvecs`` for each (prepared) query, ``batch_size``
+    rows scored (:func:`_scores`) and selected at a time; ids are ``offset`` + row, ordered by score
+    (descending) then id (ascending): a flat index and the shards of a sharded one (``offset`` = a
+    shard's start) give the same scores and order ties alike, so their results are identical."""
     import numpy as np
     n, nq = dvecs.shape[0], qvecs.shape[0]
     k = min(k, n)
+    qvecs = np.ascontiguousarray(qvecs, dtype=np.float32)
     best_s = np.empty((nq, 0), dtype=np.float32)
     best_i = np.empty((nq, 0), dtype=np.int64)
     for start in range(0, n, batch_size):
-        block = np.asarray(dvecs[start:start + batch_size])
-        if cos:
-            block = block / np.linalg.norm(block, axis=1, keepdims=True)
-        s = np.concatenate([best_s, qvecs @ block.T], axis=1)
-        ids = np.broadcast_to(np.arange(offset + start, offset + start + block.shape[0]), (nq, block.shape[0]))
+        end = min(start + batch_size, n)
+        s = np.concatenate([best_s, _scores(qvecs, dvecs, start, end, offset, cos)], axis=1)
+        ids = np.broadcast_to(np.arange(offset + start, offset + end), (nq, end - start))
         i = np.concatenate([best_i, ids], axis=1)
         if s.shape[1] > k:
             s, i = _select(s, i, k)
