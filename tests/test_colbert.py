@@ -410,3 +410,78 @@ class TestColBERTTransformer(conftest.TransformerTestCase):
     @staticmethod
     def get_transformer():
         return ColBERTRetriever("/nonexistent/colbert-index", num_results=10)
+
+
+# ----------------------------------------------------------------- reusing the k-means sample's encoding
+
+def _fake_encoder(calls):
+    """colbert-ai's CollectionEncoder.encode_passages stand-in: per passage 1-3 vectors of 4 small integers
+    (exact in float16) derived from its text; records the passages it was asked to encode."""
+    import torch
+
+    def encode_passages(self, passages):
+        calls.append(list(passages))
+        if not passages:
+            return None, None
+        doclens = [1 + sum(map(ord, p)) % 3 for p in passages]
+        rows = [[(sum(map(ord, p)) * (j + 1) + d) % 97 for d in range(4)] for p, n in zip(passages, doclens)
+                for j in range(n)]
+        return torch.tensor(rows, dtype=torch.float32), doclens
+    return encode_passages
+
+
+@pytest.mark.parametrize("sample_every", [1, 3])
+def test_reuse_sample_encoding_serves_the_sample_and_encodes_the_rest(monkeypatch, sample_every):
+    """The index pass gets exactly the embeddings a fresh encoding gives, in order, with the sample's passages
+    (the whole collection, or every third passage, one of them duplicated elsewhere) served from the k-means
+    pass and only the others encoded."""
+    from types import SimpleNamespace
+
+    from colbert.indexing.collection_encoder import CollectionEncoder
+
+    from pyterrier_sci.plugins.colbert._worker import reuse_sample_encoding
+    collection = [f"passage {i} " + "w" * (i % 7) for i in range(50)]
+    collection[40] = collection[9]  # duplicate texts: with every third passage sampled, 9 is and 40 is not,
+    collection[10] = collection[12]  # and 12 is while 10 is not, so 10 is served 12's embeddings and 12 is encoded
+    sample = [p for i, p in enumerate(collection) if i % sample_every == 0]
+    calls, events = [], []
+    fake = _fake_encoder(calls)
+    monkeypatch.setattr(CollectionEncoder, "encode_passages", fake)
+    reuse_sample_encoding(lambda **e: events.append(e))
+    enc = SimpleNamespace(use_gpu=False)
+    first = CollectionEncoder.encode_passages(enc, sample)  # the k-means sample
+    assert first[1] == fake(enc, sample)[1]
+    calls.clear()
+    for a, b in ((0, 17), (17, 33), (33, 50)):  # the index pass, chunk by chunk
+        embs, doclens = CollectionEncoder.encode_passages(enc, collection[a:b])
+        ref_embs, ref_doclens = _fake_encoder([])(enc, collection[a:b])
+        assert doclens == ref_doclens and embs.dtype == ref_embs.dtype and bool((embs == ref_embs).all())
+    encoded = [p for c in calls for p in c]
+    reused = sum(e["n"] for e in events if e["event"] == "reused")
+    assert reused + len(encoded) == len(collection)
+    assert reused == len(sample)
+    if sample_every == 1:
+        assert not encoded
+    else:
+        # only the unsampled copies of sampled texts (positions 12 and 40) are encoded again
+        assert set(encoded) & set(sample) == {collection[12], collection[40]}
+    # after the index pass every call encodes as colbert-ai does
+    calls.clear()
+    CollectionEncoder.encode_passages(enc, collection[:5])
+    assert calls == [collection[:5]]
+
+
+def test_reuse_sample_encoding_keeps_nothing_above_its_budget(monkeypatch):
+    from types import SimpleNamespace
+
+    from colbert.indexing.collection_encoder import CollectionEncoder
+
+    from pyterrier_sci.plugins.colbert._worker import reuse_sample_encoding
+    calls, events = [], []
+    monkeypatch.setattr(CollectionEncoder, "encode_passages", _fake_encoder(calls))
+    reuse_sample_encoding(lambda **e: events.append(e), max_bytes=8)
+    enc = SimpleNamespace(use_gpu=False)
+    passages = [f"p{i}" for i in range(10)]
+    CollectionEncoder.encode_passages(enc, passages)
+    CollectionEncoder.encode_passages(enc, passages)
+    assert calls == [passages, passages] and not events

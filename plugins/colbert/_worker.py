@@ -19,14 +19,24 @@ def sample_size(n: int) -> int:
     return min(1 + int(16 * math.sqrt(120 * n)), n)
 
 
-def reuse_sample_encoding(collection_size: int, emit) -> None:
-    """colbert-ai encodes its k-means sample of passages, then every passage again to index it.
-    Below about 30K passages (:func:`sample_size`) the sample is the whole collection, in order, and
-    the second pass computes the same embeddings again: this keeps the first pass's (as float16, as
-    colbert-ai stores them) and hands out the index pass's chunks from it, which halves the encoding
-    time of such a build.  Any other call encodes as before.  Emits ``reused`` with the passages
-    served so (the build's metadata records it) and ``advance`` for the progress bar."""
+#: the k-means sample's encoding is kept for the index pass only up to this size (float16 bytes); a larger
+#: sample (collections of about 250K passages of 256 word pieces and more) is encoded twice, as colbert-ai does
+REUSE_MAX_BYTES = 4 << 30
+
+
+def reuse_sample_encoding(emit, max_bytes: int = REUSE_MAX_BYTES) -> None:
+    """colbert-ai encodes its k-means sample of passages, then every passage again to index it.  The
+    sample (:func:`sample_size` passages: the whole collection below about 30K passages, a random subset
+    above) is a subsequence of the collection, and the index pass encodes the collection in order: this
+    keeps the sample's embeddings (as float16, as colbert-ai stores them; at most ``max_bytes``) and
+    hands them out for the sample's passages in the index pass, encoding only the others.  Below 30K
+    passages that halves the encoding time of a build; at 38,956 passages (PRISM's 256-word chunks) the
+    sample is 34,583 passages and the build encodes 38,956 passages instead of 73,539.  The sample's
+    passages are found by walking the sample alongside each chunk (equal strings: equal embeddings, up
+    to float rounding in other batches).  Any other call encodes as before.  Emits ``reused`` with the
+    passages served so (the build's metadata records it) and ``advance`` for the progress bar."""
     import numpy as np
+    import torch
     from colbert.indexing.collection_encoder import CollectionEncoder
     original = CollectionEncoder.encode_passages
     memo = {"calls": 0}
@@ -35,22 +45,44 @@ def reuse_sample_encoding(collection_size: int, emit) -> None:
         memo["calls"] += 1
         if memo["calls"] == 1:  # CollectionIndexer.setup: the k-means sample
             embs, doclens = original(self, passages)
-            if embs is not None and len(passages) == collection_size and not self.use_gpu:
+            if embs is not None and not self.use_gpu and 2 * embs.numel() <= max_bytes:
                 memo.update(passages=passages, embs=embs.half(), doclens=list(doclens),
-                            starts=np.concatenate([[0], np.cumsum(doclens)]), next=0)
+                            starts=np.concatenate([[0], np.cumsum(doclens)]).astype(np.int64), next=0)
             return embs, doclens
-        i, n = memo.get("next"), len(passages)
-        if i is not None and memo["passages"][i:i + n] == passages:  # CollectionIndexer.index: the next chunk
-            a, b = int(memo["starts"][i]), int(memo["starts"][i + n])
-            embs, doclens = memo["embs"][a:b].float(), memo["doclens"][i:i + n]
-            memo["next"] = i + n
-            if memo["next"] == collection_size:
-                memo.clear()
-                memo["calls"] = 2
-            emit(event="reused", n=n)
-            emit(event="advance", n=n)
-            return embs, doclens
-        return original(self, passages)
+        sample = memo.get("passages")
+        if sample is None or not passages:
+            return original(self, passages)
+        # CollectionIndexer.index: the next chunk of the collection; its sampled passages come in the sample's order
+        i, source = memo["next"], []
+        for p in passages:
+            if i < len(sample) and p == sample[i]:
+                source.append(i)
+                i += 1
+            else:
+                source.append(-1)
+        if i == memo["next"]:
+            return original(self, passages)
+        fresh = [p for p, s in zip(passages, source) if s < 0]
+        fresh_embs, fresh_doclens = original(self, fresh) if fresh else (None, [])
+        parts, doclens, f, f_row = [], [], 0, 0
+        for s in source:
+            if s >= 0:
+                a, b = int(memo["starts"][s]), int(memo["starts"][s + 1])
+                parts.append(memo["embs"][a:b].float())
+                doclens.append(memo["doclens"][s])
+            else:
+                n = int(fresh_doclens[f])
+                parts.append(fresh_embs[f_row:f_row + n])
+                doclens.append(n)
+                f, f_row = f + 1, f_row + n
+        reused = i - memo["next"]
+        memo["next"] = i
+        if i == len(sample):  # every sampled passage handed out: free the kept encoding
+            memo.clear()
+            memo["calls"] = 2
+        emit(event="reused", n=reused)
+        emit(event="advance", n=reused)
+        return torch.cat(parts), doclens
 
     CollectionEncoder.encode_passages = encode_passages
 
@@ -94,7 +126,7 @@ def index_main(args_path: str) -> int:
         collection_indexer.compute_faiss_kmeans = timed_kmeans
         with open(args["collection"], encoding="utf-8") as f:
             passages = [line.rstrip("\n") for line in f]
-        reuse_sample_encoding(len(passages), emit)
+        reuse_sample_encoding(emit)
         with Run().context(RunConfig(nranks=1, avoid_fork_if_possible=True, root=args["root"])):
             config = ColBERTConfig(doc_maxlen=args["doc_maxlen"], nbits=args["nbits"],
                                    kmeans_niters=args["kmeans_niters"], index_bsize=args["index_bsize"],
