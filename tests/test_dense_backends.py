@@ -221,3 +221,18 @@ def test_engine_threads_and_sharing(ov_fp32, work, abstracts):
 def test_bad_threads(threads, work):
     with pytest.raises(BackendError, match="threads must be a whole number >= 1"):
         load_encoder("default", backend="openvino", work=work, threads=threads)
+
+
+def test_export_prints_nothing_of_transformers(tmp_path):
+    """Building an export in a fresh process writes no transformers log line (tracing the model used to
+    print "`loss_type=None` was set in the config but it is unrecognized" into every first run)."""
+    import os
+    import subprocess
+    import sys
+    code = ("from pyterrier_sci.plugins.dense.backends import load_encoder; "
+            f"e = load_encoder('default', backend='openvino', work={str(tmp_path)!r}); print(e.encode('x').shape)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                         env=dict(os.environ, PYTHONSAFEPATH="1"))
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "(384,)"
+    assert "loss_type" not in out.stderr and "[transformers]" not in out.stderr, out.stderr[-2000:]

@@ -190,8 +190,10 @@ def _export_openvino(st, tmp: Path, precision: str, calibration: Optional[Calibr
     import torch
     module = _exported_module(st, output)
     example = {k: torch.from_numpy(v) for k, v in _engine_inputs(_features(st, examples)).items()}
-    with torch.no_grad(), warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # tracer warnings about shapes: the exported graph keeps them dynamic
+    with torch.no_grad(), warnings.catch_warnings(), _transformers_quiet():
+        # tracer warnings about shapes (the exported graph keeps them dynamic), and transformers' log line
+        # about an unset loss_type, which tracing provokes by reading every attribute of the model
+        warnings.simplefilter("ignore")
         ovm = ov.convert_model(module, example_input=example)
     ovm.reshape({inp.get_any_name(): ov.PartialShape([-1, -1]) for inp in ovm.inputs})
     info = {"openvino": ov.__version__}
@@ -229,7 +231,7 @@ def _export_onnx(st, tmp: Path, precision: str, calibration: Optional[Calibratio
     out_name = "token_embeddings" if output == "last_hidden_state" else output
     axes = {n: {0: "batch", 1: "tokens"} for n in names}
     axes[out_name] = {0: "batch", 1: "tokens"} if output == "last_hidden_state" else {0: "batch"}
-    with torch.no_grad(), warnings.catch_warnings():
+    with torch.no_grad(), warnings.catch_warnings(), _transformers_quiet():
         warnings.simplefilter("ignore")
         torch.onnx.export(module, tuple(example[n] for n in names), str(target), input_names=names,
                           output_names=[out_name], dynamic_axes=axes, opset_version=17, dynamo=False)
