@@ -236,3 +236,17 @@ def test_export_prints_nothing_of_transformers(tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "(384,)"
     assert "loss_type" not in out.stderr and "[transformers]" not in out.stderr, out.stderr[-2000:]
+
+
+def test_shared_engines_are_bounded(ov_fp32, work, monkeypatch, abstracts):
+    """At most MAX_ENGINES compiled engines are kept (least recently used first out); an encoder keeps working
+    with its own after its entry is dropped."""
+    monkeypatch.setattr(backends, "_ENGINES", backends.OrderedDict())
+    monkeypatch.setattr(backends, "MAX_ENGINES", 2)
+    one = load_encoder("default", backend="openvino", work=work, threads=1)
+    first = backends._compiled(one.path, "openvino", 1)
+    load_encoder("default", backend="openvino", work=work, threads=2)
+    assert backends._compiled(one.path, "openvino", 1) is first  # still kept, and now the most recent
+    load_encoder("default", backend="openvino", work=work, threads=3)  # evicts threads=2, the least recent
+    assert len(backends._ENGINES) == 2 and [k[2] for k in backends._ENGINES] == [1, 3]
+    assert np.abs(one.encode(abstracts[:2]) - ov_fp32.encode(abstracts[:2])).max() < 1e-5

@@ -29,6 +29,7 @@ import itertools
 import json
 import threading
 import warnings
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence, Union
@@ -418,10 +419,12 @@ def _cached(path: Path, settings: dict, build, what: str) -> dict:
 
 # -------------------------------------------------------------------------------- the encoder
 
-#: compiled engines shared by the encoders of one process, by (export, backend, threads); an export rebuilt
-#: in place (a damaged cache entry) has other files, hence another key
-_ENGINES: dict = {}
+#: compiled engines shared by the encoders of one process, by (export, backend, threads), the most recently
+#: used :data:`MAX_ENGINES` kept (an encoder holds on to its own); an export rebuilt in place (a damaged cache
+#: entry) has other files, hence another key
+_ENGINES: "OrderedDict" = OrderedDict()
 _ENGINES_LOCK = threading.Lock()
+MAX_ENGINES = 8
 
 
 def check_threads(threads) -> Optional[int]:
@@ -442,7 +445,9 @@ def _compiled(path: Path, backend: str, threads: Optional[int], keep: bool = Tru
            tuple((st.st_ino, st.st_size, st.st_mtime_ns) for st in (f.stat() for f in files)))
     with _ENGINES_LOCK:
         engine = _ENGINES.get(key)
-        if engine is None:
+        if engine is not None:
+            _ENGINES.move_to_end(key)
+        else:
             if backend == "openvino":
                 import openvino as ov
                 core = ov.Core()
@@ -460,6 +465,8 @@ def _compiled(path: Path, backend: str, threads: Optional[int], keep: bool = Tru
                 engine = ort.InferenceSession(str(files[0]), options, providers=["CPUExecutionProvider"])
             if keep:
                 _ENGINES[key] = engine
+                while len(_ENGINES) > MAX_ENGINES:
+                    _ENGINES.popitem(last=False)
         return engine
 
 
