@@ -207,7 +207,7 @@ def test_engine_threads_and_sharing(ov_fp32, work, abstracts):
     one = load_encoder("default", backend="openvino", work=work, threads=1)
     assert one.threads == 1 and "threads=1" in repr(one)
     compiled = backends._compiled(one.path, "openvino", 1)
-    assert compiled.get_property("INFERENCE_NUM_THREADS") == 1
+    assert compiled.get_property("INFERENCE_NUM_THREADS") == 1 and one.engine_threads == 1
     assert backends._compiled(ov_fp32.path, "openvino", None).get_property("INFERENCE_NUM_THREADS") >= 1
     again = load_encoder("default", backend="openvino", work=work, threads=1)
     assert backends._compiled(again.path, "openvino", 1) is compiled

@@ -482,11 +482,9 @@ def _run_compiled(compiled):
     return run
 
 
-def _engine(path: Path, backend: str, threads: Optional[int] = None, keep: bool = True):
-    """A function running the exported model at ``path`` on the CPU with ``threads`` threads (None:
-    the engine's default, every core): engine inputs (numpy int64 arrays by input name; inputs the
-    model does not take are dropped) -> its first output as a numpy array."""
-    compiled = _compiled(path, backend, threads, keep)
+def _run_of(compiled, backend: str):
+    """The engine function of a compiled model (:func:`_compiled`): engine inputs (numpy int64 arrays by
+    input name; inputs the model does not take are dropped) -> its first output as a numpy array."""
     if backend == "openvino":
         return _run_compiled(compiled)
     onnx_names = {i.name for i in compiled.get_inputs()}
@@ -494,6 +492,12 @@ def _engine(path: Path, backend: str, threads: Optional[int] = None, keep: bool 
     def run_onnx(inputs):
         return compiled.run(None, {k: v for k, v in inputs.items() if k in onnx_names})[0]
     return run_onnx
+
+
+def _engine(path: Path, backend: str, threads: Optional[int] = None, keep: bool = True):
+    """A function running the exported model at ``path`` on the CPU with ``threads`` threads (None:
+    the engine's default, every core); see :func:`_run_of`."""
+    return _run_of(_compiled(path, backend, threads, keep), backend)
 
 
 class _Exported:
@@ -506,15 +510,27 @@ class _Exported:
         self.meta = meta
         self.backend, self.precision = meta["backend"], meta["precision"]
         self.threads = check_threads(threads)
-        self._run = _engine(self.path, self.backend, self.threads)
+        self._compiled = _compiled(self.path, self.backend, self.threads)
+        self._run = _run_of(self._compiled, self.backend)
 
     @classmethod
     def _over(cls, source, run, meta: dict):
         """One over the engine function ``run`` (a build's own check: nothing compiled is kept)."""
         self = cls.__new__(cls)
         self._source, self.path, self.meta, self.threads, self._run = source, None, meta, None, run
+        self._compiled = None
         self.backend, self.precision = meta["backend"], meta["precision"]
         return self
+
+    @property
+    def engine_threads(self) -> Optional[int]:
+        """The threads the compiled engine computes with (OpenVINO's ``INFERENCE_NUM_THREADS``, ONNX
+        Runtime's intra-op threads; 0 there: ONNX Runtime's default, every core)."""
+        if self._compiled is None:
+            return None
+        if self.backend == "openvino":
+            return int(self._compiled.get_property("INFERENCE_NUM_THREADS"))
+        return int(self._compiled.get_session_options().intra_op_num_threads)
 
     def __repr__(self) -> str:
         threads = "" if self.threads is None else f", threads={self.threads}"

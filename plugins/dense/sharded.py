@@ -251,16 +251,10 @@ class _ShardEncoder:
                 "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
 
     def _threads(self) -> int:
-        """The threads the encoder computes with: torch's, or the exported engine's own setting."""
+        """The threads the encoder computes with: the exported engine's own setting, or torch's."""
         import torch
-
-        from .backends import _compiled
-        enc = self.model
-        if getattr(enc, "backend", "torch") == "openvino":
-            return int(_compiled(enc.path, "openvino", enc.threads).get_property("INFERENCE_NUM_THREADS"))
-        if getattr(enc, "backend", "torch") == "onnx":
-            return int(_compiled(enc.path, "onnx", enc.threads).get_session_options().intra_op_num_threads)
-        return torch.get_num_threads()
+        engine = getattr(self.model, "engine_threads", None)
+        return engine if engine is not None else torch.get_num_threads()
 
 
 # --------------------------------------------------------------------------------------------- driver
