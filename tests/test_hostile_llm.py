@@ -655,3 +655,104 @@ def test_rerankers_read_abstract_without_text_column():
         assert "alpha abstract" in srv.requests[0][1]["prompt"]
         with pytest.raises(Exception, match="text"):
             Listwise(cfg(srv))(frame(2).drop(columns=["text"]))  # neither text nor abstract
+
+
+# -- proxies from the environment, as the OpenAI client honours them ----------------------------
+class _ForwardProxy:
+    """A plain-HTTP forward proxy on loopback: records each request line it is sent and forwards
+    the request to its absolute URL; ``stall=True`` accepts and never answers."""
+
+    def __init__(self, stall: bool = False):
+        import http.client
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+        from urllib.parse import urlsplit
+        seen = self.seen = []
+        release = self.release = threading.Event()
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                seen.append(self.requestline)
+                body = self.rfile.read(int(self.headers.get("content-length", 0)))
+                if stall:
+                    release.wait(30)
+                    return
+                url = urlsplit(self.path)
+                # the proxy resolves the names its clients send: llm.test is its loopback's server
+                host = "127.0.0.1" if url.hostname == "llm.test" else url.hostname
+                conn = http.client.HTTPConnection(host, url.port, timeout=10)
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in ("proxy-connection", "host")}
+                conn.request("POST", url.path + (f"?{url.query}" if url.query else ""), body, headers)
+                resp = conn.getresponse()
+                data = resp.read()
+                self.send_response(resp.status)
+                for k, v in resp.getheaders():
+                    if k.lower() not in ("transfer-encoding", "connection", "content-length"):
+                        self.send_header(k, v)
+                self.send_header("content-length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.release.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def proxy_env(monkeypatch):
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.lower(), raising=False)
+    return monkeypatch
+
+
+def test_requests_go_through_the_environments_proxy(proxy_env):
+    """HTTP_PROXY is used as the plain OpenAI client uses it (httpx drops the environment's proxies
+    once a client has its own transport; the toolkit's transport carries the deadline)."""
+    with ScriptedServer(lambda k, b: Reply("Yes")) as srv, _ForwardProxy() as proxy:
+        proxy_env.setenv("HTTP_PROXY", proxy.url)
+        # llm.test resolves nowhere here: only the proxy knows it (as its loopback server)
+        remote = srv.base_url.replace("127.0.0.1", "llm.test")
+        assert LLMClient({**cfg(srv), "base_url": remote}).complete("x").text == "Yes"
+        assert srv.calls == 1 and len(proxy.seen) == 1
+        assert proxy.seen[0].startswith(f"POST {remote}/completions ")
+        # a loopback server is reached directly, proxy or not
+        assert LLMClient(cfg(srv)).complete("y").text == "Yes"
+        assert srv.calls == 2 and len(proxy.seen) == 1
+        # NO_PROXY is honoured: the proxied name now goes straight (and cannot be resolved)
+        proxy_env.setenv("NO_PROXY", "llm.test")
+        with pytest.raises(LLMError, match="llm.test"):
+            LLMClient({**cfg(srv), "base_url": remote, "max_retries": 0}).complete("z")
+        assert srv.calls == 2 and len(proxy.seen) == 1
+
+
+def test_the_deadline_holds_through_a_proxy(proxy_env):
+    with ScriptedServer(lambda k, b: Reply("Yes")) as srv, _ForwardProxy(stall=True) as proxy:
+        proxy_env.setenv("HTTP_PROXY", proxy.url)
+        remote = srv.base_url.replace("127.0.0.1", "llm.test")
+        c = LLMClient({**cfg(srv, timeout=0.6, max_retries=0), "base_url": remote})
+        t0 = time.monotonic()
+        with pytest.raises(LLMError, match="0.6 s deadline"):
+            c.complete("x")
+        assert time.monotonic() - t0 < 2.0 and len(proxy.seen) == 1 and srv.calls == 0
+
+
+def test_an_unusable_proxy_is_one_clear_error(proxy_env):
+    with ScriptedServer(lambda k, b: Reply("Yes")) as srv:
+        proxy_env.setenv("HTTP_PROXY", "ftp://user:secret@127.0.0.1:1")
+        with pytest.raises(LLMError, match=r"the proxy 'ftp://\*\*\*@127.0.0.1:1' .*cannot be used") as err:
+            LLMClient(cfg(srv)).complete("x")
+        assert "secret" not in str(err.value) and srv.calls == 0

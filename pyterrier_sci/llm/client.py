@@ -230,7 +230,8 @@ class LLMClient:
                     import openai
                     s = self.settings
                     make = getattr(openai, "DefaultHttpxClient", None) or _http_libs()[0].Client
-                    http = make(transport=_guarded_transport(s.max_response_bytes))
+                    http = make(transport=_guarded_transport(s.max_response_bytes),
+                                mounts=_proxy_mounts(s.max_response_bytes))
                     self._openai = openai.OpenAI(
                         api_key=api_key_for(s), base_url=s.base_url, timeout=s.timeout, max_retries=0,
                         http_client=http, default_headers={"Accept-Encoding": "identity"})
@@ -646,11 +647,39 @@ def _http_libs():
     return httpx, importlib.import_module(httpx.__name__.replace("httpx", "httpcore", 1))
 
 
-def _guarded_transport(max_bytes: int):
-    """An ``httpx.HTTPTransport`` whose every socket read and write is bounded by the calling
-    thread's request deadline, and whose response bodies are cut off at ``max_bytes`` (after
-    decompression; gzip and deflate are decoded here with bounded output, other encodings are
-    refused)."""
+LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]")   # never sent through a proxy
+
+
+def _proxy_mounts(max_bytes: int) -> dict:
+    """The environment's proxies (``HTTP_PROXY``, ``HTTPS_PROXY``, ``ALL_PROXY``, ``NO_PROXY``), read
+    as httpx reads them for a client of its own, each behind a guarded transport.  httpx ignores
+    them once a client is given a transport, which the deadline and size limit need, so without
+    these mounts the toolkit connected directly where the plain OpenAI client used the proxy.
+    Loopback servers (``localhost``, ``127.0.0.1``, ``[::1]``: a local llama.cpp or vLLM) are always
+    reached directly, as Go's HTTP client does: a proxy's loopback is not the caller's.  A proxy
+    that cannot be used (an unsupported scheme, a SOCKS proxy without ``socksio``) is one
+    :class:`LLMError` naming it."""
+    import importlib
+    httpx, _ = _http_libs()
+    env = importlib.import_module(httpx.__name__ + "._utils").get_environment_proxies()
+    if env:
+        env.update({f"all://{host}": None for host in LOOPBACK_HOSTS})
+    mounts = {}
+    for pattern, url in env.items():
+        try:
+            mounts[pattern] = None if url is None else _guarded_transport(max_bytes, proxy=url)
+        except (ImportError, ValueError, httpx.InvalidURL) as e:
+            shown = re.sub(r"//[^/@]*@", "//***@", url)   # never the proxy's password
+            raise LLMError(f"the proxy {shown!r} for {pattern!r} (from HTTP_PROXY / HTTPS_PROXY / ALL_PROXY) "
+                           f"cannot be used: {e}") from None
+    return mounts
+
+
+def _guarded_transport(max_bytes: int, proxy: Optional[str] = None):
+    """An ``httpx.HTTPTransport`` (through ``proxy`` when given) whose every socket read and write,
+    the proxy's included, is bounded by the calling thread's request deadline, and whose response
+    bodies are cut off at ``max_bytes`` (after decompression; gzip and deflate are decoded here with
+    bounded output, other encodings are refused)."""
     httpx, httpcore = _http_libs()
 
     class Stream(httpcore.NetworkStream):
@@ -707,7 +736,7 @@ def _guarded_transport(max_bytes: int):
 
     class Transport(httpx.HTTPTransport):
         def __init__(self):
-            super().__init__()
+            super().__init__(proxy=proxy)
             pool = getattr(self, "_pool", None)   # bound the headers too, where httpx lets us
             if pool is not None and hasattr(pool, "_network_backend"):
                 pool._network_backend = Backend(pool._network_backend)
