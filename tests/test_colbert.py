@@ -485,3 +485,51 @@ def test_reuse_sample_encoding_keeps_nothing_above_its_budget(monkeypatch):
     CollectionEncoder.encode_passages(enc, passages)
     CollectionEncoder.encode_passages(enc, passages)
     assert calls == [passages, passages] and not events
+
+
+# ----------------------------------------------------------------- nearest-centroid codes with FAISS
+
+def test_faiss_codes_are_colbert_ais_codes(monkeypatch):
+    """The index pass's nearest-centroid codes: FAISS's exact inner-product search gives what colbert-ai's
+    ``centroids @ batch.T`` reduction gives, for realistic near-ties, exact ties (duplicated centroids: the
+    lower id), batches below FAISS's BLAS threshold, above 64K rows and none; the GPU path is untouched."""
+    from types import SimpleNamespace
+
+    import torch
+    from colbert.indexing.codecs.residual import ResidualCodec
+
+    from pyterrier_sci.plugins.colbert._worker import assign_codes_with_faiss
+    original = ResidualCodec.compress_into_codes
+    monkeypatch.setattr(ResidualCodec, "compress_into_codes", original)
+    assign_codes_with_faiss(threads=1)
+    patched = ResidualCodec.compress_into_codes
+    assert patched is not original
+    assign_codes_with_faiss()  # idempotent: not wrapped twice
+    assert ResidualCodec.compress_into_codes is patched
+    g = torch.Generator().manual_seed(0)
+    centroids = torch.nn.functional.normalize(torch.randn(2048, 128, generator=g), dim=1)
+    centroids[1500] = centroids[7]  # an exact tie: both choose 7
+    centroids[1501] = centroids[900]
+    near = centroids[torch.randint(0, 2048, (70_000,), generator=g)]
+    embs = torch.nn.functional.normalize(near + 0.05 * torch.randn(70_000, 128, generator=g), dim=1)
+    embs[:5] = centroids[[7, 900, 1500, 1501, 3]]
+    codec = SimpleNamespace(use_gpu=False, centroids=centroids)
+    want = original(codec, embs, out_device="cpu")
+    got = patched(codec, embs, out_device="cpu")
+    assert got.dtype == want.dtype == torch.int64 and got.shape == (70_000,)
+    assert torch.equal(got, want)
+    assert got[:5].tolist() == [7, 900, 7, 900, 3]
+    small = embs[10:13]  # FAISS searches fewer than 20 queries without BLAS
+    assert torch.equal(patched(codec, small, out_device="cpu"), original(codec, small, out_device="cpu"))
+    assert patched(codec, embs[:0], out_device="cpu").shape == (0,)
+    # another codec (new centroids) gets its own search structure
+    other = SimpleNamespace(use_gpu=False, centroids=centroids[:100].clone())
+    assert torch.equal(patched(other, embs[:1000], out_device="cpu"), original(other, embs[:1000], out_device="cpu"))
+    # the GPU path is colbert-ai's own (no CUDA here: it fails as it does unpatched)
+    gpu = SimpleNamespace(use_gpu=True, centroids=centroids)
+    errors = []
+    for fn in (patched, original):
+        with pytest.raises(Exception) as err:
+            fn(gpu, embs[:10], out_device="cpu")
+        errors.append((type(err.value), str(err.value)))
+    assert errors[0] == errors[1]

@@ -87,6 +87,52 @@ def reuse_sample_encoding(emit, max_bytes: int = REUSE_MAX_BYTES) -> None:
     CollectionEncoder.encode_passages = encode_passages
 
 
+def assign_codes_with_faiss(threads=None) -> None:
+    """colbert-ai's ``ResidualCodec.compress_into_codes`` on the CPU: each embedding's code is the index
+    of its nearest centroid (largest inner product), found by multiplying the whole centroid matrix with
+    16K embeddings at a time (``centroids @ batch.T``, a 2 GiB float32 matrix at 32K centroids) and
+    reducing it over the centroids; that runs at about 12 GFLOP/s here, and at PRISM's 38,956 256-word
+    chunks (8.9M embeddings, 32,768 centroids) the index pass spent most of an hour in it.  FAISS's exact
+    inner-product search (``IndexFlatIP``, k=1: blocked matrix products that keep the running maximum)
+    gives the same argmax about 10 times faster; equal centroids go to the lower id, as in torch.  The GPU
+    path is left as colbert-ai wrote it.  ``threads`` bounds FAISS's OpenMP threads as torch's are."""
+    import faiss
+    import numpy as np
+    import torch
+    from colbert.indexing.codecs.residual import ResidualCodec
+    original = ResidualCodec.compress_into_codes
+    if getattr(original, "pyterrier_sci", False):
+        return
+    if threads:
+        faiss.omp_set_num_threads(int(threads))
+
+    def compress_into_codes(self, embs, out_device):
+        if self.use_gpu:
+            return original(self, embs, out_device)
+        flat = getattr(self, "_pyterrier_sci_flat", None)
+        if flat is None or flat[0] is not self.centroids:
+            centroids = self.centroids.float()
+            index = faiss.IndexFlatIP(centroids.size(1))
+            index.add(np.ascontiguousarray(centroids.numpy()))
+            # equal centroids tie exactly: torch's reduction keeps the first, FAISS may not
+            _, inverse = torch.unique(centroids, dim=0, return_inverse=True)
+            first = torch.full((int(inverse.max()) + 1,), len(inverse), dtype=torch.int64)
+            first = first.scatter_reduce(0, inverse, torch.arange(len(inverse)), reduce="amin")
+            canon = first[inverse]
+            flat = (self.centroids, index, None if torch.equal(canon, torch.arange(len(canon))) else canon)
+            self._pyterrier_sci_flat = flat
+        _, index, canon = flat
+        codes = []
+        for batch in embs.split(1 << 16):
+            _, ids = index.search(np.ascontiguousarray(batch.cpu().float().numpy()), 1)
+            codes.append(torch.from_numpy(ids[:, 0]))
+        codes = torch.cat(codes) if codes else torch.empty(0, dtype=torch.int64)
+        return (codes if canon is None else canon[codes]).to(device=out_device)
+
+    compress_into_codes.pyterrier_sci = True
+    ResidualCodec.compress_into_codes = compress_into_codes
+
+
 def index_main(args_path: str) -> int:
     with open(args_path) as f:
         args = json.load(f)
@@ -127,6 +173,7 @@ def index_main(args_path: str) -> int:
         with open(args["collection"], encoding="utf-8") as f:
             passages = [line.rstrip("\n") for line in f]
         reuse_sample_encoding(emit)
+        assign_codes_with_faiss(args.get("threads"))
         with Run().context(RunConfig(nranks=1, avoid_fork_if_possible=True, root=args["root"])):
             config = ColBERTConfig(doc_maxlen=args["doc_maxlen"], nbits=args["nbits"],
                                    kmeans_niters=args["kmeans_niters"], index_bsize=args["index_bsize"],
