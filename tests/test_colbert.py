@@ -118,6 +118,8 @@ def test_index_is_an_artifact(retriever, tiny_docs):
     assert 0 < t["kmeans_s"] < t["worker_s"] and t["encode_and_write_s"] > 0
     # colbert-ai's k-means sample is the whole collection here: its encoding is reused, not repeated
     assert t["passages_encoded"] == N_DOCS
+    # every token vector got its nearest centroid from FAISS (the index pass; k-means' held-out vectors too)
+    assert t["codes_by"] == "faiss" and t["code_vectors"] >= meta["num_embeddings"] and 0 < t["codes_s"] < t["worker_s"]
     assert sorted(loaded.docnos().fwd.lookup(np.arange(N_DOCS))) == sorted(d.doc_id for d in tiny_docs)
     assert not list(Path(retriever.index.path).parent.glob("*.building-*"))
     top = loaded.retriever(num_results=3, query_maxlen=64)(_queries(tiny_docs[:3]))
@@ -491,8 +493,9 @@ def test_reuse_sample_encoding_keeps_nothing_above_its_budget(monkeypatch):
 
 def test_faiss_codes_are_colbert_ais_codes(monkeypatch):
     """The index pass's nearest-centroid codes: FAISS's exact inner-product search gives what colbert-ai's
-    ``centroids @ batch.T`` reduction gives, for realistic near-ties, exact ties (duplicated centroids: the
-    lower id), batches below FAISS's BLAS threshold, above 64K rows and none; the GPU path is untouched."""
+    ``centroids @ batch.T`` reduction gives (up to float rounding of near-ties), for realistic near-ties,
+    exact ties (duplicated centroids: the lower id), batches below FAISS's BLAS threshold, above 64K rows
+    and none; the GPU path is untouched."""
     from types import SimpleNamespace
 
     import torch
@@ -504,8 +507,8 @@ def test_faiss_codes_are_colbert_ais_codes(monkeypatch):
     assign_codes_with_faiss(threads=1)
     patched = ResidualCodec.compress_into_codes
     assert patched is not original
-    assign_codes_with_faiss()  # idempotent: not wrapped twice
-    assert ResidualCodec.compress_into_codes is patched
+    stats = assign_codes_with_faiss()  # idempotent: not wrapped twice
+    assert ResidualCodec.compress_into_codes is patched and stats == {"vectors": 0, "seconds": 0.0}
     g = torch.Generator().manual_seed(0)
     centroids = torch.nn.functional.normalize(torch.randn(2048, 128, generator=g), dim=1)
     centroids[1500] = centroids[7]  # an exact tie: both choose 7
@@ -517,7 +520,12 @@ def test_faiss_codes_are_colbert_ais_codes(monkeypatch):
     want = original(codec, embs, out_device="cpu")
     got = patched(codec, embs, out_device="cpu")
     assert got.dtype == want.dtype == torch.int64 and got.shape == (70_000,)
-    assert torch.equal(got, want)
+    # the same centroid, except where two scores tie to float rounding (BLAS kernels sum in other orders)
+    differ = (got != want).nonzero().flatten()
+    assert len(differ) <= 7
+    for i in differ.tolist():
+        s = centroids @ embs[i]
+        assert 0 <= float(s[want[i]] - s[got[i]]) < 1e-5
     assert got[:5].tolist() == [7, 900, 7, 900, 3]
     small = embs[10:13]  # FAISS searches fewer than 20 queries without BLAS
     assert torch.equal(patched(codec, small, out_device="cpu"), original(codec, small, out_device="cpu"))

@@ -87,28 +87,35 @@ def reuse_sample_encoding(emit, max_bytes: int = REUSE_MAX_BYTES) -> None:
     CollectionEncoder.encode_passages = encode_passages
 
 
-def assign_codes_with_faiss(threads=None) -> None:
+def assign_codes_with_faiss(threads=None) -> dict:
     """colbert-ai's ``ResidualCodec.compress_into_codes`` on the CPU: each embedding's code is the index
     of its nearest centroid (largest inner product), found by multiplying the whole centroid matrix with
     16K embeddings at a time (``centroids @ batch.T``, a 2 GiB float32 matrix at 32K centroids) and
-    reducing it over the centroids; that runs at about 12 GFLOP/s here, and at PRISM's 38,956 256-word
-    chunks (8.9M embeddings, 32,768 centroids) the index pass spent most of an hour in it.  FAISS's exact
-    inner-product search (``IndexFlatIP``, k=1: blocked matrix products that keep the running maximum)
-    gives the same argmax about 10 times faster; equal centroids go to the lower id, as in torch.  The GPU
-    path is left as colbert-ai wrote it.  ``threads`` bounds FAISS's OpenMP threads as torch's are."""
+    reducing it over the centroids: 4,100 token vectors/s (35 GFLOP/s) here, 40 of the 93 minutes of
+    PRISM's 256-word-chunk build (9.98M token vectors, 32,768 centroids).  FAISS's exact inner-product
+    search (``IndexFlatIP``, k=1: blocked matrix products that keep the running maximum) finds the same
+    centroids 5.1 times faster (``benchmarks/bench_colbert_codes.py``); they differ only where two
+    centroids' scores tie to float rounding (1 of 253,643 real token vectors, by 2.4e-7), and equal
+    centroids go to the lower id, as in torch.  The GPU path is left as colbert-ai wrote it.
+    ``threads`` bounds FAISS's OpenMP threads as torch's are.  Returns the running totals of the
+    replacement (``vectors``, ``seconds``), which the build records."""
+    import time
+
     import faiss
     import numpy as np
     import torch
     from colbert.indexing.codecs.residual import ResidualCodec
     original = ResidualCodec.compress_into_codes
-    if getattr(original, "pyterrier_sci", False):
-        return
+    if getattr(original, "pyterrier_sci", None):
+        return original.pyterrier_sci
+    stats = {"vectors": 0, "seconds": 0.0}
     if threads:
         faiss.omp_set_num_threads(int(threads))
 
     def compress_into_codes(self, embs, out_device):
         if self.use_gpu:
             return original(self, embs, out_device)
+        started = time.perf_counter()
         flat = getattr(self, "_pyterrier_sci_flat", None)
         if flat is None or flat[0] is not self.centroids:
             centroids = self.centroids.float()
@@ -127,10 +134,13 @@ def assign_codes_with_faiss(threads=None) -> None:
             _, ids = index.search(np.ascontiguousarray(batch.cpu().float().numpy()), 1)
             codes.append(torch.from_numpy(ids[:, 0]))
         codes = torch.cat(codes) if codes else torch.empty(0, dtype=torch.int64)
+        stats["vectors"] += len(codes)
+        stats["seconds"] += time.perf_counter() - started
         return (codes if canon is None else canon[codes]).to(device=out_device)
 
-    compress_into_codes.pyterrier_sci = True
+    compress_into_codes.pyterrier_sci = stats
     ResidualCodec.compress_into_codes = compress_into_codes
+    return stats
 
 
 def index_main(args_path: str) -> int:
@@ -173,13 +183,14 @@ def index_main(args_path: str) -> int:
         with open(args["collection"], encoding="utf-8") as f:
             passages = [line.rstrip("\n") for line in f]
         reuse_sample_encoding(emit)
-        assign_codes_with_faiss(args.get("threads"))
+        codes = assign_codes_with_faiss(args.get("threads"))
         with Run().context(RunConfig(nranks=1, avoid_fork_if_possible=True, root=args["root"])):
             config = ColBERTConfig(doc_maxlen=args["doc_maxlen"], nbits=args["nbits"],
                                    kmeans_niters=args["kmeans_niters"], index_bsize=args["index_bsize"],
                                    index_path=args["index_path"])
             Indexer(checkpoint=args["checkpoint"], config=config, verbose=0).index(
                 name=os.path.basename(args["index_path"]), collection=Collection(data=passages))
+        emit(event="codes", method="faiss", vectors=codes["vectors"], seconds=round(codes["seconds"], 3))
         emit(event="done")
         return 0
     except BaseException as e:  # reported to the parent, which raises it as one clear error

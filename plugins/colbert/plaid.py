@@ -576,8 +576,12 @@ def _run_worker(args: Dict[str, Any], tmp: Path, n: int, sample: int, desc: str,
     total = time.monotonic() - timings["start"]
     kmeans = timings.get("kmeans_end", 0.0) - timings.get("kmeans_start", 0.0)
     reused = sum(e["n"] for e in events if e["event"] == "reused")
-    return {"worker_s": round(total, 3), "kmeans_s": round(kmeans, 3), "encode_and_write_s": round(total - kmeans, 3),
-            "passages_encoded": sample + n - reused}  # k-means sample and collection, less the reused sample
+    out = {"worker_s": round(total, 3), "kmeans_s": round(kmeans, 3), "encode_and_write_s": round(total - kmeans, 3),
+           "passages_encoded": sample + n - reused}  # k-means sample and collection, less the reused sample
+    for e in events:
+        if e["event"] == "codes":  # nearest-centroid codes (part of k-means' residual estimate and of the index pass)
+            out.update(codes_by=e["method"], codes_s=e["seconds"], code_vectors=e["vectors"])
+    return out
 
 
 def _kill(proc: subprocess.Popen) -> None:
