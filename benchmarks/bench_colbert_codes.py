@@ -28,8 +28,9 @@ from types import SimpleNamespace
 
 
 def plaid_dir(path: str) -> Path:
+    from pyterrier_sci.plugins.colbert.plaid import PLAID_DIR
     p = Path(path)
-    for cand in (p, p / "plaid"):
+    for cand in (p, p / PLAID_DIR):
         if (cand / "centroids.pt").is_file() and (cand / "metadata.json").is_file():
             return cand
     raise SystemExit(f"{path}: not a PLAID index (no centroids.pt / metadata.json in it or in its plaid/ folder)")
