@@ -4,9 +4,11 @@ Registers ``sci/csfcube[/{facet}][/{fold}-{test,dev}]`` (4,205 abstracts, graded
 benchmark) and reads - or rebuilds, :func:`rebuild_corpus` - the release's files; see ``docs/sciface.md``.
 """
 
+import contextlib
 import functools
+import hashlib
 import json
-import os
+import logging
 import re
 import sys
 from pathlib import Path
@@ -15,6 +17,8 @@ from typing import Dict, List, NamedTuple, Optional, Tuple
 import ir_datasets
 
 from pyterrier_sci.data import (
+    ENV_VAR,
+    DamagedDataError,
     DataFile,
     MissingDataError,
     checksums_enabled,
@@ -26,6 +30,8 @@ from pyterrier_sci.data import (
     verified_once,
 )
 from pyterrier_sci.irds import FnDocs, FnQrels, FnQueries, FnScoredDocs, register
+
+log = logging.getLogger(__name__)
 
 NAME = "sci/csfcube"
 FACETS = ("background", "method", "result")
@@ -102,10 +108,41 @@ def missing_files() -> List[str]:
 
 
 def _corpus_path() -> Path:
+    """The corpus file, rebuilt first when it is missing and the readable annotations are there.  It
+    must be the released file (its SHA-256) or, when the annotations gave other bytes, the
+    toolkit's own rebuild: a file whose ``<name>.sha256`` record (written by :func:`rebuild_corpus`)
+    it still matches."""
     f = FILES["corpus"]
     if not f.exists() and (data_dir() / "csfcube" / "readable_annotations").is_dir():
         rebuild_corpus()
-    return f.resolve()
+    try:
+        return f.resolve()
+    except DamagedDataError:
+        from pyterrier_sci.artifacts import verify_checksum
+        p = f.local()
+        if _REBUILD_MARK in _read_record(p) and verify_checksum(p):
+            _say_once(f"{p} is the toolkit's own rebuild from readable_annotations (its recorded SHA-256), "
+                      "not the released file's bytes")
+            return p
+        raise
+
+
+#: the word :func:`rebuild_corpus` writes into the checksum record of a rebuild that differs from the release
+_REBUILD_MARK = "rebuilt-by-pyterrier-sci"
+_said: set = set()
+
+
+def _read_record(path: Path) -> str:
+    try:
+        return Path(str(path) + ".sha256").read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return ""
+
+
+def _say_once(message: str) -> None:
+    if message not in _said:
+        _said.add(message)
+        log.warning(message)
 
 
 def _read_docs(path: Path):
@@ -332,12 +369,29 @@ def rebuild_corpus(annotations_dir: Optional[Path] = None, out: Optional[Path] =
                     sents[-1] += " " + line.strip()
             papers.setdefault(m.group(1), {"paper_id": m.group(1), "title": t.group(1).strip(), "year": m.group(2),
                                            "abstract": sents, "pred_labels": labels})
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
-    with open(tmp, "w", encoding="utf-8") as fout:
-        for p in papers.values():
-            fout.write(json.dumps(p) + "\n")
-    os.replace(tmp, out)
+    # the release's layout: papers in numeric id order, one JSON object a line, UTF-8 unescaped
+    ordered = sorted(papers.values(), key=lambda p: (0, int(p["paper_id"])) if p["paper_id"].isdigit()
+                     else (1, p["paper_id"]))
+    text = "".join(json.dumps(p, ensure_ascii=False) + "\n" for p in ordered)
+    from pyterrier_sci import artifacts
+    try:
+        artifacts.atomic_write_text(out, text, what="the rebuilt CSFCube corpus")
+    except PermissionError as e:
+        raise MissingDataError(f"cannot rebuild the CSFCube corpus at {out}: {e.strerror} (the data directory is "
+                               f"read-only); restore the file, or set ${ENV_VAR} to a writable copy of the data "
+                               f"directory. Get it from: {_SOURCE}") from None
+    digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
+    record = Path(str(out) + ".sha256")
+    if digest == FILES["corpus"].sha256:
+        with contextlib.suppress(FileNotFoundError):
+            record.unlink()  # a record of an earlier, different rebuild
+        _say_once(f"rebuilt {out} from {annotations_dir}: {len(ordered):,} papers, byte for byte the released "
+                  f"file (SHA-256 {digest[:12]}…)")
+    else:
+        artifacts.atomic_write_text(record, f"{digest}  {out.name}  {_REBUILD_MARK}\n", what="its checksum record")
+        _say_once(f"rebuilt {out} from {annotations_dir}: {len(ordered):,} papers, but not the released file's bytes "
+                  f"(SHA-256 {digest[:12]}…, released {FILES['corpus'].sha256[:12]}…): other annotations? It is "
+                  f"used as the toolkit's own rebuild, its SHA-256 recorded in {record.name}")
     return out
 
 

@@ -11,6 +11,7 @@ the operating system when their holder dies) on ``.<name>.lock`` beside the arti
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import hashlib
 import json
@@ -28,7 +29,8 @@ from typing import Callable, Iterator, Mapping, Optional, Union
 
 from pyterrier_sci.pipeline import PipelineError
 
-__all__ = ["PathError", "DamagedFileWarning", "lock", "build_atomically", "atomic_file", "atomic_write_text",
+__all__ = ["PathError", "DamagedFileWarning", "LinkReplacedWarning", "create_new_file",
+           "lock", "build_atomically", "atomic_file", "atomic_write_text",
            "write_pt_meta", "check_file_target",
            "check_directory", "remove_stale_partials", "remove_stale_temporaries", "record_checksum",
            "verify_checksum", "discard_if_damaged", "process_alive"]
@@ -47,6 +49,10 @@ class PathError(PipelineError):
     """A path the toolkit was asked to write (``--output``, ``save_dir``, ``$PYTERRIER_SCI_HOME``, an
     index) that it cannot or must not write: a directory, a device, a FIFO, a socket, or a path under a
     regular file."""
+
+
+class LinkReplacedWarning(UserWarning):
+    """A file the toolkit writes was a symbolic link: the link itself was replaced, its target left alone."""
 
 
 class DamagedFileWarning(UserWarning):
@@ -133,24 +139,24 @@ def check_directory(path: PathLike, what: str) -> Path:
 
 def check_file_target(path: PathLike, what: str = "output") -> Path:
     """The path a file should be written to, refusing what must not be replaced: a directory, a
-    device, a FIFO or a socket (also behind a symbolic link), or a path under a regular file.
+    device, a FIFO or a socket, or a path under a regular file.
 
-    A symbolic link to a regular file is followed (the file it names is replaced, the link kept).
-    Raises :class:`PathError` naming ``what`` (e.g. ``--output``, ``save_dir``)."""
+    A symbolic link is never followed: the file is renamed over the link's own directory entry, so
+    the link is replaced and the file it named is left untouched (a :class:`LinkReplacedWarning` says
+    so).  Raises :class:`PathError` naming ``what`` (e.g. ``--output``, ``save_dir``)."""
     p = Path(path).expanduser()
     if str(path) == "" or p.name in ("", ".", ".."):
         raise PathError(f"{str(path)!r} is not a file name", where=what)
-    if p.is_symlink():
-        p = Path(os.path.realpath(p))
     try:
-        st = os.stat(p)
-    except FileNotFoundError:
-        st = None
-    except NotADirectoryError:
-        st = None  # a parent is a file: reported below
+        st = os.lstat(p)
+    except (FileNotFoundError, NotADirectoryError):
+        st = None  # a parent that is a file is reported below
     except OSError as e:
         raise PathError(f"cannot write {p}: {e.strerror}", where=what) from None
     if st is not None:
+        if stat.S_ISLNK(st.st_mode):
+            _check_creatable(p, p.parent, what)
+            return p
         if stat.S_ISDIR(st.st_mode):
             raise PathError(f"{p} is a directory; give the path of a file to write", where=what)
         if not stat.S_ISREG(st.st_mode):
@@ -159,6 +165,33 @@ def check_file_target(path: PathLike, what: str = "output") -> Path:
         return p
     _check_creatable(p, p.parent, what)
     return p
+
+
+def _warn_if_link(path: Path, what: str) -> None:
+    """A :class:`LinkReplacedWarning` when ``path`` is a symbolic link (about to be replaced)."""
+    if os.path.islink(path):
+        warnings.warn(f"{path} ({what}) was a symbolic link to {os.readlink(path)}; the link itself is replaced "
+                      "by the new file and the file it named is left untouched (writers never follow links)",
+                      LinkReplacedWarning, stacklevel=4)
+
+
+def create_new_file(path: PathLike, mode: int = 0o666) -> Path:
+    """Creates ``path`` as a new, empty regular file without following a link: whatever entry has
+    that name (a stale temporary, a planted symbolic link) is removed first, then the file is
+    created with ``O_CREAT | O_EXCL | O_NOFOLLOW``.  Returns ``path``."""
+    path = Path(path)
+    while True:
+        with contextlib.suppress(FileNotFoundError):
+            if not os.path.isdir(path) or os.path.islink(path):
+                os.unlink(path)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
+        except FileExistsError:  # recreated meanwhile: remove it again
+            if os.path.isdir(path) and not os.path.islink(path):
+                raise PathError(f"{path} is a directory", where=str(path)) from None
+            continue
+        os.close(fd)
+        return path
 
 
 # ---------------------------------------------------------------------------------------- locking
@@ -198,7 +231,16 @@ def lock(path: PathLike, what: Optional[str] = None) -> Iterator[None]:
     lock_file.parent.mkdir(parents=True, exist_ok=True)
     said = False
     while True:
-        fd = os.open(lock_file, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fd = os.open(lock_file, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o666)
+        except OSError as e:
+            if e.errno != errno.ELOOP:  # ELOOP: a symbolic link planted at the lock's name
+                raise
+            log.warning("%s was a symbolic link (to %s); it is removed, never followed", lock_file,
+                        os.readlink(lock_file))
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(lock_file)
+            continue
         try:
             if not _try_flock(fd, said):
                 if not said:  # the holder writes who it is right after taking the lock
@@ -378,11 +420,12 @@ def atomic_file(path: PathLike, what: str = "output") -> Iterator[Path]:
     path = check_file_target(path, what)
     path.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_temporaries(path.parent)
-    tmp = _temporary(path)
+    tmp = create_new_file(_temporary(path))  # a link planted at the temporary's name is removed, not followed
     try:
         yield tmp
         check_file_target(path, what)  # nothing non-regular appeared meanwhile
-        os.replace(tmp, path)
+        _warn_if_link(path, what)
+        os.replace(tmp, path)  # replaces the directory entry: a link there is replaced, never written through
     finally:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
@@ -442,9 +485,10 @@ def record_checksum(path: PathLike) -> Path:
     key = _stat_key(path)
     digest = sha256_file(path)
     side = _checksum_path(path)
-    tmp = _temporary(side)
+    tmp = create_new_file(_temporary(side))
     try:
         tmp.write_text(f"{digest}  {path.name}\n", encoding="utf-8")
+        _warn_if_link(side, "a checksum record")
         os.replace(tmp, side)
     finally:
         with contextlib.suppress(FileNotFoundError):

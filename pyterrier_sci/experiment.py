@@ -6,6 +6,8 @@ from the saved runs.  See README, "Pipeline files (YAML)", and docs/reproducibil
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +24,7 @@ from pyterrier_sci.pipeline import PipelineConfig, PipelineError, build_all, loa
 from pyterrier_sci.registry import check_dataset
 
 __all__ = ["run_experiment", "experiment_outcome", "replay_outcome", "experiment_spec", "ExperimentOutcome",
-           "DatasetOutcome", "run_pipeline_on", "write_run", "topics_and_qrels", "run_path"]
+           "DatasetOutcome", "run_pipeline_on", "write_run", "topics_and_qrels", "run_path", "pipeline_key"]
 
 
 def _slug(s: str) -> str:
@@ -173,6 +175,10 @@ def _plan(config, name: Optional[str], save_dir: Optional[str]) -> Tuple[Experim
     pipelines: List[str] = list(exp.get("pipelines") or cfg.pipelines)
     if not pipelines:
         raise PipelineError("no pipelines to compare", where=where)
+    twice = sorted({p for p in pipelines if pipelines.count(p) > 1}, key=str)
+    if twice:
+        raise PipelineError(f"pipeline(s) {', '.join(map(repr, twice))} listed more than once: the table and the "
+                            "saved runs need one row and one file per pipeline", where=where)
     measure_names = exp.get("measures")
     if not measure_names:
         raise PipelineError("no measures", where=where)
@@ -186,6 +192,7 @@ def _plan(config, name: Optional[str], save_dir: Optional[str]) -> Tuple[Experim
                                 baseline=baseline, test=exp.get("test", "t") if baseline is not None else None,
                                 correction=exp.get("correction") if baseline is not None else None,
                                 save_root=save_root, table=pd.DataFrame())
+    check_run_paths(outcome, list(datasets))
     return outcome, list(datasets)
 
 
@@ -223,7 +230,7 @@ def experiment_outcome(config: Union[str, Path, dict, PipelineConfig], name: Opt
         _measures.parse(measure_names, dataset=dataset)   # an unknown name fails before any pipeline runs
         runs, paths = {}, {}
         for pname in pipelines:
-            save_to = run_path(outcome.save_root, dataset, pname)
+            save_to = run_path(outcome.save_root, dataset, pname, cfg)
             runs[pname] = run_pipeline_on(systems[pname], topics, save_to, run_name=_slug(pname))
             paths[pname] = save_to
         table = _table(outcome, runs, topics, qrels, dataset)
@@ -273,14 +280,14 @@ def replay_outcome(config: Union[str, Path, dict, PipelineConfig], name: Optiona
                             "give it a save_dir (or --save-dir) and run it without --replay first", where="--replay")
     for dataset in datasets:  # every saved run is there before anything is read
         for pname in outcome.pipelines:
-            p = run_path(outcome.save_root, dataset, pname)
+            p = run_path(outcome.save_root, dataset, pname, outcome.config)
             if p is None or not p.is_file():
                 _read_for_replay(p, dataset, pname)
     tables = []
     for dataset in datasets:
         topics, qrels = topics_and_qrels(dataset, outcome.spec.get("topics_variant"))
         _measures.parse(outcome.measures, dataset=dataset)
-        paths = {p: run_path(outcome.save_root, dataset, p) for p in outcome.pipelines}
+        paths = {p: run_path(outcome.save_root, dataset, p, outcome.config) for p in outcome.pipelines}
         runs = {p: _read_for_replay(paths[p], dataset, p) for p in outcome.pipelines}
         systems = build_all(outcome.config, outcome.pipelines, dataset=dataset, trusted=trusted)
         table = _table(outcome, runs, topics, qrels, dataset)
@@ -292,8 +299,53 @@ def replay_outcome(config: Union[str, Path, dict, PipelineConfig], name: Optiona
     return outcome
 
 
-def run_path(save_root: Optional[Union[str, Path]], dataset: str, pipeline_name: str) -> Optional[Path]:
-    """Where an experiment with ``save_dir`` ``save_root`` keeps the run of a pipeline on a dataset."""
+def pipeline_key(config: Optional[PipelineConfig], pipeline_name: str) -> str:
+    """A short hash of what a pipeline computes: its expression (``pipeline_name`` itself when the
+    config names no such pipeline), and, transitively, the named pipelines and the component
+    settings it uses.  Part of its saved run's name, so that a changed pipeline is run again and two
+    names that read alike on disk never share a run."""
+    pipelines = dict(config.pipelines) if config is not None else {}
+    components = dict(config.components) if config is not None else {}
+    used: Dict[str, Any] = {"name": pipeline_name}
+    todo, seen = [pipelines.get(pipeline_name, pipeline_name)], set()
+    used["expression"] = todo[0]
+    while todo:
+        expr = todo.pop()
+        for ident in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", str(expr)):
+            if ident in seen:
+                continue
+            seen.add(ident)
+            if ident in pipelines and ident != pipeline_name:
+                used.setdefault("pipelines", {})[ident] = pipelines[ident]
+                todo.append(pipelines[ident])
+            if ident in components:
+                used.setdefault("components", {})[ident] = components[ident]
+    blob = json.dumps(used, sort_keys=True, default=str, ensure_ascii=False)
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:12]
+
+
+def run_path(save_root: Optional[Union[str, Path]], dataset: str, pipeline_name: str,
+             config: Optional[PipelineConfig] = None) -> Optional[Path]:
+    """Where an experiment with ``save_dir`` ``save_root`` keeps the run of a pipeline on a dataset:
+    ``<save_root>/<dataset>/<name>-<key>.res.gz``, the name made safe for a file name and ``key``
+    the :func:`pipeline_key` of the pipeline in ``config`` (names that read alike on disk, ``x<y``
+    and ``x>y``, and a pipeline whose expression or components changed get runs of their own)."""
     if not save_root:
         return None
-    return Path(save_root) / _slug(dataset) / f"{_slug(pipeline_name)}.res.gz"
+    return Path(save_root) / _slug(dataset) / f"{_slug(pipeline_name)}-{pipeline_key(config, pipeline_name)}.res.gz"
+
+
+def check_run_paths(outcome: "ExperimentOutcome", datasets: List[str]) -> None:
+    """One :class:`PipelineError` when two pipelines of an experiment would share a saved run (a
+    pipeline listed twice, or a hash collision)."""
+    if not outcome.save_root:
+        return
+    for dataset in datasets:
+        seen: Dict[Path, str] = {}
+        for pname in outcome.pipelines:
+            p = run_path(outcome.save_root, dataset, pname, outcome.config)
+            if p in seen:
+                raise PipelineError(f"pipelines {seen[p]!r} and {pname!r} would share the saved run {p}: "
+                                    "give each pipeline of an experiment once, under its own name",
+                                    where=f"experiment '{outcome.name}'")
+            seen[p] = pname

@@ -2,6 +2,10 @@
 a function run on first use (so registering a dataset reads no file)."""
 from __future__ import annotations
 
+import json
+import pickle
+import struct
+import warnings
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, List, NamedTuple, Optional, Type
 
@@ -10,6 +14,7 @@ from ir_datasets.formats import BaseDocs, BaseQrels, BaseQueries, BaseScoredDocs
 from ir_datasets.indices import PickleLz4FullStore
 
 from pyterrier_sci.data import work_dir
+from pyterrier_sci.filesums import damaged_file, record_files
 
 
 class FnDocs(BaseDocs):
@@ -40,10 +45,81 @@ class FnDocs(BaseDocs):
         return self._lang
 
     def docs_store(self, field: str = "doc_id"):
+        """ir_datasets' lz4 docstore of these documents, built on first use under the artifact lock
+        (:func:`~pyterrier_sci.artifacts.build_atomically`: two processes build it once, never into
+        the same files) with its files' checksums recorded (``files.json``).  A docstore that does
+        not match them (truncated, overwritten) or was left by an earlier version without them is
+        built again, with a :class:`~pyterrier_sci.artifacts.DamagedFileWarning`."""
         path = Path(work_dir()) / "irds" / self._name / "docs.pklz4"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        return PickleLz4FullStore(path=str(path), init_iter_fn=self.docs_iter, data_cls=self._cls,
+        ensure_docstore(path, lambda p: self._store(p, field), what=f"the docstore of {self._name}")
+        return self._store(path, field)
+
+    def _store(self, path: Path, field: str = "doc_id") -> "CheckedLz4Store":
+        return CheckedLz4Store(path=str(path), init_iter_fn=self.docs_iter, data_cls=self._cls,
                                   lookup_field=field, index_fields=["doc_id"], count_hint=self._count_hint)
+
+
+#: the record of a docstore's files (:func:`pyterrier_sci.filesums.record_files`)
+DOCSTORE_FILES = "files.json"
+
+
+def ensure_docstore(path: Path, make: Callable[[Path], PickleLz4FullStore], what: str) -> Path:
+    """Builds the docstore ``make(tmp).build()`` at ``path`` unless an intact one is there."""
+    from pyterrier_sci.artifacts import DamagedFileWarning, build_atomically
+
+    def build(tmp: Path) -> None:
+        make(tmp).build()
+        files = record_files(tmp)
+        (tmp / DOCSTORE_FILES).write_text(json.dumps(files, indent=2), encoding="utf-8")
+
+    problem = _docstore_problem(path)
+    if problem is not None:
+        if problem:
+            warnings.warn(f"{what} at {path} {problem}; it is built again", DamagedFileWarning, stacklevel=3)
+        build_atomically(path, build, overwrite=bool(problem), what=what)
+        if _docstore_problem(path):  # another process built it meanwhile and it was fine: checked again
+            build_atomically(path, build, overwrite=True, what=what)
+    return path
+
+
+def _docstore_problem(path: Path) -> Optional[str]:
+    """None for an intact docstore at ``path``; "" when there is none; else what is wrong with it."""
+    if not path.is_dir() or not any(path.iterdir()):
+        return ""
+    try:
+        files = json.loads((path / DOCSTORE_FILES).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return f"has no {DOCSTORE_FILES} (built by an earlier version, or by two processes at once)"
+    except (OSError, ValueError) as e:
+        return f"has an unreadable {DOCSTORE_FILES} ({e})"
+    return damaged_file(path, files, str(path / DOCSTORE_FILES))
+
+
+class CheckedLz4Store(PickleLz4FullStore):
+    """ir_datasets' lz4 docstore whose read errors (a file damaged after it was checked) name the
+    docstore and say what to do, instead of lz4's ``Input source data size too small``."""
+
+    def _damaged(self, e: Exception):
+        from pyterrier_sci.data import DamagedDataError
+        return DamagedDataError(self.path, f"the docstore cannot be read ({type(e).__name__}: {e})", None,
+                                f"delete the directory {self.path}: it is built again on next use")
+
+    def get_many_iter(self, keys):
+        try:
+            yield from super().get_many_iter(keys)
+        except _READ_ERRORS as e:
+            raise self._damaged(e) from e
+
+    def __iter__(self):
+        try:
+            yield from super().__iter__()
+        except _READ_ERRORS as e:
+            raise self._damaged(e) from e
+
+
+#: what reading a damaged lz4 docstore raises (lz4's errors are RuntimeError; a cut pickle EOFError,
+#: UnpicklingError or ValueError; a cut index IndexError / struct.error)
+_READ_ERRORS = (RuntimeError, EOFError, ValueError, IndexError, OSError, pickle.UnpicklingError, struct.error)
 
 
 class FnQueries(BaseQueries):

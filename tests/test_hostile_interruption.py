@@ -269,9 +269,10 @@ def test_output_onto_a_fifo_or_device_is_refused_and_left_alone(tmp_path):
     assert stat.S_ISCHR(os.stat(device).st_mode)
     link = tmp_path / "link-to-pipe"
     link.symlink_to(fifo)
-    with pytest.raises(PathError, match="is a FIFO"):
-        write_run(RESULTS, link)
-    assert link.is_symlink() and stat.S_ISFIFO(os.stat(fifo).st_mode)
+    with pytest.warns(artifacts.LinkReplacedWarning, match="link-to-pipe .* symbolic link to .*pipe"):
+        write_run(RESULTS, link)   # the link's own entry is replaced; the FIFO is never opened
+    assert not link.is_symlink() and len(pt.io.read_results(str(link))) == 3
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)
     # /dev/null itself is only checked, never written
     with pytest.raises(PathError, match="is a character device"):
         artifacts.check_file_target(os.devnull, "--output")
@@ -291,11 +292,13 @@ def test_output_that_is_a_directory_or_under_a_file_is_one_error(tmp_path):
     with pytest.raises(PathError, match="not a file name"):
         write_run(RESULTS, "")
     assert (tmp_path / "afile").read_text() == "keep me\n" and not any((tmp_path / "adir").iterdir())
-    # a symbolic link to a regular file: the file is replaced, the link kept
+    # a symbolic link to a regular file: the link is replaced, the file it named left as it was
     (tmp_path / "real.trec").write_text("old\n")
     (tmp_path / "link.trec").symlink_to(tmp_path / "real.trec")
-    write_run(RESULTS, tmp_path / "link.trec")
-    assert (tmp_path / "link.trec").is_symlink() and len(pt.io.read_results(str(tmp_path / "real.trec"))) == 3
+    with pytest.warns(artifacts.LinkReplacedWarning):
+        write_run(RESULTS, tmp_path / "link.trec")
+    assert not (tmp_path / "link.trec").is_symlink() and len(pt.io.read_results(str(tmp_path / "link.trec"))) == 3
+    assert (tmp_path / "real.trec").read_text() == "old\n"
 
 
 def test_cli_run_output_errors_are_one_line(tmp_path, csfcube, capsys):

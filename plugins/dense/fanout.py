@@ -17,7 +17,10 @@ from typing import Iterable, List, Optional, Sequence, Union
 import numpy as np
 import pyterrier_alpha as pta
 
-from .sharded import ShardedIndexError, shard_name  # one error class for building and reading sharded indexes
+from pyterrier_sci.filesums import damaged_file, record_files
+
+# one error class for building and reading sharded indexes
+from .sharded import SHARD_FILE, ShardedIndexError, shard_name
 
 __all__ = ["ShardedDenseIndex", "ShardedIndexError", "write_sharded_flex", "is_sharded", "shard_name",
            "ARTIFACT_TYPE", "ARTIFACT_FORMAT"]
@@ -104,6 +107,13 @@ class ShardedDenseIndex(pta.Artifact):
                        f"but says num_shards={m['num_shards']}")
         pos = 0
         for i, s in enumerate(shards):
+            if not isinstance(s, dict):
+                self._fail(f"pt_meta.json's shards entry {i} is {type(s).__name__} {str(s)[:60]!r}, not a mapping "
+                           "with name, start, end and num_docs (the manifest is damaged: rerun the build)")
+            bad = [k for k in ("start", "end", "num_docs") if type(s.get(k)) is not int]
+            if bad:
+                self._fail(f"pt_meta.json's shards entry {i} has no whole number for {bad} (the manifest is damaged: "
+                           "rerun the build)")
             name = s.get("name")
             if name != shard_name(i):
                 self._fail(f"manifest entry {i} is named {name!r}, expected {shard_name(i)!r}")
@@ -154,6 +164,9 @@ class ShardedDenseIndex(pta.Artifact):
             if not vecs.exists() or vecs.stat().st_size != 4 * s["num_docs"] * m["dim"]:
                 self._fail(f"has a vecs.f4 of {vecs.stat().st_size if vecs.exists() else 0} bytes, expected "
                            f"{4 * s['num_docs'] * m['dim']} (damaged or truncated)", name)
+            problem = damaged_file(d, info.get("files"), str(d / SHARD_FILE))
+            if problem:
+                self._fail(f"is damaged: {problem}; rerun the build that made it (it rebuilds damaged shards)", name)
             out.append(FlexIndex(str(d), sim_fn=self.sim_fn_name, verbose=False))
         return out
 
@@ -309,7 +322,8 @@ def write_sharded_flex(path: Union[str, os.PathLike], docnos: Iterable[str], vec
         def build(tmp, start=start, end=end, info=info):
             FlexIndex(str(tmp), verbose=False).indexer().index(
                 {"docno": docnos[j], "doc_vec": vectors[j]} for j in range(start, end))
-            (Path(tmp) / "shard.json").write_text(json.dumps(info, indent=2), encoding="utf-8")
+            (Path(tmp) / SHARD_FILE).write_text(json.dumps(dict(info, files=record_files(tmp)), indent=2),
+                                                encoding="utf-8")
         build_atomically(path / shard_name(i), build)
         entries.append({"name": shard_name(i), "start": start, "end": end, "num_docs": end - start})
     write_pt_meta(path, type=ARTIFACT_TYPE, format=ARTIFACT_FORMAT, package_hint="pyterrier-sci",  # last: complete

@@ -14,6 +14,7 @@ shards are never mixed with fp32 ones or with those of another int8 export.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gzip
 import hashlib
 import itertools
@@ -25,6 +26,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator, List, Optional, Sequence, Tuple, Union
 
+from pyterrier_sci.filesums import damaged_file, record_files
 from pyterrier_sci.models import BACKENDS, PRECISIONS
 from pyterrier_sci.registry import PipelineError
 
@@ -37,11 +39,11 @@ __all__ = ["ShardedIndexError", "MANIFEST_FORMAT", "FORMAT_VERSION", "SHARD_FILE
 MANIFEST_TYPE = "dense_index"
 MANIFEST_FORMAT = "sharded_flex"
 FORMAT_VERSION = 1
-SHARD_FILE = "shard.json"
 #: what shards of an index built before backends were recorded hold
 LEGACY_VECTORS = "fp32"
 #: the corpus fields of a JSONL corpus file when none are given
 JSONL_TEXT = ("text",)
+SHARD_FILE = "shard.json"
 _OFFSET_EVERY = 4096  # a JSONL corpus's byte offset is kept every this many lines (to seek near a shard's start)
 
 
@@ -239,7 +241,7 @@ class _ShardEncoder:
             info = {"shard": i, "num_shards": spec["num_shards"], **info, "dim": meta["vec_size"],
                     "corpus": spec["corpus_key"], "fields": spec["fields"], "start": start, "end": end,
                     "num_docs": end - start, "vectors": spec["vectors"], "backend": spec["backend"],
-                    "precision": spec["precision"]}
+                    "precision": spec["precision"], "files": record_files(tmp)}
             (tmp / SHARD_FILE).write_text(json.dumps(info, indent=2), encoding="utf-8")
             built.append(True)
 
@@ -338,8 +340,22 @@ def _check_target(index: Path, spec: dict, bounds: List[Tuple[int, int]]) -> Lis
     if index.exists() and not index.is_dir():
         raise ShardedIndexError(f"{index} is a file, not a directory", where="index")
     meta_path = index / "pt_meta.json"
+    meta = None
     if meta_path.exists():
-        meta = json.loads(meta_path.read_text())
+        try:
+            meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        except (ValueError, UnicodeDecodeError) as e:
+            meta = e
+        if not isinstance(meta, dict):  # damaged: the build rewrites it once every shard checks out
+            import warnings
+
+            from pyterrier_sci.artifacts import DamagedFileWarning
+            why = f"cannot be read ({meta})" if isinstance(meta, Exception) else "is not a JSON object"
+            warnings.warn(f"{meta_path} {why}; it is written again when the shards check out", DamagedFileWarning,
+                          stacklevel=3)
+            meta_path.unlink()
+            meta = None
+    if meta is not None:
         if (meta.get("type"), meta.get("format")) != (MANIFEST_TYPE, MANIFEST_FORMAT):
             raise ShardedIndexError(f"{index} holds a {meta.get('type')}/{meta.get('format')} artifact, not a "
                                     "sharded dense index: choose another output path", where="index")
@@ -370,7 +386,28 @@ def _check_target(index: Path, spec: dict, bounds: List[Tuple[int, int]]) -> Lis
         if bad:
             raise ShardedIndexError(f"{path} was built by another build: {'; '.join(bad)}. Choose another output "
                                     "path, or remove the index directory to rebuild it", where="index")
+        problem = damaged_file(path, found.get("files"), str(path / SHARD_FILE))
+        if problem:
+            _discard_shard(index, path, problem)
+            todo.append(i)
     return todo
+
+
+def _discard_shard(index: Path, path: Path, problem: str) -> None:
+    """Removes a damaged shard (and the index's manifest, so that the index reads as unfinished until
+    the shard is built again), with a :class:`~pyterrier_sci.artifacts.DamagedFileWarning`."""
+    import shutil
+    import warnings
+
+    from pyterrier_sci.artifacts import DamagedFileWarning
+    warnings.warn(f"{path.name} of {index} is damaged: {problem}; it is built again", DamagedFileWarning,
+                  stacklevel=3)
+    with contextlib.suppress(FileNotFoundError):
+        (index / "pt_meta.json").unlink()
+    if path.is_symlink():
+        path.unlink()
+    else:
+        shutil.rmtree(path)
 
 
 def _write_manifest(index: Path, spec: dict, bounds: List[Tuple[int, int]]) -> dict:

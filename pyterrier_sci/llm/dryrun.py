@@ -352,7 +352,7 @@ def dry_run_experiment(config: Any, name: Optional[str] = None, save_dir: Option
             systems = build_all(cfg, pipelines, context=context)
             saved = []
             for p in pipelines:
-                path = run_path(save_root, ds, p)
+                path = run_path(save_root, ds, p, cfg)
                 if path is not None and path.exists():
                     saved.append(p)
                 else:
@@ -360,7 +360,7 @@ def dry_run_experiment(config: Any, name: Optional[str] = None, save_dir: Option
             everything += [systems[p] for p in pipelines if p not in saved]
             report = run.report([systems[p] for p in pipelines if p not in saved],
                                 [p for p in pipelines if p not in saved], dataset=ds, notes=False)
-            report.notes += [f"{ds} {p}: its run is saved in {run_path(save_root, ds, p)}; a real run reads it "
+            report.notes += [f"{ds} {p}: its run is saved in {run_path(save_root, ds, p, cfg)}; a real run reads it "
                              "back and makes no LLM calls" for p in saved]
             reports.append(report)
     reports.append(DryRunReport(pd.DataFrame(columns=COLUMNS), budget_notes(run, everything)))
