@@ -1,7 +1,10 @@
 """Experiment reports (``pyterrier-sci experiment FILE --report DIR``): from an
-:class:`~pyterrier_sci.experiment.ExperimentOutcome`, a self-contained ``report.html`` (results table
-with significance markers, per-query difference plots as inline SVG, LLM usage, manifest summary), a
-booktabs LaTeX table ``results.tex`` and the true per-query values ``perquery.csv``.  See
+:class:`~pyterrier_sci.experiment.ExperimentOutcome`, a self-contained ``report.html`` laid out like a
+paper's results section (results tables with p-values and wins/losses as visible text, the measures
+defined, per-query difference plots as small multiples in inline SVG, LLM usage, a manifest summary
+with the full manifest folded; prints cleanly), a booktabs LaTeX table ``results.tex`` and the true
+per-query values ``perquery.csv``.  Names (systems, experiments, datasets, measures) are text
+everywhere: one line in LaTeX and in the plots, never LaTeX or matplotlib math.  See
 ``docs/evaluation.md``, "Reports".
 """
 from __future__ import annotations
@@ -11,6 +14,7 @@ import io
 import json
 import math
 import re
+import unicodedata
 import warnings
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
@@ -18,8 +22,10 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 import pandas as pd
 
+from pyterrier_sci.registry import PipelineError
+
 __all__ = ["write_report", "check_target", "render_html", "render_latex", "perquery_frame", "significance",
-           "find_manifest", "latex_escape", "REPORT_FILES"]
+           "find_manifest", "latex_escape", "one_line_text", "REPORT_FILES"]
 
 REPORT_FILES = ("report.html", "results.tex", "perquery.csv")
 BETTER, WORSE = "#1b9e77", "#d95f02"   # bar colours of the difference plots: system above / below the reference
@@ -88,12 +94,50 @@ def find_manifest(outcome) -> Optional[Dict[str, Any]]:
     return data
 
 
+# ----------------------------------------------------------------------------------------- text
+
+# bidirectional embeddings, overrides, isolates and marks: they reorder what a reader sees
+_BIDI = re.compile("[\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def one_line_text(s: Any) -> str:
+    """``s`` as one line of plain text, as every name (system, experiment, dataset, measure) enters
+    the report: line breaks, tabs and other control characters become spaces, runs of spaces one
+    space, leading and trailing spaces go; bidirectional overrides are removed."""
+    s = _BIDI.sub("", str(s))
+    s = "".join(" " if unicodedata.category(c) in ("Cc", "Zl", "Zp") else c for c in s)
+    return " ".join(s.split())
+
+
+def _short(s: Any, limit: int) -> str:
+    s = one_line_text(s)
+    return s if len(s) <= limit else s[:limit - 1] + "\u2026"
+
+
 def _fmt(v: Any, digits: int = 4) -> Optional[str]:
+    """The report's one number format: ``digits`` decimals (as the table the CLI prints); None for NaN
+    and what is not a number."""
     try:
         f = float(v)
     except (TypeError, ValueError):
         return None
     return None if math.isnan(f) else f"{f:.{digits}f}"
+
+
+def _fmt_p(v: Any) -> str:
+    """A p-value in the report's format: 4 decimals, ``<0.0001`` below that, ``–`` when there is none."""
+    s = _fmt(v)
+    if s is None:
+        return "–"
+    return "<0.0001" if float(v) < 0.00005 else s
+
+
+def _count(v: Any) -> Optional[int]:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(f) else int(f)
 
 
 def _best(values: Sequence[Optional[str]]) -> set:
@@ -112,7 +156,7 @@ def _legend(outcome, alpha: float) -> Tuple[str, str]:
     corr = outcome.correction
     corr_s = f"{_CORRECTIONS.get(corr, corr)} correction over the {len(outcome.pipelines) - 1} comparisons per " \
              f"measure" if corr else "no multiple-testing correction"
-    return test_s, corr_s
+    return one_line_text(test_s), one_line_text(corr_s)
 
 
 def _reference(outcome) -> str:
@@ -129,39 +173,83 @@ def _differences(perq: pd.DataFrame, dataset: str, measure: str, system: str, re
     return diff.sort_values(ascending=False, kind="stable")
 
 
+def _first_sentences(doc: Optional[str], limit: int = 260) -> str:
+    """The opening of a docstring's first paragraph: its first sentence, the second too when both fit
+    in ``limit`` characters."""
+    text = one_line_text((doc or "").strip().split("\n\n")[0])
+    found = re.findall(r".+?[.!?](?=\s+[A-Z]|$)", text)
+    if not found:
+        return text[:limit]
+    out = found[0]
+    if len(found) > 1 and len(out) + len(found[1]) <= limit:
+        out += found[1]
+    return out.strip()[:limit]
+
+
+def _measure_definition(name: str, dataset: str) -> Tuple[str, str]:
+    """(what the measure is, how the table averages it) for ``name`` on ``dataset``: the toolkit's
+    registry description (``pyterrier_sci.measures``), else ir_measures' own documentation."""
+    from pyterrier_sci import measures as _measures
+    try:
+        obj = _measures.get(name, dataset=dataset)
+    except Exception:  # noqa: BLE001 - a measure the table already computed; a definition is a courtesy
+        return "", "the mean over the queries"
+    desc = getattr(obj, "description", None) or ""
+    if not desc:
+        doc = _first_sentences(type(obj).__doc__)
+        params = getattr(obj, "params", None) or {}
+        info = getattr(obj, "SUPPORTED_PARAMS", None) or {}
+        shown = ", ".join(f"{getattr(info.get(k), 'desc', None) or k}: {v}" for k, v in params.items()
+                          if v is not None) if isinstance(params, Mapping) and isinstance(info, Mapping) else ""
+        desc = f"{doc} Parameters: {shown}." if doc and shown else doc
+        if not desc or desc.startswith("Measure"):
+            desc = f"ir_measures' {obj}"
+    if getattr(obj, "group_of", None) is not None:
+        how = ("a mean of fold means: each test fold's mean over its queries, then the mean over the folds (the "
+               "paper's evaluation script; folds of unequal size weigh the same). Per-query values, plots and tests "
+               "use each query's own value")
+    elif callable(getattr(obj, "aggregate", None)):
+        how = "the mean over the queries that count (queries the paper leaves out do not)"
+    else:
+        how = "the mean over the queries"
+    return one_line_text(desc), how
+
+
 # ----------------------------------------------------------------------------------------- plots
 
-def difference_plot_svg(diff: pd.Series, measure: str, system: str, reference: str, salt: str) -> str:
-    """The usual IR paper figure as an inline ``<svg>`` element: one bar per query, system minus
-    reference, sorted; bars above zero in :data:`BETTER`, below in :data:`WORSE`.  ``salt`` (unique
-    per plot of a page) prefixes the SVG's element ids."""
+def difference_plot_svg(diff: pd.Series, measure: str, system: str, reference: str, salt: str,
+                        limit: Optional[float] = None) -> str:
+    """One small multiple of the usual IR paper figure as an inline ``<svg>`` element: one bar per
+    query, system minus reference, sorted; bars above zero in :data:`BETTER`, below in :data:`WORSE`;
+    ``limit`` (the largest absolute difference of the plots it sits beside) fixes the y range so
+    plots side by side share a scale.  Every label is plain text (``$`` is no math).  ``salt``
+    (unique per plot of a page) prefixes the SVG's element ids."""
     import matplotlib
     from matplotlib.figure import Figure  # no pyplot: the process's backend is left alone
 
     values = diff.to_numpy(dtype=float)
     n = len(values)
-    with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": salt, "font.size": 9}):
-        fig = Figure(figsize=(7.0, 2.6), dpi=100)
+    rc = {"svg.fonttype": "none", "svg.hashsalt": salt, "font.size": 8, "text.usetex": False,
+          "text.parse_math": False, "axes.titlesize": 8.5, "axes.labelsize": 8, "ytick.labelsize": 7.5}
+    with matplotlib.rc_context(rc):
+        fig = Figure(figsize=(3.4, 1.9), dpi=100)
         ax = fig.add_subplot(1, 1, 1)
         x = np.arange(n)
         colours = [BETTER if v > 0 else WORSE for v in values]
         if n:
             ax.bar(x, values, width=0.8, color=colours, linewidth=0)
         ax.axhline(0.0, color="#444444", linewidth=0.8)
-        lim = max(float(np.max(np.abs(values))) if n else 0.0, 1e-3) * 1.1
+        top = limit if limit is not None and limit > 0 else (float(np.max(np.abs(values))) if n else 0.0)
+        lim = max(top, 1e-3) * 1.1
         ax.set_ylim(-lim, lim)
         ax.set_xlim(-0.6, max(n, 1) - 0.4)
-        ax.set_ylabel(f"Δ {measure}")
-        if 0 < n <= 40:
-            ax.set_xticks(x)
-            ax.set_xticklabels(list(diff.index), rotation=90, fontsize=6)
-            ax.set_xlabel(f"queries, sorted by {system} − {reference}")
-        else:
-            ax.set_xticks([])
-            ax.set_xlabel(f"{n} queries, sorted by {system} − {reference}")
+        ax.set_ylabel(f"Δ {_short(measure, 24)}", parse_math=False)
+        ax.set_title(f"{_short(system, 26)} − {_short(reference, 18)}", parse_math=False, loc="left")
+        ax.set_xticks([])
+        ax.set_xlabel(f"{n} queries, sorted", parse_math=False)
         for side in ("top", "right"):
             ax.spines[side].set_visible(False)
-        fig.tight_layout()
+        fig.tight_layout(pad=0.4)
         buf = io.StringIO()
         fig.savefig(buf, format="svg", metadata={"Date": None})
     svg = buf.getvalue()
@@ -177,49 +265,102 @@ def difference_plot_svg(diff: pd.Series, measure: str, system: str, reference: s
 
 _CSS = """
 body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:2em auto;max-width:1100px;color:#222;
-padding:0 1em}
+padding:0 1em;line-height:1.4}
 h1{font-size:1.6em}h2{font-size:1.3em;margin-top:2em;border-bottom:1px solid #ccc}h3{font-size:1.1em}
-table{border-collapse:collapse;margin:.5em 0}th,td{padding:.25em .7em;text-align:right;
-border-bottom:1px solid #e4e4e4}th:first-child,td:first-child{text-align:left}thead th{border-bottom:2px solid #444}
-td.best{font-weight:bold}.legend{font-size:.9em;color:#444}.sig{color:#b00}
-figure{margin:1em 0}figure svg{max-width:100%;height:auto}figcaption{font-size:.9em;color:#444}
-table.kv td{text-align:left;vertical-align:top}code{font-size:.9em}details{margin:.5em 0}
+table{border-collapse:collapse;margin:.5em 0;max-width:100%}th,td{padding:.25em .7em;text-align:right;
+border-bottom:1px solid #e4e4e4;vertical-align:top}th:first-child,td:first-child{text-align:left}
+thead th{border-bottom:2px solid #444}caption{caption-side:top;text-align:left;font-size:.9em;color:#333;
+padding:.3em 0}
+table.results td{font-variant-numeric:tabular-nums}td.best .v{font-weight:bold}.legend{font-size:.9em;color:#444}
+.sig{color:#b00}.stat{display:block;font-size:.75em;color:#555;white-space:nowrap}
+.multiples{display:grid;grid-template-columns:repeat(auto-fill,minmax(320px,1fr));gap:.2em 1em;margin:.3em 0}
+figure{margin:0}figure.diff-plot svg{width:100%;height:auto;display:block}
+figcaption{font-size:.85em;color:#444}figure.group{margin:1em 0}figure.group>figcaption{margin-top:.3em}
+dl.glossary dt{font-weight:bold;margin-top:.4em}dl.glossary dd{margin-left:1.5em}
+table.kv{width:100%}table.kv td{text-align:left}table.kv td:first-child{width:11em;white-space:nowrap}
+table.kv table.kv td:first-child{width:auto}code{font-size:.9em;overflow-wrap:anywhere;word-break:break-word}
+details{margin:.5em 0}.print-only{display:none}
+@media print{
+@page{margin:1.5cm}
+body{max-width:none;margin:0;padding:0;font-size:10pt}
+h2{break-after:avoid;margin-top:1.2em}h3{break-after:avoid}
+table.results,figure.diff-plot,dl.glossary dd,caption{break-inside:avoid}
+pre.manifest-json{font-size:6.5pt;white-space:pre-wrap;overflow-wrap:anywhere;column-count:2;column-gap:1.5em}
+.screen-only{display:none!important}.print-only{display:block!important}
+td,th{overflow-wrap:anywhere}
+}
 """
+
+# C0/C1 controls other than tab, line feed and carriage return have no place in an HTML document
+_HTML_BAD = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
 
 
 def _e(s: Any) -> str:
-    return html.escape(str(s), quote=True)
+    """``s`` as HTML text (control characters shown as U+FFFD)."""
+    return html.escape(_HTML_BAD.sub("\ufffd", str(s)), quote=True)
 
 
-def _results_html(outcome, d, alpha: float) -> str:
+def _n(s: Any) -> str:
+    """A name as HTML text: one line (:func:`one_line_text`), escaped."""
+    return html.escape(one_line_text(s), quote=True)
+
+
+def _stat_html(table: pd.DataFrame, i: int, m: str) -> str:
+    """The visible second line of a cell: the p-value, the corrected one, wins and losses."""
+    bits = []
+    if f"{m} p-value" in table.columns:
+        bits.append(f"p {_fmt_p(table.at[i, f'{m} p-value'])}")
+        if f"{m} p-value corrected" in table.columns:
+            bits[-1] += f" (adj. {_fmt_p(table.at[i, f'{m} p-value corrected'])})"
+    if f"{m} +" in table.columns and f"{m} -" in table.columns:
+        up, down = _count(table.at[i, f"{m} +"]), _count(table.at[i, f"{m} -"])
+        if up is not None and down is not None:
+            bits.append(f"+{up}/\u2212{down}")
+    return f"<span class='stat'>{' · '.join(bits)}</span>" if bits else ""
+
+
+def _results_html(outcome, d, alpha: float, number: int) -> str:
     table = d.table.reset_index(drop=True)
     ref = outcome.baseline
     shown = {m: [_fmt(v) for v in table[m]] for m in outcome.measures}
     best = {m: _best(shown[m]) for m in outcome.measures}
     sig = {m: significance(table, m, alpha) for m in outcome.measures}
-    out = ["<table class='results'><thead><tr><th>system</th>",
-           *[f"<th>{_e(m)}</th>" for m in outcome.measures], "</tr></thead><tbody>"]
+    nq = d.topics["qid"].nunique()
+    caption = (f"<b>Table {number}.</b> {_n(', '.join(outcome.measures))} on {_n(d.dataset)} ({nq} queries)")
+    out = [f"<table class='results'><caption>{caption}</caption><thead><tr><th>System</th>",
+           *[f"<th>{_n(m)}</th>" for m in outcome.measures], "</tr></thead><tbody>"]
     for i, name in enumerate(table["name"]):
-        label = f"{_e(name)} <span class='legend'>(baseline)</span>" if name == ref else _e(name)
+        label = f"{_n(name)} <span class='legend'>(baseline)</span>" if name == ref else _n(name)
         out.append(f"<tr><td>{label}</td>")
         for m in outcome.measures:
             v = shown[m][i]
             cls = " class='best'" if i in best[m] else ""
-            title = ""
-            if ref is not None and name != ref and f"{m} p-value" in table.columns:
-                parts = [f"p = {_fmt(table.at[i, f'{m} p-value'])}"]
-                if f"{m} p-value corrected" in table.columns:
-                    parts.append(f"corrected p = {_fmt(table.at[i, f'{m} p-value corrected'])}")
-                if f"{m} +" in table.columns:
-                    parts.append(f"{table.at[i, f'{m} +']} queries better, {table.at[i, f'{m} -']} worse")
-                title = f" title='{_e('; '.join(parts))}'"
             mark = "<span class='sig'>†</span>" if bool(sig[m].iloc[i]) else ""
-            out.append(f"<td{cls}{title}>{'–' if v is None else v}{mark}</td>")
+            stat = _stat_html(table, i, m) if ref is not None and name != ref else ""
+            out.append(f"<td{cls}><span class='v'>{'–' if v is None else v}</span>{mark}{stat}</td>")
         out.append("</tr>")
     out.append("</tbody></table>")
-    out.append("<details><summary>All columns</summary>"
-               + table.to_html(index=False, na_rep="", float_format=lambda v: f"{v:.4g}", border=0) + "</details>")
+    full = table.copy()
+    full["name"] = [one_line_text(x) for x in full["name"]]
+    out.append("<details class='screen-only'><summary>All columns of the table</summary>"
+               + full.to_html(index=False, na_rep="", float_format=lambda v: f"{v:.4f}", border=0) + "</details>")
     return "".join(out)
+
+
+def _glossary_html(outcome) -> str:
+    """A definition of each measure of the tables (per dataset where the definitions differ)."""
+    items = []
+    for m in outcome.measures:
+        found: Dict[Tuple[str, str], List[str]] = {}
+        for d in outcome.datasets:
+            found.setdefault(_measure_definition(m, d.dataset), []).append(d.dataset)
+        dds = []
+        for (desc, how), datasets in found.items():
+            where = f"On {_n(', '.join(datasets))}: " if len(found) > 1 else ""
+            text = (f"{_e(desc)} " if desc.endswith((".", "!", "?")) else f"{_e(desc)}. ") if desc else ""
+            dds.append(f"<dd>{where}{text}Each figure of the table is {_e(how)}.</dd>")
+        items.append(f"<dt>{_n(m)}</dt>{''.join(dds)}")
+    return f"<dl class='glossary'>{''.join(items)}</dl>"
 
 
 def _value_html(v: Any, depth: int = 0) -> str:
@@ -245,13 +386,80 @@ def _value_html(v: Any, depth: int = 0) -> str:
 
 
 def _manifest_html(manifest: Mapping[str, Any]) -> str:
-    rows = []
-    for k, v in manifest.items():
-        inner = _value_html(v, 1)
-        if isinstance(v, (Mapping, list, tuple)) and len(json.dumps(v, default=str)) > 2000:
-            inner = f"<details><summary>{len(v)} entries</summary>{inner}</details>"   # long: folded
-        rows.append(f"<tr><td><b>{_e(k)}</b></td><td>{inner}</td></tr>")
-    return f"<table class='kv manifest'>{''.join(rows)}</table>"
+    rows = "".join(f"<tr><td><b>{_e(k)}</b></td><td>{_value_html(v, 1)}</td></tr>" for k, v in manifest.items())
+    return f"<table class='kv manifest'>{rows}</table>"
+
+
+def _hash(h: Any) -> str:
+    s = str(h)
+    if re.fullmatch(r"[0-9a-f]{16,}", s):     # a digest: its first 12 digits (all of it in the title)
+        return f"<code title='{_e(s)}'>{_e(s[:12])}…</code>"
+    return f"<code>{_e(s)}</code>"
+
+
+def _listing(items: List[str], limit: int = 8) -> str:
+    if len(items) > limit:
+        items = items[:limit] + [f"and {len(items) - limit} more (full manifest below)"]
+    return "<br>".join(items)
+
+
+def _manifest_summary(manifest: Mapping[str, Any]) -> str:
+    """The key facts of a manifest (whatever of them it holds): when and from which checkout, the
+    environment and library versions, models and their hashes, data files and their hashes, seeds,
+    saved runs.  Anything of an unexpected shape is left to the full manifest."""
+    def get(obj: Any, *keys: str) -> Any:
+        for k in keys:
+            obj = obj.get(k) if isinstance(obj, Mapping) else None
+        return obj
+
+    rows: List[Tuple[str, str]] = []
+    if get(manifest, "unreadable manifest"):
+        rows.append(("unreadable manifest", f"<code>{_e(manifest['unreadable manifest'])}</code>"))
+    created, kind = get(manifest, "created"), get(manifest, "kind")
+    if created or kind:
+        rows.append(("recorded", _e(" ".join(str(x) for x in (kind, created) if x))))
+    git = get(manifest, "environment", "git")
+    if isinstance(git, Mapping) and git.get("commit"):
+        rows.append(("git commit", f"<code>{_e(git['commit'])}</code>"
+                     + (" (with uncommitted changes)" if git.get("dirty") else "")))
+    env = [f"{_e(get(manifest, 'environment', k))}" for k in ("python", "os", "cpu")
+           if isinstance(get(manifest, "environment", k), (str, int, float))]
+    if env:
+        rows.append(("environment", "; ".join(env)))
+    versions = get(manifest, "environment", "versions")
+    if isinstance(versions, Mapping) and versions:
+        rows.append(("library versions", ", ".join(f"{_e(k)}&nbsp;<code>{_e(v)}</code>" for k, v in versions.items()
+                                                    if v is not None) or "<em>none found</em>"))
+    models = get(manifest, "models")
+    if isinstance(models, Mapping):
+        shown = []
+        for ident, entry in models.items():
+            if isinstance(entry, Mapping):
+                what = _hash(entry["sha256"]) if entry.get("sha256") else \
+                    _e(one_line_text(entry.get("note") or "no hash"))
+                shown.append(f"<code>{_e(ident)}</code> ({_e(entry.get('kind') or 'model')}): {what}")
+            else:
+                shown.append(f"<code>{_e(ident)}</code>")
+        rows.append((f"models ({len(models)})", _listing(shown) or "<em>none</em>"))
+    data = get(manifest, "data")
+    if isinstance(data, Mapping):
+        rows.append((f"data files ({len(data)})",
+                     _listing([f"<code>{_e(p)}</code>: {_hash(h)}" for p, h in data.items()]) or "<em>none</em>"))
+    seeds = get(manifest, "seeds")
+    if isinstance(seeds, Mapping):
+        rows.append(("seeds", ", ".join(f"<code>{_e(k)}</code> = {_e(v)}" for k, v in seeds.items())
+                     or "<em>none</em>"))
+    runs = get(manifest, "runs")
+    if isinstance(runs, Mapping) and runs:
+        n = sum(len(v) for v in runs.values() if isinstance(v, Mapping))
+        rows.append(("saved runs", f"{n} run files with their SHA-256 (full manifest below)"))
+    templates = get(manifest, "templates")
+    if isinstance(templates, Mapping) and templates:
+        rows.append(("prompt templates", f"{len(templates)} with their SHA-256"))
+    if not rows:
+        return "<p class='legend'>The manifest holds none of the usual entries; it is shown in full below.</p>"
+    return "<table class='kv manifest-summary'>" + "".join(f"<tr><td>{_e(k)}</td><td>{v}</td></tr>" for k, v in rows) \
+        + "</table>"
 
 
 def _usage(outcome) -> List[Tuple[str, pd.DataFrame]]:
@@ -264,55 +472,85 @@ def _usage(outcome) -> List[Tuple[str, pd.DataFrame]]:
     return found
 
 
+def _plots_html(outcome, perq: pd.DataFrame, ref: str, first_figure: int) -> List[str]:
+    """Per dataset one figure of small multiples: a row of plots per measure, one plot per system."""
+    others = [p for p in outcome.pipelines if p != ref]
+    parts, k = [], 0
+    for j, d in enumerate(outcome.datasets):
+        rows = []
+        for m in outcome.measures:
+            panels = []
+            diffs = {s: _differences(perq, d.dataset, m, s, ref) for s in others}
+            limit = max([float(x.abs().max()) for x in diffs.values() if len(x)] or [0.0])
+            for s in others:
+                diff = diffs[s]
+                try:
+                    svg = difference_plot_svg(diff, m, s, ref, salt=f"plot{k}", limit=limit)
+                except Exception as e:  # noqa: BLE001 - one error that names the plot, the system and --report
+                    raise PipelineError(f"the per-query plot of system {one_line_text(s)!r} ({one_line_text(m)} on "
+                                        f"{one_line_text(d.dataset)}) cannot be drawn: {type(e).__name__}: {e}",
+                                        where="--report") from e
+                k += 1
+                better, worse = int((diff > 0).sum()), int((diff < 0).sum())
+                panels.append(f"<figure class='diff-plot' data-dataset='{_e(d.dataset)}' data-measure='{_e(m)}' "
+                              f"data-system='{_e(s)}'>{svg}<figcaption>{better} better, {worse} worse, "
+                              f"{len(diff) - better - worse} equal</figcaption></figure>")
+            rows.append(f"<div class='multiples'>{''.join(panels)}</div>")
+        parts.append(f"<h3>{_n(d.dataset)}</h3><figure class='group'>{''.join(rows)}<figcaption><b>Figure "
+                     f"{first_figure + j}.</b> "
+                     f"Per-query differences on {_n(d.dataset)}: one row of plots per measure "
+                     f"({_n(', '.join(outcome.measures))}), one plot per system, the same y scale along a row."
+                     "</figcaption></figure>")
+    return parts
+
+
 def render_html(outcome, perq: pd.DataFrame, manifest: Optional[Mapping[str, Any]] = None,
                 alpha: float = 0.05) -> str:
-    """The self-contained HTML page (no script, no external resource)."""
+    """The self-contained HTML page (no script, no external resource), laid out like a paper's
+    results section and printable (``@media print``: nothing folded away, nothing clipped)."""
     from pyterrier_sci import __version__
     ref = _reference(outcome)
     test_s, corr_s = _legend(outcome, alpha)
     parts = ["<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>",
-             f"<title>Experiment {_e(outcome.name)}</title><style>{_CSS}</style></head><body>",
-             f"<h1>Experiment <code>{_e(outcome.name)}</code></h1>"]
+             f"<title>Experiment {_n(outcome.name)}</title><style>{_CSS}</style></head><body>",
+             f"<h1>Experiment <code>{_n(outcome.name)}</code></h1>"]
     where = getattr(outcome.config, "path", None)
-    facts = [("config", where), ("pipelines", ", ".join(outcome.pipelines)), ("measures", ", ".join(outcome.measures)),
-             ("baseline", outcome.baseline or "none"), ("datasets", ", ".join(d.dataset for d in outcome.datasets))]
-    parts.append("<table class='kv'>" + "".join(f"<tr><td>{_e(k)}</td><td>{_e(v)}</td></tr>" for k, v in facts
+    facts = [("config", _e(where) if where is not None else None),
+             ("pipelines", ", ".join(_n(p) for p in outcome.pipelines)),
+             ("measures", ", ".join(_n(m) for m in outcome.measures)),
+             ("baseline", _n(outcome.baseline) if outcome.baseline is not None else "none"),
+             ("test", _e(f"{test_s}, {corr_s}, alpha = {alpha:g}") if outcome.baseline is not None else None),
+             ("datasets", ", ".join(_n(d.dataset) for d in outcome.datasets))]
+    parts.append("<table class='kv'>" + "".join(f"<tr><td>{k}</td><td>{v}</td></tr>" for k, v in facts
                                                  if v is not None) + "</table>")
     parts.append("<h2 id='results'>Results</h2>")
     if outcome.baseline is not None:
-        parts.append(f"<p class='legend'><span class='sig'>†</span> the difference to the baseline "
-                     f"<b>{_e(outcome.baseline)}</b> is significant: {_e(test_s)} over the queries that count for "
-                     f"both systems, {_e(corr_s)}, p &lt; {alpha:g}. <b>Bold</b>: best value in the column. "
-                     "Hover a value for its p-values and wins/losses.</p>")
+        corr_words = " and, in parentheses, after the correction (adj.)" if outcome.correction else ""
+        parts.append(f"<p class='legend'>Each cell is the system's figure (see <a href='#measures'>Measures</a>); "
+                     f"<b>bold</b>: the best value in the column; <span class='sig'>†</span>: the difference to the "
+                     f"baseline <b>{_n(outcome.baseline)}</b> is significant ({_e(test_s)} over the queries that "
+                     f"count for both systems, {_e(corr_s)}, p &lt; {alpha:g}). Below each figure: the test's "
+                     f"p-value{corr_words}, then +wins/−losses: the number of queries on which the system is better / "
+                     "worse than the baseline.</p>")
     else:
         parts.append("<p class='legend'>No baseline was named, so no significance tests. <b>Bold</b>: best value "
                      "in the column.</p>")
-    for d in outcome.datasets:
-        parts.append(f"<h3>{_e(d.dataset)} <span class='legend'>({d.topics['qid'].nunique()} queries)</span></h3>")
-        parts.append(_results_html(outcome, d, alpha))
+    for j, d in enumerate(outcome.datasets, start=1):
+        parts.append(_results_html(outcome, d, alpha, j))
+
+    parts.append("<h2 id='measures'>Measures</h2>" + _glossary_html(outcome))
 
     parts.append("<h2 id='perquery'>Per-query differences</h2>")
     others = [p for p in outcome.pipelines if p != ref]
     if not others:
         parts.append("<p>Only one pipeline: nothing to compare.</p>")
     else:
-        parts.append(f"<p class='legend'>Each bar is one query: the system's value minus {_e(ref)}'s"
+        parts.append(f"<p class='legend'>Each bar is one query: the system's value minus {_n(ref)}'s"
                      f"{'' if outcome.baseline is not None else ' (no baseline was named: the first pipeline)'}, "
                      f"sorted; <span style='color:{BETTER}'>■</span> system better, "
                      f"<span style='color:{WORSE}'>■</span> worse. Queries that do not count for both systems are "
-                     "left out. The values are in perquery.csv.</p>")
-    k = 0
-    for d in outcome.datasets:
-        for m in outcome.measures:
-            for s in others:
-                diff = _differences(perq, d.dataset, m, s, ref)
-                svg = difference_plot_svg(diff, m, s, ref, salt=f"plot{k}")
-                k += 1
-                better, worse = int((diff > 0).sum()), int((diff < 0).sum())
-                parts.append(f"<figure class='diff-plot' data-dataset='{_e(d.dataset)}' data-measure='{_e(m)}' "
-                             f"data-system='{_e(s)}'>{svg}<figcaption>{_e(m)} on {_e(d.dataset)}: {_e(s)} − "
-                             f"{_e(ref)} per query ({len(diff)} queries: {better} better, {worse} worse, "
-                             f"{len(diff) - better - worse} equal)</figcaption></figure>")
+                     "left out. Query ids and values are in perquery.csv.</p>")
+        parts += _plots_html(outcome, perq, ref, 1)
 
     usage = _usage(outcome)
     if usage:
@@ -320,10 +558,16 @@ def render_html(outcome, perq: pd.DataFrame, manifest: Optional[Mapping[str, Any
                      "back from save_dir make none); cost from the components' price tables, empty without one."
                      "</p>")
         for dataset, rep in usage:
-            parts.append(f"<h3>{_e(dataset)}</h3>" + rep.to_html(index=False, na_rep="", border=0,
+            parts.append(f"<h3>{_n(dataset)}</h3>" + rep.to_html(index=False, na_rep="", border=0,
                                                                  float_format=lambda v: f"{v:.4g}"))
     if manifest:
-        parts.append("<h2 id='manifest'>Manifest</h2>" + _manifest_html(manifest))
+        full = _manifest_html(manifest)
+        parts.append("<h2 id='manifest'>Manifest</h2><p class='legend'>What produced these figures "
+                     "(docs/reproducibility.md); <code>pyterrier-sci experiment FILE --replay</code> checks them "
+                     "against it.</p>" + _manifest_summary(manifest)
+                     + f"<details class='screen-only'><summary>Full manifest</summary>{full}</details>"
+                     + "<div class='print-only'><h3>Full manifest</h3><pre class='manifest-json'>"
+                     + _e(json.dumps(manifest, indent=1, ensure_ascii=False, default=str)) + "</pre></div>")
     parts.append(f"<p class='legend'>Written by pyterrier-sci {_e(__version__)}: report.html, results.tex "
                  "(booktabs), perquery.csv.</p></body></html>\n")
     return "\n".join(parts)
@@ -332,19 +576,23 @@ def render_html(outcome, perq: pd.DataFrame, manifest: Optional[Mapping[str, Any
 # ----------------------------------------------------------------------------------------- LaTeX
 
 _LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
-                  "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
+                  "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}",
+                  "<": r"\textless{}", ">": r"\textgreater{}", "|": r"\textbar{}"}
 _LATEX_RE = re.compile("|".join(re.escape(c) for c in _LATEX_SPECIAL))
 
 
 def latex_escape(s: Any) -> str:
-    """``s`` as LaTeX text: the characters special to LaTeX (``\\ & % $ # _ { } ~ ^``) escaped."""
-    return _LATEX_RE.sub(lambda m: _LATEX_SPECIAL[m.group()], str(s))
+    """``s`` as one line of LaTeX text: line breaks, tabs and other control characters become one
+    space (:func:`one_line_text`: a blank line would end a paragraph, a newline a ``%`` comment), and
+    the characters special to LaTeX (``\\ & % $ # _ { } ~ ^ < > |``) escaped."""
+    return _LATEX_RE.sub(lambda m: _LATEX_SPECIAL[m.group()], one_line_text(s))
 
 
 def render_latex(outcome, alpha: float = 0.05) -> str:
     """A booktabs table (``\\usepackage{booktabs}``) for ``\\input``: systems as rows, measures as
     columns in the order asked for, the best value per column (per dataset) in bold, a dagger where
-    the difference to the baseline is significant after the chosen correction (p < alpha)."""
+    the difference to the baseline is significant after the chosen correction (p < alpha).  Every
+    name is one line of escaped text."""
     measures = outcome.measures
     ncols = 1 + len(measures)
     test_s, corr_s = _legend(outcome, alpha)
@@ -356,12 +604,13 @@ def render_latex(outcome, alpha: float = 0.05) -> str:
     if outcome.baseline is not None:
         caption += (f" $^\\dagger$: significant difference to {latex_escape(outcome.baseline)} "
                     f"({latex_escape(test_s)}, {latex_escape(corr_s)}, $p < {alpha:g}$).")
+    label = re.sub(r"[^A-Za-z0-9]+", "-", one_line_text(outcome.name)).strip("-") or "experiment"
     lines = [f"% written by pyterrier-sci experiment --report (experiment {latex_escape(outcome.name)});",
              "% needs \\usepackage{booktabs}",
              "\\begin{table}[t]", "\\centering",
              f"\\begin{{tabular}}{{l{'r' * len(measures)}}}", "\\toprule",
              "System & " + " & ".join(latex_escape(m) for m in measures) + " \\\\"]
-    for j, d in enumerate(outcome.datasets):
+    for d in outcome.datasets:
         lines.append("\\midrule")
         if len(outcome.datasets) > 1:
             lines.append(f"\\multicolumn{{{ncols}}}{{l}}{{\\emph{{{latex_escape(d.dataset)}}}}} \\\\")
@@ -379,7 +628,7 @@ def render_latex(outcome, alpha: float = 0.05) -> str:
                 cells.append(cell)
             lines.append(" & ".join(cells) + " \\\\")
     lines += ["\\bottomrule", "\\end{tabular}", f"\\caption{{{caption}}}",
-              f"\\label{{tab:{re.sub(r'[^A-Za-z0-9]+', '-', outcome.name)}}}", "\\end{table}", ""]
+              f"\\label{{tab:{label}}}", "\\end{table}", ""]
     return "\n".join(lines)
 
 
@@ -407,17 +656,24 @@ def write_report(outcome, directory, manifest: Optional[Mapping[str, Any]] = Non
 
     Everything is rendered before the first file is written, each file is written atomically, and
     the three are written under a lock, so an interrupted or concurrent report leaves no half-written
-    file.  ``manifest`` defaults to :func:`find_manifest`."""
+    file.  ``manifest`` defaults to :func:`find_manifest`.  A failure while rendering is one
+    :class:`~pyterrier_sci.registry.PipelineError` naming ``--report`` (and the system, for a plot)."""
     from pyterrier_sci import artifacts
     directory = check_target(directory)
     if not 0 < alpha < 1:
         raise ValueError(f"alpha must be between 0 and 1, got {alpha}")
     if manifest is None:
         manifest = find_manifest(outcome)
-    perq = perquery_frame(outcome)
-    texts = {"report.html": render_html(outcome, perq, manifest, alpha),
-             "results.tex": render_latex(outcome, alpha),
-             "perquery.csv": perq.to_csv(index=False)}
+    try:
+        perq = perquery_frame(outcome)
+        texts = {"report.html": render_html(outcome, perq, manifest, alpha),
+                 "results.tex": render_latex(outcome, alpha),
+                 "perquery.csv": perq.to_csv(index=False)}
+    except PipelineError:
+        raise
+    except Exception as e:  # noqa: BLE001 - one error naming --report; the table and manifest are already out
+        raise PipelineError(f"the report of experiment {one_line_text(outcome.name)!r} cannot be rendered "
+                            f"({type(e).__name__}: {e}); nothing was written", where="--report") from e
     directory.mkdir(parents=True, exist_ok=True)
     written = {}
     with artifacts.lock(directory / "report", what=f"the report in {directory}"):
