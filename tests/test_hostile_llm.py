@@ -756,3 +756,37 @@ def test_an_unusable_proxy_is_one_clear_error(proxy_env):
         with pytest.raises(LLMError, match=r"the proxy 'ftp://\*\*\*@127.0.0.1:1' .*cannot be used") as err:
             LLMClient(cfg(srv)).complete("x")
         assert "secret" not in str(err.value) and srv.calls == 0
+
+
+# -- issue 31 item 6: a dry run's token counting cannot hang on a slow server ----------------------
+def test_dry_run_token_counting_has_a_deadline_against_a_trickling_server(monkeypatch):
+    """``POST /tokenize`` answered one byte a second (a 60-byte body): the probe gives up at the
+    2 s deadline for the whole request, the server is not asked again, the calls are counted with
+    the 4-characters rule, and nothing is sent to the completions endpoint."""
+    from pyterrier_sci.llm import dryrun
+    monkeypatch.setattr(dryrun, "_local_tokenizer", lambda model: None)   # no transformers import in the timing
+    slow = Reply(body={"tokens": list(range(20))}, trickle=1.0)
+    with ScriptedServer(lambda k, b: yes_no(True), tokenizer=lambda path, body: slow) as srv:
+        c = LLMClient(cfg(srv))
+        t0 = time.monotonic()
+        with dryrun.dry_run() as run:
+            assert c.complete("one prompt of some words").finish_reason == "dry_run"
+            c.complete("another prompt")
+        took = time.monotonic() - t0
+        kinds = [k for k, _ in srv.requests]
+    tally = run.tallies[id(c.usage)]
+    assert took < dryrun.TOKENIZE_DEADLINE + 2.0, took
+    assert kinds == ["tokenize"]   # one probe; no /extras/tokenize, no completion
+    assert (tally.calls, tally.tokenizer) == (2, dryrun.FOUR_CHARS) and tally.prompt_tokens > 0
+
+
+def test_dry_run_token_counting_uses_a_prompt_tokenizer():
+    with ScriptedServer(lambda k, b: yes_no(True),
+                        tokenizer=lambda path, body: {"tokens": list(range(len(body.get("content", ""))))}) as srv:
+        from pyterrier_sci.llm import dryrun
+        c = LLMClient(cfg(srv))
+        with dryrun.dry_run() as run:
+            c.complete("abcdef")
+    tally = run.tallies[id(c.usage)]
+    assert tally.tokenizer == "the server's /tokenize" and tally.prompt_tokens == 6
+    assert [k for k, _ in srv.requests] == ["tokenize", "tokenize"]

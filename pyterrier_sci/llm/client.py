@@ -11,7 +11,6 @@ import random
 import re
 import threading
 import time
-import zlib
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
@@ -22,14 +21,11 @@ from .budget import LLMBudgetExceeded, ledger_for, price_of
 from .cache import ResponseCache, cache_key
 from .errors import LLMError, UntrustedConfigError  # noqa: F401 - re-exported
 from .settings import LLMSettings, settings_from
+from .transport import TooLarge, deadline, guarded_transport, http_libs, proxy_mounts
 from .trust import api_key_for, key_withheld, redact, withheld_hint
 
 
 class _BadResponse(Exception):  # noqa: N818
-    pass
-
-
-class _TooLarge(Exception):  # noqa: N818
     pass
 
 
@@ -229,9 +225,9 @@ class LLMClient:
                 if self._openai is None:
                     import openai
                     s = self.settings
-                    make = getattr(openai, "DefaultHttpxClient", None) or _http_libs()[0].Client
-                    http = make(transport=_guarded_transport(s.max_response_bytes),
-                                mounts=_proxy_mounts(s.max_response_bytes))
+                    make = getattr(openai, "DefaultHttpxClient", None) or http_libs()[0].Client
+                    http = make(transport=guarded_transport(s.max_response_bytes),
+                                mounts=proxy_mounts(s.max_response_bytes))
                     self._openai = openai.OpenAI(
                         api_key=api_key_for(s), base_url=s.base_url, timeout=s.timeout, max_retries=0,
                         http_client=http, default_headers={"Accept-Encoding": "identity"})
@@ -271,7 +267,7 @@ class LLMClient:
         for attempt in range(s.max_retries + 1):
             retry_after = None
             self.usage.add(requests=1)
-            _deadline.value = time.monotonic() + s.timeout
+            deadline.value = time.monotonic() + s.timeout
             try:
                 if kind == "chat":
                     resp = self.openai.chat.completions.create(**payload)
@@ -296,14 +292,14 @@ class LLMClient:
                 cause = f"no complete answer within the {s.timeout:g} s deadline"
             except openai.APIConnectionError as e:
                 inner = e.__cause__
-                if isinstance(inner, _TooLarge):
+                if isinstance(inner, TooLarge):
                     cause = f"malformed response: {inner}"
                 else:
                     cause = f"connection error: {_short(inner or e)}"
-            except (_BadResponse, _TooLarge, openai.APIResponseValidationError, ValueError, RecursionError) as e:
+            except (_BadResponse, TooLarge, openai.APIResponseValidationError, ValueError, RecursionError) as e:
                 cause = f"malformed response: {_short(e)}"
             finally:
-                _deadline.value = None
+                deadline.value = None
             if attempt < s.max_retries:
                 self.usage.add(retries=1)
                 time.sleep(self._delay(attempt, retry_after))
@@ -618,146 +614,6 @@ def _from_cache(hit: Optional[dict]) -> Optional[Completion]:
                           completion_tokens=_count(hit.get("completion_tokens"), "completion_tokens"), cached=True)
     except (_BadResponse, AttributeError, TypeError, ValueError):
         return None
-
-
-# -- the HTTP layer: a deadline per request and a size limit per body ------------------------
-_deadline = threading.local()   # .value: time.monotonic() deadline of the request this thread sends
-
-
-def _remaining(timeout: Optional[float], in_httpx: bool = False) -> Optional[float]:
-    """``timeout`` cut to what is left before this thread's deadline; raises a read timeout once
-    it has passed (httpcore's below httpx, httpx's above it)."""
-    d = getattr(_deadline, "value", None)
-    if d is None:
-        return timeout
-    left = d - time.monotonic()
-    if left <= 0:
-        httpx, httpcore = _http_libs()
-        raise (httpx if in_httpx else httpcore).ReadTimeout("the request's deadline has passed")
-    return left if timeout is None else min(timeout, left)
-
-
-def _http_libs():
-    """The HTTP packages the installed ``openai`` uses: (``httpx``, ``httpcore``) or their
-    successors (``httpx2``, ``httpcore2``)."""
-    import importlib
-
-    from openai import _base_client
-    httpx = getattr(_base_client, "httpx2", None) or getattr(_base_client, "httpx")
-    return httpx, importlib.import_module(httpx.__name__.replace("httpx", "httpcore", 1))
-
-
-LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]")   # never sent through a proxy
-
-
-def _proxy_mounts(max_bytes: int) -> dict:
-    """The environment's proxies (``HTTP_PROXY``, ``HTTPS_PROXY``, ``ALL_PROXY``, ``NO_PROXY``), read
-    as httpx reads them for a client of its own, each behind a guarded transport.  httpx ignores
-    them once a client is given a transport, which the deadline and size limit need, so without
-    these mounts the toolkit connected directly where the plain OpenAI client used the proxy.
-    Loopback servers (``localhost``, ``127.0.0.1``, ``[::1]``: a local llama.cpp or vLLM) are always
-    reached directly, as Go's HTTP client does: a proxy's loopback is not the caller's.  A proxy
-    that cannot be used (an unsupported scheme, a SOCKS proxy without ``socksio``) is one
-    :class:`LLMError` naming it."""
-    import importlib
-    httpx, _ = _http_libs()
-    env = importlib.import_module(httpx.__name__ + "._utils").get_environment_proxies()
-    if env:
-        env.update({f"all://{host}": None for host in LOOPBACK_HOSTS})
-    mounts = {}
-    for pattern, url in env.items():
-        try:
-            mounts[pattern] = None if url is None else _guarded_transport(max_bytes, proxy=url)
-        except (ImportError, ValueError, httpx.InvalidURL) as e:
-            shown = re.sub(r"//[^/@]*@", "//***@", url)   # never the proxy's password
-            raise LLMError(f"the proxy {shown!r} for {pattern!r} (from HTTP_PROXY / HTTPS_PROXY / ALL_PROXY) "
-                           f"cannot be used: {e}") from None
-    return mounts
-
-
-def _guarded_transport(max_bytes: int, proxy: Optional[str] = None):
-    """An ``httpx.HTTPTransport`` (through ``proxy`` when given) whose every socket read and write,
-    the proxy's included, is bounded by the calling thread's request deadline, and whose response
-    bodies are cut off at ``max_bytes`` (after decompression; gzip and deflate are decoded here with
-    bounded output, other encodings are refused)."""
-    httpx, httpcore = _http_libs()
-
-    class Stream(httpcore.NetworkStream):
-        def __init__(self, inner):
-            self._inner = inner
-
-        def read(self, max_bytes: int, timeout: Optional[float] = None) -> bytes:
-            return self._inner.read(max_bytes, _remaining(timeout))
-
-        def write(self, buffer: bytes, timeout: Optional[float] = None) -> None:
-            self._inner.write(buffer, _remaining(timeout))
-
-        def close(self) -> None:
-            self._inner.close()
-
-        def start_tls(self, ssl_context, server_hostname=None, timeout=None):
-            return Stream(self._inner.start_tls(ssl_context, server_hostname, _remaining(timeout)))
-
-        def get_extra_info(self, info: str) -> Any:
-            return self._inner.get_extra_info(info)
-
-    class Backend(httpcore.NetworkBackend):
-        def __init__(self, inner):
-            self._inner = inner
-
-        def connect_tcp(self, host, port, timeout=None, local_address=None, socket_options=None):
-            return Stream(self._inner.connect_tcp(host, port, _remaining(timeout), local_address, socket_options))
-
-        def connect_unix_socket(self, path, timeout=None, socket_options=None):
-            return Stream(self._inner.connect_unix_socket(path, _remaining(timeout), socket_options))
-
-        def sleep(self, seconds: float) -> None:
-            self._inner.sleep(seconds)
-
-    class Body(httpx.SyncByteStream):
-        def __init__(self, inner, encoding: str):
-            self._inner = inner
-            self._decoder = (zlib.decompressobj(16 + zlib.MAX_WBITS) if encoding in ("gzip", "x-gzip")
-                             else zlib.decompressobj() if encoding == "deflate" else None)
-
-        def __iter__(self):
-            n = 0
-            for chunk in self._inner:
-                _remaining(None, in_httpx=True)
-                if self._decoder is not None:
-                    chunk = self._decoder.decompress(chunk, max_bytes + 1 - n)
-                n += len(chunk)
-                if n > max_bytes:
-                    raise _TooLarge(f"the body is larger than max_response_bytes ({max_bytes} bytes)")
-                yield chunk
-
-        def close(self) -> None:
-            self._inner.close()
-
-    class Transport(httpx.HTTPTransport):
-        def __init__(self):
-            super().__init__(proxy=proxy)
-            pool = getattr(self, "_pool", None)   # bound the headers too, where httpx lets us
-            if pool is not None and hasattr(pool, "_network_backend"):
-                pool._network_backend = Backend(pool._network_backend)
-
-        def handle_request(self, request):
-            resp = super().handle_request(request)
-            try:
-                length = int(resp.headers.get("content-length", "0") or 0)
-            except ValueError:
-                length = 0
-            encoding = resp.headers.get("content-encoding", "identity").strip().lower()
-            if length > max_bytes or encoding not in ("identity", "", "gzip", "x-gzip", "deflate"):
-                resp.close()
-                raise _TooLarge(f"the body is larger than max_response_bytes ({max_bytes} bytes)"
-                                if length > max_bytes else f"the body has an unsupported encoding {encoding!r}")
-            headers = [(k, v) for k, v in resp.headers.raw
-                       if k.lower() not in (b"content-encoding", b"content-length", b"transfer-encoding")]
-            return httpx.Response(resp.status_code, headers=headers, stream=Body(resp.stream, encoding),
-                                  extensions=resp.extensions)
-
-    return Transport()
 
 
 class UsesLLM:

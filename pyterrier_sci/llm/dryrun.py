@@ -10,13 +10,13 @@ from __future__ import annotations
 import contextlib
 import json
 import threading
-import urllib.request
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import pandas as pd
 
 from .text import estimate_tokens
+from .transport import deadline_of, guarded_transport, http_libs
 
 __all__ = ["DryRun", "DryRunReport", "dry_run", "active", "estimate_prompt_tokens", "estimate_tokens",
            "dry_run_pipeline", "dry_run_experiment", "ASSUMPTIONS"]
@@ -75,20 +75,35 @@ def estimate_prompt_tokens(kind: str, payload: dict) -> int:
 
 
 # -- tokenizers -----------------------------------------------------------------------------
-def _server_tokenizer(base_url: str, model: str, timeout: float = 2.0) -> Optional[Tuple[str, Callable[[str], int]]]:
+#: seconds a tokenize request to the server may take in all (the headers and the whole body)
+TOKENIZE_DEADLINE = 2.0
+
+
+def _server_tokenizer(base_url: str, model: str, timeout: float = TOKENIZE_DEADLINE
+                      ) -> Optional[Tuple[str, Callable[[str], int]]]:
     """The serving model's own tokenizer through its server: llama.cpp and vLLM (``POST /tokenize``)
-    or llama-cpp-python (``POST /extras/tokenize``); ``None`` when neither answers.  The API key is
-    not sent and no proxy is used."""
+    or llama-cpp-python (``POST /extras/tokenize``); ``None`` when neither answers.  Each request
+    must be complete within ``timeout`` seconds (the LLM client's deadline transport: a server that
+    trickles its answer cannot hold the dry run up); a server too slow for the probe is not asked
+    again, and one that turns slow later is dropped for the 4-characters rule.  The API key is not
+    sent and no proxy is used."""
+    httpx, _ = http_libs()
     root = base_url.rstrip("/")
     if root.endswith("/v1"):
         root = root[:-3]
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    http = httpx.Client(transport=guarded_transport(1 << 24), trust_env=False, timeout=timeout)
+    slow = threading.Event()
 
     def ask(path: str, body: dict) -> Optional[int]:
-        req = urllib.request.Request(root + path, data=json.dumps(body).encode(), method="POST",
-                                     headers={"content-type": "application/json"})
-        with opener.open(req, timeout=timeout) as resp:
-            got = json.loads(resp.read(1 << 24) or b"{}")
+        if slow.is_set():
+            raise TimeoutError(f"the server's {path} was slower than {timeout:g} s before")
+        try:
+            with deadline_of(timeout):
+                resp = http.post(root + path, json=body, headers={"accept-encoding": "identity"})
+                got = resp.json() if resp.status_code == 200 else None
+        except httpx.TimeoutException:
+            slow.set()
+            raise
         if isinstance(got, dict):
             if isinstance(got.get("count"), int):
                 return got["count"]
@@ -101,6 +116,8 @@ def _server_tokenizer(base_url: str, model: str, timeout: float = 2.0) -> Option
         try:
             if ask(path, make("Hello world")) is not None:
                 return f"the server's {path}", (lambda t, path=path, make=make: ask(path, make(t)) or 0)
+        except httpx.TimeoutException:   # reachable but too slow: no other path is tried either
+            return None
         except Exception:  # noqa: BLE001 - not there, not reachable, another kind of server
             continue
     return None

@@ -80,6 +80,12 @@ class _Handler(BaseHTTPRequestHandler):
         srv: "ScriptedServer" = self.server.owner
         length = int(self.headers.get("content-length", 0))
         body = json.loads(self.rfile.read(length) or b"{}")
+        if srv.tokenizer is not None and self.path in ("/tokenize", "/extras/tokenize"):
+            with srv._lock:
+                srv.requests.append(("tokenize", body))
+            reply = srv.tokenizer(self.path, body)
+            reply = reply if isinstance(reply, Reply) else Reply(body=reply)
+            return self._send(reply.status, json.dumps(reply.body), reply.headers, reply)
         if self.path.endswith("/chat/completions"):
             kind = "chat"
         elif self.path.endswith("/completions"):
@@ -170,11 +176,17 @@ class ScriptedServer:
         responder: ``(kind, body) -> Reply | str`` for requests not answered by the queue;
             ``kind`` is ``"chat"`` or ``"completion"``.  Default: empty answers.
         latency: seconds added to every reply (a server with fixed latency).
+        tokenizer: ``(path, body) -> Reply | dict`` answering llama.cpp's ``POST /tokenize`` and
+            llama-cpp-python's ``POST /extras/tokenize`` (e.g. ``{"tokens": [...]}``, or a trickled
+            :class:`Reply`); default: those paths are 404, as on OpenAI's servers.  Its requests are
+            recorded with kind ``"tokenize"``.
     """
 
-    def __init__(self, responder: Optional[Callable[[str, dict], Union[Reply, str]]] = None, latency: float = 0.0):
+    def __init__(self, responder: Optional[Callable[[str, dict], Union[Reply, str]]] = None, latency: float = 0.0,
+                 tokenizer: Optional[Callable[[str, dict], Union[Reply, dict]]] = None):
         self.responder = responder or (lambda kind, body: Reply(""))
         self.latency = latency
+        self.tokenizer = tokenizer
         self.queue: deque = deque()
         self.requests: List[tuple] = []
         self.headers: List[Dict[str, str]] = []
