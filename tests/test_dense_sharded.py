@@ -156,6 +156,31 @@ def test_rerun_of_a_complete_index_builds_nothing(built, capsys):
     assert (path / "pt_meta.json").read_text() == meta
 
 
+@pytest.mark.parametrize("damage", ["truncated", "same-size"])
+def test_rerun_rebuilds_a_damaged_shard_and_keeps_the_others(built, flat, tmp_path, ray_local, damage):
+    """Issue 31, item 5: a rerun over a truncated vecs.f4 reported success and only the search failed."""
+    from pyterrier_sci.artifacts import DamagedFileWarning
+    from pyterrier_sci.data import forget_verdicts
+    from pyterrier_sci.plugins.dense import build_sharded_index
+    path = tmp_path / "index"
+    shutil.copytree(built[0], path)
+    vecs = path / "shard-00001" / "vecs.f4"
+    data = vecs.read_bytes()
+    vecs.write_bytes(data[: len(data) // 2] if damage == "truncated" else data[:8] + bytes(4) + data[12:])
+    kept = {p.name: file_stamps(p) for p in path.glob("shard-?????") if p.name != "shard-00001"}
+    forget_verdicts()
+    reports = []
+    with pytest.warns(DamagedFileWarning, match=r"shard-00001 of .* is damaged: .*vecs.f4"):
+        build_sharded_index(CORPUS, "default", path, N_SHARDS, workers=1, fields=FIELDS, limit=N_DOCS,
+                            verbose=False, on_shard=reports.append)
+    assert [r["shard"] for r in reports] == [1]
+    assert {p.name: file_stamps(p) for p in path.glob("shard-?????") if p.name != "shard-00001"} == kept
+    assert vecs.read_bytes() == data
+    docnos, vectors = read_sharded(path)
+    assert docnos == flat[0]
+    np.testing.assert_allclose(vectors, flat[1], atol=1e-5)
+
+
 @pytest.mark.parametrize("kwargs, match", [
     (dict(num_shards=0), r"num_shards \(--shards\) must be an integer >= 1"),
     (dict(num_shards=5, limit=3), r"5 shards for 3 documents"),
