@@ -296,8 +296,10 @@ _HTML_BAD = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
 
 
 def _e(s: Any) -> str:
-    """``s`` as HTML text (control characters shown as U+FFFD)."""
-    return html.escape(_HTML_BAD.sub("\ufffd", str(s)), quote=True)
+    """``s`` as HTML text: control characters shown as U+FFFD, Unicode line and paragraph separators
+    as line breaks, bidirectional overrides removed."""
+    s = _BIDI.sub("", str(s)).replace("\u2028", "\n").replace("\u2029", "\n")
+    return html.escape(_HTML_BAD.sub("\ufffd", s), quote=True)
 
 
 def _n(s: Any) -> str:
