@@ -24,6 +24,7 @@ the per-fold means for CSFCube, the mean over the queries that count where queri
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Union
 
 import ir_measures
@@ -34,7 +35,7 @@ from ir_measures.measures import Measure
 __all__ = [
     "dcg", "ndcg_at_k", "average_precision", "reciprocal_rank", "r_precision_last_relevant",
     "precision_at_k", "recall_at_k", "RankListMeasure", "recall_of", "average_precision_of", "RankingMeasure",
-    "register", "get", "parse", "names", "aggregate", "calc_aggregate", "counts",
+    "register", "get", "parse", "names", "aggregate", "calc_aggregate", "counts", "ShortRunWarning",
 ]
 
 
@@ -111,6 +112,24 @@ def recall_at_k(binary: Sequence[int], k: int, total_relevant: Optional[int] = N
 # the measure class
 # ---------------------------------------------------------------------------------------------
 
+class ShortRunWarning(UserWarning):
+    """A measure defined over the whole ranked pool met a run that ranks only part of the pool."""
+
+
+def warn_short_run(short: Sequence, answered: int) -> None:
+    """The :class:`ShortRunWarning` for ``short`` = ``[(qid, ranked, judged), ...]`` of a run that
+    answered ``answered`` queries (one text for every pool measure of the same run, so that Python
+    shows it once)."""
+    qid, got, of = min(short, key=lambda t: t[1] / t[2])
+    warnings.warn(
+        "measures over the ranked pool (such as CSFCube's NDCG%20 and MAP) are taken over the judged documents the "
+        f"run ranks (as the paper's script does), and the run "
+        f"ranks only part of the judged pool for {len(short)} of its {answered} queries (query {qid}: {got} of "
+        f"{of}): a cut run (`% k`) or a retriever that misses pool documents changes the measure's cutoff and "
+        f"ideal, so this figure is not comparable with figures over the whole pool; evaluate the uncut run",
+        ShortRunWarning, stacklevel=2)
+
+
 class RankListMeasure(Measure):
     """An ``ir_measures`` measure computed from the grades of the run's judged documents, in rank order.
 
@@ -122,6 +141,11 @@ class RankListMeasure(Measure):
             the per-group means (the "average per fold, then across folds" of CSFCube's script).
             Per-query values are always the query's own value.
         description: one line for ``pyterrier-sci`` listings.
+        over_pool: the measure is defined over the whole ranked pool (its cutoff or ideal depends on
+            how many judged documents the run ranks, as CSFCube's NDCG%20 at 20% of them): a run
+            that ranks fewer of a query's judged documents than the qrels hold (a cut run, ``% 100``,
+            or a retriever that misses pool documents) gets a :class:`ShortRunWarning`, because its
+            figure is not comparable with figures over the whole pool.
 
     Queries of the qrels that the run does not answer score 0 (the papers' scripts would fail on
     them; a missing query must not raise the mean).
@@ -129,8 +153,10 @@ class RankListMeasure(Measure):
     SUPPORTED_PARAMS: Dict = {}
 
     def __init__(self, name: str, fn: Callable[[List[float], List[float]], float],
-                 group_of: Optional[Callable[[str], Optional[str]]] = None, description: str = ""):
+                 group_of: Optional[Callable[[str], Optional[str]]] = None, description: str = "",
+                 over_pool: bool = False):
         super().__init__()
+        self.over_pool = over_pool
         self.NAME = name
         self.__name__ = name
         self.fn = fn
@@ -165,11 +191,16 @@ class RankListMeasure(Measure):
         # ir_measures' RuntimeEvaluator has sorted the run by (query_id, score desc)
         judged = {qid: dict(zip(df['doc_id'], df['relevance'])) for qid, df in qrels.groupby('query_id')}
         ranked = {qid: list(df['doc_id']) for qid, df in run.groupby('query_id', sort=False)}
+        short = []
         for qid, grades_of in judged.items():
             docs = ranked.get(qid, [])
             grades = [float(grades_of[d]) for d in docs if d in grades_of]
+            if self.over_pool and docs and len(grades) < len(grades_of):
+                short.append((str(qid), len(grades), len(grades_of)))
             value = self.fn(grades, list(grades_of.values())) if grades else 0.0
             yield Metric(str(qid), self, float(value))
+        if short:
+            warn_short_run(short, len(ranked))
 
     def per_query(self, qrels, run) -> Dict[str, float]:
         """Per-query values from ``ir_measures`` frames (convenience for tests and reports)."""

@@ -29,7 +29,8 @@ def register_measures() -> None:
     for short, (fn, desc) in _DEFS.items():
         full = f"csfcube.{short}"
         built[short] = measures.RankListMeasure(short if short == "NDCG%20" else full, fn,
-                                                group_of=csfcube.test_fold_of, description=desc)
+                                                group_of=csfcube.test_fold_of, description=desc,
+                                                over_pool=short not in ("P@20", "RR"))  # ideal/cutoff from the pool
         measures.register(full, built[short], replace=True)
         aliases[short] = full
     measures.register("NDCG%20", built["NDCG%20"], replace=True)
