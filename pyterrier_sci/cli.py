@@ -6,9 +6,11 @@ Every failure is one line on stderr and exit status 2; ``--debug`` shows the tra
 from __future__ import annotations
 
 import argparse
+import contextlib
+import errno
 import json
 import sys
-from typing import List, Optional
+from typing import Iterator, List, Optional
 
 import pandas as pd
 
@@ -74,7 +76,8 @@ def cmd_run(args) -> int:
     topics, _ = topics_and_qrels(args.dataset, args.topics_variant)
     transformer = pipeline(args.expr, config=args.config, dataset=args.dataset, trusted=args.trust_config)
     res = run_pipeline_on(transformer, topics)
-    out = write_run(res, args.output, run_name=args.run_name)
+    with _writing(args.output):
+        out = write_run(res, args.output, run_name=args.run_name)
     print(f"wrote {len(res)} results for {res['qid'].nunique() if len(res) else 0} queries to {args.output}",
           file=sys.stderr)
     from pyterrier_sci import manifest
@@ -84,17 +87,16 @@ def cmd_run(args) -> int:
                                                   "sha256": manifest.file_sha256(out),
                                                   "results": len(res), "queries": int(res["qid"].nunique())
                                                   if len(res) else 0}})
-    where = manifest.write_manifest(m, f"{out}.manifest.json", "the run's manifest")
+    with _writing(f"{out}.manifest.json"):
+        where = manifest.write_manifest(m, f"{out}.manifest.json", "the run's manifest")
     print(f"manifest: {where}", file=sys.stderr)
     return 0
 
 
 def cmd_evaluate(args) -> int:
-    import pyterrier as pt
-
-    from pyterrier_sci.evaluation import Experiment
+    from pyterrier_sci.evaluation import Experiment, read_run
     from pyterrier_sci.experiment import topics_and_qrels
-    run = pt.io.read_results(args.run)
+    run = read_run(args.run)
     topics, qrels = topics_and_qrels(args.dataset)
     names = [m.strip() for m in args.measures.split(",") if m.strip()]
     table = Experiment([run], topics, qrels, names, names=[args.name or args.run], perquery=args.perquery,
@@ -135,7 +137,8 @@ def cmd_experiment(args) -> int:
     print(f"manifest: {outcome.manifest_path}", file=sys.stderr)
     if args.report:  # report.html, results.tex, perquery.csv (docs/evaluation.md, "Reports")
         from pyterrier_sci.report import write_report
-        written = write_report(outcome, args.report)
+        with _writing(args.report):
+            written = write_report(outcome, args.report)
         print(f"report: {written['report.html']}", file=sys.stderr)
     return 0
 
@@ -268,8 +271,6 @@ def _split_debug(argv: List[str]):
 
 def describe_error(e: BaseException) -> str:
     """One line saying what went wrong, for any failure of user input or of the environment."""
-    import errno
-
     from pyterrier_sci.registry import PipelineError, one_line
     if isinstance(e, PipelineError):
         return e.headline
@@ -295,6 +296,39 @@ def describe_error(e: BaseException) -> str:
     return text if isinstance(e, ValueError) else f"{type(e).__name__}: {text}"
 
 
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+@contextlib.contextmanager
+def _writing(target) -> Iterator[None]:
+    """A full disk (or quota) met by a ``write()``, which knows no file name, is reported with
+    ``target``, the file or directory being written."""
+    try:
+        yield
+    except OSError as e:
+        if e.errno in DISK_FULL and e.filename is None:
+            e.filename = str(target)
+        raise
+
+
+def _name_what_was_written(e: BaseException, args) -> None:
+    """For a full disk whose error names no file (raised outside :func:`_writing`, e.g. while a
+    component builds an index): the places the command writes to, its outputs (``--output``,
+    ``--report``, ``--save-dir``) and the work directory, where components build their indexes."""
+    if not (isinstance(e, OSError) and e.errno in DISK_FULL and e.filename is None):
+        return
+    places = [f"{value} ({flag})" for attr, flag in (("output", "--output"), ("report", "--report"),
+                                                     ("save_dir", "--save-dir"))
+              for value in [getattr(args, attr, None)] if isinstance(value, str) and value]
+    try:
+        from pyterrier_sci.data import work_dir
+        places.append(f"{work_dir()} (the work directory, where indexes are built; $PYTERRIER_SCI_HOME moves it)")
+    except Exception:  # noqa: BLE001 - no work directory either
+        pass
+    if places:
+        e.filename = "while writing to " + " or ".join(places)
+
+
 def _ours(e: BaseException) -> bool:
     return type(e).__module__.split(".")[0] == "pyterrier_sci"
 
@@ -318,6 +352,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 130
     except Exception as e:  # noqa: BLE001 - one line per failure; --debug shows the traceback
         from pyterrier_sci.registry import PipelineError
+        _name_what_was_written(e, args)
         if debug:
             import traceback
             traceback.print_exc()

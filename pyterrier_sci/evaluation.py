@@ -4,7 +4,11 @@ for both systems.  See ``docs/evaluation.md``.
 """
 from __future__ import annotations
 
+import gzip
+import io
 import math
+import os
+import zlib
 from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
 import numpy as np
@@ -14,7 +18,7 @@ from ir_measures.measures import Measure
 
 from pyterrier_sci import measures as _measures
 
-__all__ = ["Experiment", "summarise"]
+__all__ = ["Experiment", "summarise", "read_run", "RunFileError"]
 
 
 def _measure_names(eval_metrics, dataset: Optional[str]):
@@ -129,3 +133,87 @@ def _p_value(test_fn: Callable, a: np.ndarray, b: np.ndarray) -> float:
         return float("nan")          # no test on fewer than two pairs, nor on identical values
     p = float(test_fn(a, b)[1])
     return p if not math.isnan(p) else float("nan")
+
+
+# -- reading a TREC run file -------------------------------------------------------------------
+class RunFileError(ValueError):
+    """A run file that cannot be read as a TREC run; the message names the file and what is wrong."""
+
+
+RUN_FORMAT = "a TREC run has one result per line: qid Q0 docno rank score run_name"
+
+
+def read_run(path) -> pd.DataFrame:
+    """``pt.io.read_results(path)`` for a TREC run (``.gz`` allowed), with one
+    :class:`RunFileError` naming the file and its first bad line when the file is empty,
+    truncated, not UTF-8 text (UTF-16, binary) or has a line that is no result (too few
+    columns, a rank or score that is not a number)."""
+    path = os.fspath(path)
+    with open(path, "rb") as f:   # a missing or unreadable file is the OSError, with its name
+        head = f.read(4)
+    gz = head[:2] == b"\x1f\x8b"
+    if not head:
+        raise RunFileError(f"the run file {path} is empty: {RUN_FORMAT}")
+    if head[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        raise RunFileError(f"the run file {path} is UTF-16 text (its first bytes are a UTF-16 byte order mark): "
+                           "save it as UTF-8 or ASCII")
+    try:
+        if gz and not path.endswith(".gz"):
+            with gzip.open(path, "rt", encoding="utf8") as f:   # read_results decides by the name
+                res = pt.io.read_results(io.StringIO(f.read()))
+        else:
+            res = pt.io.read_results(path)
+    except (ValueError, TypeError, IndexError, KeyError, EOFError, OSError, zlib.error) as e:
+        if isinstance(e, OSError) and not isinstance(e, gzip.BadGzipFile) and e.filename is not None:
+            raise
+        raise RunFileError(f"cannot read the run file {path}: {_first_bad_line(path, gz) or _why(e)}; "
+                           f"{RUN_FORMAT}") from None
+    if len(res) == 0:
+        raise RunFileError(f"the run file {path} holds no results: {RUN_FORMAT}")
+    bad = res["score"].isna() if "score" in res.columns else None
+    if bad is not None and bad.any():
+        first = res[bad].iloc[0]
+        raise RunFileError(f"the run file {path} has a result without a score (qid {first['qid']}, docno "
+                           f"{first['docno']}): {RUN_FORMAT}")
+    return res
+
+
+def _why(e: BaseException) -> str:
+    if isinstance(e, (EOFError, gzip.BadGzipFile, zlib.error)):
+        return f"it is a damaged or truncated gzip file ({' '.join(str(e).split()) or type(e).__name__})"
+    return f"{type(e).__name__}: {' '.join(str(e).split())[:200]}"
+
+
+def _first_bad_line(path: str, gz: bool) -> str:
+    """What is wrong with the first line of ``path`` that is not a TREC result (``""``: none found)."""
+    opener = gzip.open if gz else open
+    n = 0
+    try:
+        with opener(path, "rb") as f:
+            for n, raw in enumerate(f, 1):
+                if b"\x00" in raw:
+                    return f"line {n} holds NUL bytes: it is binary or UTF-16, not a text file"
+                try:
+                    line = raw.decode("utf8")
+                except UnicodeDecodeError as e:
+                    return f"line {n} is not UTF-8 text (byte {e.start}: {raw[e.start:e.start + 4]!r})"
+                fields = line.split()
+                if not fields:
+                    continue
+                shown = " ".join(fields)[:80]
+                if len(fields) < 6:
+                    last = "" if raw.endswith(b"\n") else " (the file ends there: it is truncated)"
+                    return f"line {n} has {len(fields)} columns, not 6{last}: {shown!r}"
+                try:
+                    int(fields[3])
+                except ValueError:
+                    return f"line {n}: its rank {fields[3][:20]!r} is not a whole number: {shown!r}"
+                try:
+                    if not math.isfinite(float(fields[4])):
+                        return f"line {n}: its score {fields[4][:20]!r} is not a finite number: {shown!r}"
+                except ValueError:
+                    return f"line {n}: its score {fields[4][:20]!r} is not a number: {shown!r}"
+    except (EOFError, OSError, zlib.error) as e:
+        return f"after line {n}: {_why(e)}"
+    return ""
+

@@ -525,7 +525,9 @@ def check_artifact(path: Union[str, os.PathLike], types: Dict[str, Optional[Sequ
     except FileNotFoundError:
         fail("has no pt_meta.json (not a PyTerrier artifact)")
     except (OSError, ValueError) as e:
-        fail(f"has an unreadable pt_meta.json ({one_line(e, 120)})")
+        what = ("is empty" if meta.is_file() and meta.stat().st_size == 0
+                else "is not JSON" if isinstance(e, ValueError) else "cannot be read")
+        fail(f"has an unreadable pt_meta.json: {meta} {what} ({one_line(e, 120)})")
     if not isinstance(data, dict) or data.get("type") not in types:
         fail(f"is an artifact of type {data.get('type') if isinstance(data, dict) else None!r}")
     formats = types[data["type"]]

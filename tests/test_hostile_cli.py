@@ -138,3 +138,46 @@ def test_evaluate_unreadable_run_files(csfcube, capsys, tmp_path):
         assert rc == 2 and err.count("\n") == 1 and "Traceback" not in err, err
     rc, err, _ = run_cli(capsys, "evaluate", str(tmp_path), "--dataset", D, "--measures", "MAP")
     assert rc == 2 and err.count("\n") == 1 and "Traceback" not in err, err
+
+
+# -- issue 31 item 10: errors name the file ---------------------------------------------------------
+RUN_FILES = {
+    "truncated.trec": (b"q1 Q0 d1 0 1.5 r\nq1 Q0 d2 1 1.2 r\nq1 Q0 d3", "line 3 has 3 columns, not 6 (the file ends"),
+    "empty.trec": (b"", "is empty"),
+    "utf16.trec": ("q1 Q0 d1 0 1.5 r\n".encode("utf-16"), "is UTF-16 text"),
+    "utf16le.trec": ("q1 Q0 d1 0 1.5 r\n".encode("utf-16-le"), "NUL bytes"),
+    "garbage.trec": (bytes(range(128, 256)) * 3, "line 1 is not UTF-8 text"),
+    "rank.trec": (b"q1 Q0 d1 first 1.5 r\n", "its rank 'first' is not a whole number"),
+    "score.trec": (b"q1 Q0 d1 0 high r\n", "its score 'high' is not a number"),
+    "cut.trec.gz": (__import__("gzip").compress(b"q1 Q0 d1 0 1.5 r\n" * 50)[:25], "truncated gzip file"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(RUN_FILES))
+def test_evaluate_names_the_run_file_and_what_is_wrong(csfcube, capsys, tmp_path, name):
+    content, says = RUN_FILES[name]
+    f = tmp_path / name
+    f.write_bytes(content)
+    rc, err, _ = run_cli(capsys, "evaluate", str(f), "--dataset", D, "--measures", "MAP")
+    assert rc == 2 and err.count("\n") == 1 and "Traceback" not in err, err
+    assert str(f) in err and says in err, err
+    assert "Integer column has NA" not in err
+
+
+def test_a_full_disk_names_the_file_being_written(csfcube, capsys, tmp_path, monkeypatch):
+    """``write()`` raises ENOSPC with no file name: the message names the run file being written,
+    or (a full disk inside a component) the command's output and the work directory."""
+    import pyterrier_sci.experiment as experiment
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(experiment, "write_run", full)
+    out = tmp_path / "run.trec"
+    rc, err, _ = run_cli(capsys, "run", "pool", "--dataset", D, "--output", str(out))
+    assert rc == 2 and err.count("\n") == 1 and f"no space left on device: {out}" in err, err
+    monkeypatch.setenv("PYTERRIER_SCI_HOME", str(tmp_path / "home"))
+    ERRORS["enospc_nameless"] = OSError(errno.ENOSPC, "No space left on device")
+    rc, err, _ = run_cli(capsys, "run", "failing(kind='enospc_nameless')", "--dataset", D, "--output", str(out))
+    assert rc == 2 and err.count("\n") == 1, err
+    assert f"no space left on device: while writing to {out} (--output) or {tmp_path / 'home'}" in err, err

@@ -790,3 +790,30 @@ def test_dry_run_token_counting_uses_a_prompt_tokenizer():
     tally = run.tallies[id(c.usage)]
     assert tally.tokenizer == "the server's /tokenize" and tally.prompt_tokens == 6
     assert [k for k, _ in srv.requests] == ["tokenize", "tokenize"]
+
+
+# -- issue 31 item 10: a damaged cache file is one error naming it -----------------------------------
+@pytest.mark.parametrize("content", [b"this is not a database" * 100, b"SQLite format 3\x00" + b"\xff" * 4000, None],
+                         ids=["text", "bad header", "truncated"])
+def test_a_damaged_cache_file_is_one_error_naming_it(tmp_path, content):
+    from pyterrier_sci.cli import describe_error
+    from pyterrier_sci.llm import LLMCacheError, ResponseCache
+    db = tmp_path / "responses.sqlite3"
+    if content is None:   # a real cache of 200 answers, cut in the middle of its pages
+        cache = ResponseCache(tmp_path)
+        for i in range(200):
+            cache.put(f"k{i}", {"text": "x" * 200})
+        cache._conn().execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        cache._conn().close()
+        content = db.read_bytes()[:len(db.read_bytes()) // 2]
+        for side in ("-wal", "-shm"):
+            (tmp_path / f"responses.sqlite3{side}").unlink(missing_ok=True)
+    db.write_bytes(content)
+    with ScriptedServer(lambda k, b: yes_no(True)) as srv:
+        c = LLMClient(cfg(srv, cache_dir=str(tmp_path)))
+        with pytest.raises(LLMCacheError) as err:
+            c.complete("x")
+        assert srv.calls == 0
+    line = describe_error(err.value)
+    assert str(tmp_path / "responses.sqlite3") in line and "cannot be used" in line and "delete it" in line, line
+    assert "\n" not in line

@@ -92,20 +92,61 @@ def pisa_bm25(index, k1: float, b: float, verbose: bool = False, **kwargs) -> pt
     return retriever
 
 
+class DamagedIndexError(ValueError):
+    """A BM25 index directory whose files are damaged (empty, truncated, not JSON); the message names
+    the file and what to do."""
+
+
+def _damaged(p: Path, problem: str) -> DamagedIndexError:
+    return DamagedIndexError(f"the BM25 index {p} is damaged: {problem}; delete the directory {p} and run again "
+                             "(an index of a dataset's corpus is then rebuilt)")
+
+
+def _index_format(p: Path) -> Optional[str]:
+    """The ``format`` in ``p/pt_meta.json`` (``None`` without one); a file that is empty or not a
+    JSON object is a :class:`DamagedIndexError` naming it."""
+    meta = p / "pt_meta.json"
+    if not meta.exists():
+        return None
+    import json
+    try:
+        got = json.loads(meta.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as e:
+        raise _damaged(p, f"{meta} is {'empty' if meta.stat().st_size == 0 else 'not JSON'} "
+                          f"({' '.join(str(e).split())[:120]})") from None
+    if not isinstance(got, dict):
+        raise _damaged(p, f"{meta} holds a JSON {type(got).__name__}, not an object")
+    return got.get("format")
+
+
+#: the files of a PISA index (pyterrier-pisa 0.4): each holds at least a header when intact
+PISA_FILES = ("fwd", "fwd.doclex", "fwd.documents", "fwd.termlex", "fwd.terms", "inv.docs", "inv.freqs", "inv.sizes")
+
+
+def _check_pisa_files(p: Path) -> None:
+    """An empty or missing PISA file would abort the process inside PISA (SIGABRT): one
+    :class:`DamagedIndexError` naming it instead."""
+    for name in PISA_FILES:
+        f = p / name
+        try:
+            size = f.stat().st_size
+        except FileNotFoundError:
+            raise _damaged(p, f"{f} is missing") from None
+        if size == 0:
+            raise _damaged(p, f"{f} is empty")
+
+
 def _load_index(index, backend: Optional[str]):
     if not isinstance(index, (str, os.PathLike)):
         return index
     p = Path(index)
     if not p.exists():
         raise FileNotFoundError(f"BM25 index not found: {p}")
-    meta = p / "pt_meta.json"
-    fmt = None
-    if meta.exists():
-        import json
-        fmt = json.loads(meta.read_text()).get("format")
+    fmt = _index_format(p)
     if backend == "lucene" or fmt == "lucene":
         from .lucene import LuceneIndex
         return LuceneIndex(str(p))
+    _check_pisa_files(p)
     from pyterrier_pisa import PisaIndex
     return PisaIndex(str(p))
 

@@ -8,7 +8,7 @@ from .budget import LLMBudgetExceeded, reset_budget  # noqa: F401
 from .cache import ResponseCache, cache_key  # noqa: F401
 from .client import Choice, Completion, LLMClient, LLMError, choice_from_logprobs, extract_json, parse_choice  # noqa: F401
 from .dryrun import DryRunReport, dry_run  # noqa: F401
-from .errors import UntrustedConfigError  # noqa: F401
+from .errors import LLMCacheError, UntrustedConfigError  # noqa: F401
 from .settings import DEFAULT_BASE_URL, DEFAULT_MODEL, LLMSettings, settings_from  # noqa: F401
 from .text import estimate_tokens, load_template, render, truncate  # noqa: F401
 from .trust import derived_settings, is_trusted, pipeline_settings, redact  # noqa: F401

@@ -15,7 +15,11 @@ import sqlite3
 import threading
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional, TypeVar
+
+from .errors import LLMCacheError
+
+T = TypeVar("T")
 
 FILENAME = "responses.sqlite3"
 
@@ -62,16 +66,41 @@ class ResponseCache:
             self.directory.mkdir(parents=True, exist_ok=True)
             conn = sqlite3.connect(str(self.path), timeout=60.0, isolation_level=None,
                                    check_same_thread=False)
-            conn.execute("PRAGMA busy_timeout=60000")
-            with self._init_lock:
-                if not self._initialised:
-                    conn.execute("PRAGMA journal_mode=WAL")
-                    conn.execute("CREATE TABLE IF NOT EXISTS responses (key TEXT PRIMARY KEY, "
-                                 "model TEXT, value TEXT NOT NULL, created REAL)")
-                    self._initialised = True
-            conn.execute("PRAGMA synchronous=NORMAL")
+            try:
+                conn.execute("PRAGMA busy_timeout=60000")
+                with self._init_lock:
+                    if not self._initialised:
+                        conn.execute("PRAGMA journal_mode=WAL")
+                        conn.execute("CREATE TABLE IF NOT EXISTS responses (key TEXT PRIMARY KEY, "
+                                     "model TEXT, value TEXT NOT NULL, created REAL)")
+                        self._initialised = True
+                conn.execute("PRAGMA synchronous=NORMAL")
+            except BaseException:
+                conn.close()
+                raise
             self._local.conn = conn
         return conn
+
+    def _sql(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """``fn(connection)``; a file SQLite cannot use (damaged, not a database, a full disk) is one
+        :class:`~pyterrier_sci.llm.errors.LLMCacheError` naming it ("database is locked" passes
+        through: :meth:`_put` retries it)."""
+        try:
+            return fn(self._conn())
+        except sqlite3.DatabaseError as e:
+            if isinstance(e, sqlite3.OperationalError) and "locked" in str(e):
+                raise
+            raise self._error(e) from None
+
+    def _error(self, e: BaseException) -> LLMCacheError:
+        why = " ".join(str(e).split()) or type(e).__name__
+        if "full" in why:
+            todo = ("free space there, or set the LLM setting cache_dir (or $PYTERRIER_SCI_LLM_CACHE) to another "
+                    "directory")
+        else:
+            todo = ("it is damaged: delete it (its cached responses are lost; they are asked again), or set the LLM "
+                    "setting cache_dir (or $PYTERRIER_SCI_LLM_CACHE) to another directory")
+        return LLMCacheError(f"the LLM response cache {self.path} cannot be used ({why}): {todo}")
 
     def get(self, key: str) -> Optional[dict]:
         if _SERVICE is not None:
@@ -79,12 +108,12 @@ class ResponseCache:
         return self._get(key)
 
     def _get(self, key: str) -> Optional[dict]:
-        row = self._conn().execute("SELECT value FROM responses WHERE key=?", (key,)).fetchone()
+        row = self._sql(lambda c: c.execute("SELECT value FROM responses WHERE key=?", (key,)).fetchone())
         if row is None:
             return None
         try:
             return json.loads(row[0])
-        except ValueError:  # a damaged entry is a miss, never an answer
+        except (ValueError, TypeError):  # a damaged entry is a miss, never an answer
             return None
 
     def put(self, key: str, value: dict, model: str = "") -> None:
@@ -97,23 +126,26 @@ class ResponseCache:
         blob = json.dumps(value, ensure_ascii=False)
         for attempt in range(5):
             try:
-                self._conn().execute("INSERT OR REPLACE INTO responses(key, model, value, created) "
-                                     "VALUES (?, ?, ?, ?)", (key, model, blob, time.time()))
+                self._sql(lambda c: c.execute("INSERT OR REPLACE INTO responses(key, model, value, created) "
+                                              "VALUES (?, ?, ?, ?)", (key, model, blob, time.time())))
                 return
             except sqlite3.OperationalError:  # "database is locked" beyond busy_timeout
                 if attempt == 4:
                     raise
                 time.sleep(0.1 * (attempt + 1))
 
+    def count(self) -> int:
+        return self._sql(lambda c: c.execute("SELECT COUNT(*) FROM responses").fetchone()[0])
+
     def __len__(self) -> int:
         if _SERVICE is not None:
             return _SERVICE.count(str(self.directory))
-        return self._conn().execute("SELECT COUNT(*) FROM responses").fetchone()[0]
+        return self.count()
 
     def clear(self) -> None:
         if _SERVICE is not None:
             return _SERVICE.clear(str(self.directory))
-        self._conn().execute("DELETE FROM responses")
+        self._sql(lambda c: c.execute("DELETE FROM responses"))
 
     def __repr__(self) -> str:
         return f"ResponseCache({str(self.directory)!r})"
@@ -144,11 +176,10 @@ class CacheService:
         self._cache(directory)._put(key, value, model)
 
     def count(self, directory: str) -> int:
-        c = self._cache(directory)
-        return c._conn().execute("SELECT COUNT(*) FROM responses").fetchone()[0]
+        return self._cache(directory).count()
 
     def clear(self, directory: str) -> None:
-        self._cache(directory)._conn().execute("DELETE FROM responses")
+        self._cache(directory).clear()
 
     # -- the run's LLM budgets (pyterrier_sci.llm.budget.LedgerBook) ---------------------------
     def ledger_load(self, key, limits, state) -> None:

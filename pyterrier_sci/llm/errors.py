@@ -16,3 +16,8 @@ class UntrustedConfigError(LLMError):
     """A pipeline expression or pipeline file that the user did not mark trusted asked for
     something only the user may allow: a file outside the allowed directories (a template, an
     example file, a cache directory).  See ``docs/llm.md``, "Trust"."""
+
+
+class LLMCacheError(LLMError):
+    """The response cache's SQLite file cannot be used (damaged, not a database, a full disk); the
+    message names the file and what to do."""
