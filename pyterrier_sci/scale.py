@@ -23,7 +23,7 @@ import pyterrier as pt
 from pyterrier_sci.registry import PipelineError
 
 __all__ = ["ScaleError", "require_ray", "init_ray", "ray_session", "RAY_ADDRESS_ENV", "check_reachable",
-           "on_ray", "RayTransformer", "on_ray_component"]
+           "check_ray_client", "on_ray", "RayTransformer", "on_ray_component"]
 
 #: seconds a connection to a Ray address may take before it is called unreachable
 CONNECT_TIMEOUT = 5.0
@@ -60,7 +60,10 @@ def init_ray(address: Optional[str] = None, num_cpus: Optional[int] = None) -> b
         return False
     address = address or os.environ.get(RAY_ADDRESS_ENV) or None
     if address:
-        check_reachable(address)
+        if address.strip().startswith("ray://"):
+            check_ray_client(address)
+        else:
+            check_reachable(address)
     kwargs = dict(include_dashboard=False, log_to_driver=False, configure_logging=False,
                   ignore_reinit_error=True)
     try:
@@ -117,6 +120,42 @@ def check_reachable(address: str, timeout: float = CONNECT_TIMEOUT) -> None:
         raise ScaleError(f"cannot reach {where}: {host}:{port} answers, but not as Ray does (it sent {shown!r}: "
                          "a web server or an LLM endpoint?); a Ray address is the head node's GCS port "
                          "(host:6379) or its client server (ray://host:10001)")
+
+
+def check_ray_client(address: str, timeout: Optional[float] = None) -> None:
+    """For a ``ray://host:port`` address (Ray Client): Ray Client's packages are installed (the
+    ``scale`` extra installs ``ray[client]``), the address is reachable (:func:`check_reachable`),
+    and a Ray Client server answers a ping there within ``timeout`` seconds (default
+    :data:`CONNECT_TIMEOUT`); otherwise one
+    :class:`ScaleError` naming the address.  Without the ping, Ray waits without end for a server
+    that accepts the connection but does not answer."""
+    where = f"the Ray cluster at {address!r}"
+    timeout = CONNECT_TIMEOUT if timeout is None else timeout
+    try:
+        import grpc
+        from ray.core.generated import ray_client_pb2, ray_client_pb2_grpc
+    except ImportError as e:
+        raise ScaleError(f"cannot reach {where}: ray:// addresses (Ray Client) need Ray's client packages, which "
+                         f"are not installed ({e}): pip install 'pyterrier-sci[scale]' (it installs "
+                         "'ray[client]')") from None
+    check_reachable(address, timeout)
+    m = _HOST_PORT.match(address.strip())
+    if not m or os.environ.get("RAY_USE_TLS", "").strip() in ("1", "true", "True"):
+        return   # a form Ray resolves itself, or TLS: left to Ray
+    host = m.group("v6") and f"[{m.group('v6')}]" or m.group("host")
+    channel = grpc.insecure_channel(f"{host}:{m.group('port')}")
+    try:
+        req = ray_client_pb2.ClusterInfoRequest(type=ray_client_pb2.ClusterInfoType.PING)
+        ray_client_pb2_grpc.RayletDriverStub(channel).ClusterInfo(req, timeout=timeout)
+    except grpc.RpcError as e:
+        code = e.code() if hasattr(e, "code") else None
+        why = (f"no Ray Client server answered within {timeout:g} s" if code == grpc.StatusCode.DEADLINE_EXCEEDED
+               else f"what answers is not a Ray Client server ({getattr(code, 'name', code)}: "
+                    f"{' '.join(str(e.details() if hasattr(e, 'details') else e).split())[:160]})")
+        raise ScaleError(f"cannot reach {where}: {why}; a ray:// address is the head node's Ray Client port "
+                         "(ray://host:10001, started by 'ray start --head')") from None
+    finally:
+        channel.close()
 
 
 @contextlib.contextmanager

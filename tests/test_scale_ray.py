@@ -88,3 +88,76 @@ def test_merge_orders_queries_as_one_process_would():
     assert list(_merge(single, single, "qid")["qid"]) == ["q1", "q1", "q2", "q2", "q3", "q7"]
     with pytest.raises(PipelineError, match="must be a mapping"):
         pipeline("on_ray(judge)", config={**CONFIG, "ray": 4})
+
+
+# -- issue 31 item 11: ray:// addresses (Ray Client) ------------------------------------------------
+def test_ray_client_packages_are_installed():
+    """The ``scale`` extra installs ``ray[client]`` (grpcio), which ``ray://`` addresses need: Ray's
+    own check (the one behind "Ray Client requires pip package `ray[client]`") passes."""
+    import grpc  # noqa: F401
+    import ray.util.client  # noqa: F401
+    from ray.core.generated import ray_client_pb2_grpc  # noqa: F401
+    try:
+        from ray._private.utils import get_ray_client_dependency_error  # Ray's own check (2.x)
+    except ImportError:
+        return
+    assert get_ray_client_dependency_error() is None
+
+
+class _Http2Silent:
+    """Accepts connections, answers the HTTP/2 preface with a SETTINGS frame (as gRPC servers do),
+    then never answers a request: Ray alone waits for it without end."""
+
+    def __enter__(self):
+        import threading
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.port = self.sock.getsockname()[1]
+        self.conns = []
+
+        def serve():
+            while True:
+                try:
+                    c, _ = self.sock.accept()
+                except OSError:
+                    return
+                self.conns.append(c)
+                try:
+                    c.recv(1024)
+                    c.sendall(b"\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+                except OSError:
+                    pass
+
+        threading.Thread(target=serve, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc):
+        self.sock.close()
+        for c in self.conns:
+            c.close()
+
+
+def test_a_ray_client_address_where_no_ray_client_server_answers_fails_fast(monkeypatch):
+    import pyterrier_sci.scale as scale
+    monkeypatch.setattr(scale, "CONNECT_TIMEOUT", 1.0)
+    with _Http2Silent() as srv:
+        address = f"ray://127.0.0.1:{srv.port}"
+        t0 = time.monotonic()
+        with pytest.raises(ScaleError) as err:
+            init_ray(address)
+        took = time.monotonic() - t0
+    msg = str(err.value).splitlines()[0]
+    assert f"cannot reach the Ray cluster at '{address}'" in msg and "Ray Client" in msg, msg
+    assert "requires pip package" not in msg and took < 5
+    assert not ray.is_initialized()
+
+
+def test_a_ray_client_address_without_the_client_packages_is_one_line_naming_it(monkeypatch):
+    import sys
+    monkeypatch.setitem(sys.modules, "grpc", None)   # as without ray[client]
+    with pytest.raises(ScaleError) as err:
+        init_ray("ray://head.example:10001")
+    msg = str(err.value)
+    assert "\n" not in msg.strip() and "'ray://head.example:10001'" in msg and "pyterrier-sci[scale]" in msg, msg
+    assert not ray.is_initialized()
