@@ -43,13 +43,19 @@ def cmd_datasets(args) -> int:
 
 
 def cmd_components(args) -> int:
+    """Each component's name and the first sentence of its description, wrapped to the terminal."""
+    import shutil
+    import textwrap
+
     from pyterrier_sci.registry import REGISTRY
+    width = max(60, min(120, shutil.get_terminal_size((100, 24)).columns))
     for name in REGISTRY.names():
         try:
             desc = REGISTRY.get(name).description
         except ImportError as e:
             desc = f"(unavailable: {e})"
-        print(f"{name:<22} {desc}")
+        print(textwrap.fill(desc, width=width, initial_indent=f"{name:<22} ", subsequent_indent=" " * 23,
+                            break_long_words=False, break_on_hyphens=False) if desc else name)
     return 0
 
 
@@ -346,7 +352,12 @@ def main(argv: Optional[List[str]] = None) -> int:
         if isinstance(dataset, str) and args.command in ("run", "evaluate"):
             from pyterrier_sci.registry import check_dataset
             check_dataset(dataset, where="--dataset")  # before anything is downloaded
-        return args.fn(args) or 0
+        rc = args.fn(args) or 0
+        sys.stdout.flush()   # a closed pipe fails here, inside the handler below, not at exit
+        return rc
+    except BrokenPipeError:   # the reader went away (``pyterrier-sci datasets | head``): stop quietly
+        _drop_stdout()
+        return 141   # 128 + SIGPIPE, as a command killed by the signal
     except KeyboardInterrupt:
         print(f"{prog}: interrupted (finished runs and indexes are kept)", file=sys.stderr)
         return 130
@@ -366,6 +377,18 @@ def main(argv: Optional[List[str]] = None) -> int:
         except OSError:
             pass
         return 2
+
+
+def _drop_stdout() -> None:
+    """Points the standard output at /dev/null, so that the interpreter's last flush does not fail
+    again on the closed pipe."""
+    import os
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):   # no file descriptor (a captured stdout)
+        pass
 
 
 def _unexpected(e: BaseException) -> bool:

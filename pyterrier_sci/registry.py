@@ -10,6 +10,7 @@ import difflib
 import inspect
 import math
 import os
+import re
 import reprlib
 import typing
 import unicodedata
@@ -541,6 +542,15 @@ class UnknownComponentError(KeyError):
         return str(self.args[0])
 
 
+def first_sentence(doc: str) -> str:
+    """The first sentence of ``doc``'s first paragraph, on one line: up to a full stop followed by a
+    space and a capital letter or a backtick (not ``e.g.``, ``i.e.``, a number or a name in code);
+    the whole paragraph when none ends sooner."""
+    para = " ".join(doc.strip().split("\n\n")[0].split())
+    m = re.search(r"(?<!\be\.g)(?<!\bi\.e)(?<!\betc)(?<!\bvs)\.(?=\s+[A-Z`(])", para)
+    return para[:m.end()] if m else para
+
+
 @dataclass
 class ComponentSpec:
     name: str
@@ -549,8 +559,9 @@ class ComponentSpec:
 
     @property
     def description(self) -> str:
-        doc = inspect.getdoc(self.factory) or ""
-        return doc.strip().splitlines()[0] if doc else ""
+        """The first sentence of the factory's docstring (its first paragraph when no sentence ends
+        there), on one line."""
+        return first_sentence(inspect.getdoc(self.factory) or "")
 
     @property
     def params(self) -> Optional[ParamSet]:

@@ -20,6 +20,7 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence
 import pandas as pd
 import pyterrier as pt
 
+from pyterrier_sci.quiet import quiet_native
 from pyterrier_sci.registry import PipelineError
 
 __all__ = ["ScaleError", "require_ray", "init_ray", "ray_session", "RAY_ADDRESS_ENV", "check_reachable",
@@ -67,10 +68,11 @@ def init_ray(address: Optional[str] = None, num_cpus: Optional[int] = None) -> b
     kwargs = dict(include_dashboard=False, log_to_driver=False, configure_logging=False,
                   ignore_reinit_error=True)
     try:
-        if address:
-            ray.init(address=address, **kwargs)
-        else:
-            ray.init(num_cpus=num_cpus or os.cpu_count() or 1, **kwargs)
+        with quiet_native():   # Ray's notices at start ("Token authentication is enabled ..."); errors still raise
+            if address:
+                ray.init(address=address, **kwargs)
+            else:
+                ray.init(num_cpus=num_cpus or os.cpu_count() or 1, **kwargs)
     except Exception as e:  # ConnectionError, TimeoutError, ValueError (bad address), RuntimeError
         where = f"the Ray cluster at {address!r}" if address else "a local Ray instance"
         raise ScaleError(f"cannot reach {where}: {type(e).__name__}: {e}") from None

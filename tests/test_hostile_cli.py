@@ -181,3 +181,35 @@ def test_a_full_disk_names_the_file_being_written(csfcube, capsys, tmp_path, mon
     rc, err, _ = run_cli(capsys, "run", "failing(kind='enospc_nameless')", "--dataset", D, "--output", str(out))
     assert rc == 2 and err.count("\n") == 1, err
     assert f"no space left on device: while writing to {out} (--output) or {tmp_path / 'home'}" in err, err
+
+
+# -- issue 31 item 15: small slips --------------------------------------------------------------------
+def test_a_closed_pipe_ends_the_command_quietly():
+    """``pyterrier-sci datasets | head``: the reader goes away; no "error: Broken pipe", no traceback."""
+    import subprocess
+    import sys
+    proc = subprocess.Popen([sys.executable, "-m", "pyterrier_sci.cli", "datasets"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    proc.stdout.close()   # before the command writes anything
+    err = proc.stderr.read().decode()
+    rc = proc.wait(timeout=120)
+    assert err == "" and rc == 141, (rc, err)
+
+
+def test_components_are_described_in_whole_sentences(capsys):
+    from pyterrier_sci.registry import REGISTRY, first_sentence
+    assert first_sentence("``x``: does a, e.g. the b.\nSecond line. More.\n\nOther.") == "``x``: does a, e.g. the b."
+    assert first_sentence("``y``: one line\ncontinued here\n\nnext paragraph") == "``y``: one line continued here"
+    assert main(["components"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    entries, current = [], None
+    for line in lines:
+        if line.startswith(" "):
+            current[1] += " " + line.strip()
+        else:
+            current = [line.split(" ", 1)[0], line.split(" ", 1)[1].strip() if " " in line else ""]
+            entries.append(current)
+    assert [e[0] for e in entries] == list(REGISTRY.names())
+    bm25 = dict(entries)["bm25"]
+    assert bm25.endswith("``pisa`` or ``lucene``."), bm25   # cut after "backend ``pisa``" before
+    assert all(len(line) <= 120 for line in lines)

@@ -161,3 +161,14 @@ def test_a_ray_client_address_without_the_client_packages_is_one_line_naming_it(
     msg = str(err.value)
     assert "\n" not in msg.strip() and "'ray://head.example:10001'" in msg and "pyterrier-sci[scale]" in msg, msg
     assert not ray.is_initialized()
+
+
+# -- issue 31 item 15: a local Ray starts without notices ---------------------------------------------
+def test_starting_a_local_ray_prints_nothing():
+    import subprocess
+    import sys
+    code = ("import ray\nfrom pyterrier_sci.scale import init_ray\n"
+            "assert init_ray(num_cpus=1)\nray.shutdown()\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "Token authentication" not in out.stderr and out.stdout == "", out.stderr[-2000:]
