@@ -4,7 +4,7 @@ dataset, where a corpus index lives in the work directory, and the two corpus co
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Iterator, Optional, Sequence
+from typing import Iterator, List, Optional, Sequence
 
 import pandas as pd
 import pyterrier as pt
@@ -42,11 +42,31 @@ def corpus_texts(dataset: str, fields: Optional[Sequence[str]] = None) -> Iterat
     if not ds.has_docs():
         raise ValueError(f"dataset {dataset} has no documents")
     for doc in ds.docs_iter():
-        if fields:
-            text = " ".join(str(getattr(doc, f) or "") for f in fields)
-        else:
-            text = doc.default_text()
-        yield {"docno": doc.doc_id, "text": text}
+        yield {"docno": doc.doc_id, "text": _text_of(doc, fields)}
+
+
+def _text_of(doc, fields: Optional[Sequence[str]]) -> str:
+    if fields:
+        return " ".join(str(getattr(doc, f) or "") for f in fields)
+    return doc.default_text()
+
+
+def doc_texts(dataset: str, docnos: Sequence[str], fields: Optional[Sequence[str]] = None) -> List[str]:
+    """The texts of ``docnos`` (in that order) as :func:`corpus_texts` gives them, looked up in the
+    corpus's docstore; a docno the corpus lacks is a ``KeyError`` naming it."""
+    import ir_datasets
+    store = ir_datasets.load(irds_id(dataset)).docs_store()
+    found = store.get_many(list(dict.fromkeys(docnos)))
+    missing = [d for d in docnos if d not in found]
+    if missing:
+        raise KeyError(f"docno(s) {missing[:5]} are not in the corpus of {dataset}")
+    return [_text_of(found[d], fields) for d in docnos]
+
+
+def corpus_size(dataset: str) -> int:
+    """The number of documents of an ir_datasets corpus."""
+    import ir_datasets
+    return int(ir_datasets.load(irds_id(dataset)).docs_count())
 
 
 def corpus_id(dataset: str) -> str:

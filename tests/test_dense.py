@@ -147,3 +147,55 @@ def test_corpus_encoding_reports_progress_per_batch_and_keeps_the_vectors(dense)
     got = np.stack([d["doc_vec"] for d in out])
     assert got.dtype == np.float32
     np.testing.assert_allclose(got, ref, atol=2e-6)
+
+
+def _first_stage(docs, n):
+    """``n`` documents of the tiny corpus as a first stage for one query."""
+    return pd.DataFrame({"qid": "q1", "query": "graph neural networks for citation recommendation",
+                         "docno": [d.doc_id for d in docs[:n]], "score": 0.0, "rank": range(n)})
+
+
+def test_a_small_first_stage_is_rescored_without_building_the_corpus_index(tiny_dataset, tmp_path, monkeypatch):
+    """Issue 31, item 12: ``pool % 30 >> dense`` encoded the whole corpus to re-rank 30 documents."""
+    import ir_datasets
+
+    from pyterrier_sci.plugins.dense import retriever as R
+    docs = list(ir_datasets.load("sci-test/tiny").docs_iter())
+    index = tmp_path / "index"
+    dense = DenseRetriever("default", index=str(index), corpus="irds:sci-test/tiny", verbose=False)
+    encoded = []
+    real = DenseRetriever.encode
+    monkeypatch.setattr(DenseRetriever, "encode", lambda self, texts, desc=None: (
+        encoded.append((desc, len(list(texts)))) or real(self, texts, desc)))
+    first = _first_stage(docs, 30)
+    out = dense(first)
+    assert not index.exists()   # no corpus index for 30 of several hundred documents
+    assert ("documents", 30) in encoded and len(dense._doc_vecs) == 30
+    # the same scores as encoding the documents' texts (the corpus index's text: title, then abstract)
+    texts = first.assign(text=[f"{d.title} {d.abstract}" for d in docs[:30]])
+    ref = DenseRetriever("default", index=None, verbose=False)(texts)
+    np.testing.assert_allclose(out.set_index("docno")["score"].sort_index(),
+                               ref.set_index("docno")["score"].sort_index(), rtol=1e-5, atol=1e-6)
+    # a second call and a cut of the same retriever encode nothing new
+    encoded.clear()
+    (dense % 5)(first.iloc[:20])
+    assert [e for e in encoded if e[0] == "documents"] == []
+    # asked for (index=True in a pipeline file): the corpus index is built first
+    built = DenseRetriever("default", index=str(tmp_path / "asked"), corpus="irds:sci-test/tiny", verbose=False,
+                           build_index=True)
+    again = built(first)
+    assert (tmp_path / "asked" / "pt_meta.json").exists()
+    np.testing.assert_allclose(again.set_index("docno")["score"].sort_index(),
+                               out.set_index("docno")["score"].sort_index(), rtol=1e-5, atol=1e-6)
+    # a first stage covering most of the corpus builds the index (and then uses it)
+    monkeypatch.setattr(R, "INDEX_COVERAGE", 0.05)
+    big = DenseRetriever("default", index=str(tmp_path / "big"), corpus="irds:sci-test/tiny", verbose=False)
+    big(first)
+    assert (tmp_path / "big" / "pt_meta.json").exists() and big._doc_vecs == {}
+
+
+def test_the_dense_component_builds_the_index_when_asked(tiny_dataset, tmp_path):
+    auto = dense_component(dataset="irds:sci-test/tiny")
+    asked = dense_component(dataset="irds:sci-test/tiny", index=True)
+    path = dense_component(dataset="irds:sci-test/tiny", index=str(tmp_path / "i"))
+    assert (auto.build_index, asked.build_index, path.build_index) == (None, True, True)

@@ -46,6 +46,7 @@ from pyterrier_sci.models import (
     resolve_model,
     weights_sha256,
 )
+from pyterrier_sci.progress import announce, phase
 
 __all__ = ["BACKENDS", "PRECISIONS", "BackendError", "check_backend", "INT8_MIN_COSINE", "CALIBRATION_SIZE",
            "ENCODER_TYPE", "Calibration", "check_threads", "calibration_from_corpus", "calibration_from_texts",
@@ -183,7 +184,7 @@ def _quiet_nncf():
 
 def _export_openvino(st, tmp: Path, precision: str, calibration: Optional[Calibration],
                      output: str = "last_hidden_state", examples: Sequence = CHECK_TEXTS[:2],
-                     reference: Optional[dict] = None) -> dict:
+                     reference: Optional[dict] = None, verbose: bool = False, name: str = "the model") -> dict:
     """``output`` of ``st``'s transformer as an OpenVINO model; ``examples``: inputs that trace it.
     With ``reference`` (a dict) and int8, ``reference['run']`` is set to an engine function over the fp32
     graph before quantisation (compiled in memory): the int8 check's reference."""
@@ -191,7 +192,8 @@ def _export_openvino(st, tmp: Path, precision: str, calibration: Optional[Calibr
     import torch
     module = _exported_module(st, output)
     example = {k: torch.from_numpy(v) for k, v in _engine_inputs(_features(st, examples)).items()}
-    with torch.no_grad(), warnings.catch_warnings(), _transformers_quiet():
+    with torch.no_grad(), warnings.catch_warnings(), _transformers_quiet(), \
+            phase(f"exporting {name} to OpenVINO", verbose):
         # tracer warnings about shapes (the exported graph keeps them dynamic), and transformers' log line
         # about an unset loss_type, which tracing provokes by reading every attribute of the model
         warnings.simplefilter("ignore")
@@ -208,9 +210,14 @@ def _export_openvino(st, tmp: Path, precision: str, calibration: Optional[Calibr
         # SmoothQuant off: on CSFCube it moved NDCG%20 by up to +0.70 points (method facet) against torch
         # fp32, without it at most 0.41 (docs/dense.md, the quality guard)
         advanced = AdvancedQuantizationParameters(smooth_quant_alphas=AdvancedSmoothQuantParameters(matmul=-1))
-        with _quiet_nncf():
-            ovm = nncf.quantize(ovm, nncf.Dataset(data), model_type=nncf.ModelType.TRANSFORMER, subset_size=len(data),
-                                advanced_parameters=advanced)
+        with _quiet_nncf(), phase(f"calibrating int8 on {len(data)} documents", verbose, total=len(data),
+                                  unit="doc") as bar:
+            def seen(item):  # nncf's statistics pass reads each calibration input once
+                if bar.n < bar.total:
+                    bar.update(1)
+                return item
+            ovm = nncf.quantize(ovm, nncf.Dataset(data, seen), model_type=nncf.ModelType.TRANSFORMER,
+                                subset_size=len(data), advanced_parameters=advanced)
         info.update(nncf=nncf.__version__, method="nncf.quantize (post-training static, ModelType.TRANSFORMER, "
                     "SmoothQuant off, fast bias correction, per-text calibration inputs)")
     tmp.mkdir(parents=True)
@@ -330,22 +337,27 @@ def _quality_check(st, tmp: Path, backend: str, precision: str, texts: Sequence[
     return check
 
 
-def _build(st, model: str, backend: str, precision: str, calibration: Optional[Calibration], settings: dict):
+def _build(st, model: str, backend: str, precision: str, calibration: Optional[Calibration], settings: dict,
+           verbose: bool = False):
     def build(tmp: Path):
         reference = {}
+        name = model_slug(model)
+        announce(f"first use of {model} with backend={backend}, precision={precision}: it is exported"
+                 f"{' and calibrated' if precision == 'int8' else ''} once and cached in {tmp.parent}", verbose)
         if backend == "openvino":
-            info = _export_openvino(st, tmp, precision, calibration, reference=reference)
+            info = _export_openvino(st, tmp, precision, calibration, reference=reference, verbose=verbose, name=name)
         else:
-            info = _export_onnx(st, tmp, precision, calibration)
+            with phase(f"exporting {name} to ONNX{' (int8)' if precision == 'int8' else ''}", verbose):
+                info = _export_onnx(st, tmp, precision, calibration)
         meta = {"type": ENCODER_TYPE, "format": backend, "source_model": str(model),
                 "source_path": settings["source"], "weights_sha256": settings["weights_sha256"],
                 "backend": backend, "precision": precision, "settings_hash": _settings_hash(settings),
                 "export_version": EXPORT_VERSION, "export": info, "versions": _versions(),
                 "files": list(_MODEL_FILES[backend]),
                 "calibration": calibration.record() if calibration is not None and precision == "int8" else None}
-        meta["check"] = _quality_check(st, tmp, backend, precision,
-                                       calibration.texts if calibration is not None else CHECK_TEXTS, meta,
-                                       reference.get("run"))
+        texts = calibration.texts if calibration is not None else CHECK_TEXTS
+        with phase(f"checking the {precision} export against the model on {min(len(texts), 256)} texts", verbose):
+            meta["check"] = _quality_check(st, tmp, backend, precision, texts, meta, reference.get("run"))
         _write_meta(tmp, meta)
     return build
 
@@ -375,13 +387,14 @@ def _damage(path: Path, settings: dict) -> Optional[str]:
 
 def load_encoder(model: str, device: Optional[str] = None, backend: str = "torch", precision: str = "fp32",
                  calibration: Union[None, Calibration, Sequence[str]] = None,
-                 work: Union[None, str, Path] = None, threads: Optional[int] = None):
+                 work: Union[None, str, Path] = None, threads: Optional[int] = None, verbose: bool = False):
     """An encoder with sentence-transformers' ``encode`` interface: the ``SentenceTransformer``
     itself for ``backend='torch'``, else an :class:`ExportedEncoder` (exported, quantised and cached on
     first use; see the module doc).  ``calibration`` (int8 only, required there): a
     :class:`Calibration` (e.g. :func:`calibration_from_corpus`) or a list of texts.  ``threads``: the
     exported engine's threads (None: every core; torch's are ``torch.set_num_threads``'s, which this
-    leaves alone)."""
+    leaves alone).  ``verbose``: a first use names each phase of the export (exporting, calibrating,
+    checking, compiling) with a progress bar of its own."""
     check_backend(backend, precision)
     threads = check_threads(threads)
     if backend == "torch":
@@ -400,9 +413,10 @@ def load_encoder(model: str, device: Optional[str] = None, backend: str = "torch
     st = load_sentence_transformer(model, "cpu")
     settings = _settings(model, backend, precision, calibration)
     path = encoder_path(model, backend, precision, calibration, work)
-    meta = _cached(path, settings, _build(st, model, backend, precision, calibration, settings),
+    meta = _cached(path, settings, _build(st, model, backend, precision, calibration, settings, verbose),
                    f"the {backend} {precision} export of {model}")
-    return ExportedEncoder(st, path, meta, threads)
+    with phase(f"compiling the {backend} {precision} engine", verbose and not _is_compiled(path, backend, threads)):
+        return ExportedEncoder(st, path, meta, threads)
 
 
 def _cached(path: Path, settings: dict, build, what: str) -> dict:
@@ -435,6 +449,12 @@ def check_threads(threads) -> Optional[int]:
     if isinstance(threads, bool) or not isinstance(threads, (int, np.integer)) or threads < 1:
         raise BackendError(f"threads must be a whole number >= 1 (or None: every core), got {threads!r}")
     return int(threads)
+
+
+def _is_compiled(path: Path, backend: str, threads: Optional[int]) -> bool:
+    """Whether this process holds the compiled engine of the export at ``path`` already."""
+    with _ENGINES_LOCK:
+        return any(k[:3] == (str(path.resolve()), backend, threads) for k in _ENGINES)
 
 
 def _compiled(path: Path, backend: str, threads: Optional[int], keep: bool = True):

@@ -25,6 +25,10 @@ from .ann import ANN_METHODS, ann_search, check_ann
 from .fanout import ShardedDenseIndex, is_sharded
 from .models import BACKENDS, DEFAULT_MODEL, PRECISIONS, check_backend, model_slug
 
+#: a re-ranker without a built corpus index builds it when its input covers at least this share of the
+#: corpus; below it, only the documents it re-scores are encoded (DenseRetriever's ``build_index``)
+INDEX_COVERAGE = 0.5
+
 
 class DenseRetriever(pt.Transformer):
     """A sentence-transformers bi-encoder over a flat or a sharded index.
@@ -47,14 +51,19 @@ class DenseRetriever(pt.Transformer):
         backend, precision: the encoder's engine (``torch``, ``openvino``, ``onnx``) and precision
             (``fp32``, ``int8``; :mod:`.backends`, docs/dense.md); int8 calibrates on ``calibration`` (an
             ir_datasets id, default ``corpus``: its first documents).
+        build_index: when re-scoring a first stage while the corpus index is not built yet: ``None``
+            (default) encodes only the documents it re-scores (their vectors kept for later calls) unless
+            they cover at least :data:`INDEX_COVERAGE` of the corpus, then builds the index; ``True``
+            builds the corpus index first.  Retrieval always needs the index.
     """
 
     def __init__(self, model: str = DEFAULT_MODEL, index=None, corpus: Optional[str] = None,
                  fields: Optional[Sequence[str]] = None, num_results: int = 1000, batch_size: int = 32,
                  verbose: bool = True, device: Optional[str] = None, rank_cutoff: Optional[int] = None,
                  ann: Optional[str] = None, ann_params: Optional[dict] = None, backend: str = "torch",
-                 precision: str = "fp32", calibration: Optional[str] = None):
+                 precision: str = "fp32", calibration: Optional[str] = None, build_index: Optional[bool] = None):
         self.model = model
+        self.build_index = build_index
         self.backend, self.precision = check_backend(backend, precision)
         self.calibration = calibration
         artifact = None
@@ -71,6 +80,7 @@ class DenseRetriever(pt.Transformer):
         self.ann, self.ann_params = check_ann(ann, ann_params)  # plugins/dense/ann.py
         self._encoder = None
         self._flex = None
+        self._doc_vecs: dict = {}  # docno -> vector, of documents re-scored without the corpus index
         if artifact is not None:
             self._use_index(artifact)
 
@@ -83,7 +93,8 @@ class DenseRetriever(pt.Transformer):
             cal = self.calibration or self.corpus
             if self.precision == "int8" and cal:
                 cal = calibration_from_corpus(cal, self.fields)
-            self._encoder = load_encoder(self.model, self.device, self.backend, self.precision, cal)
+            self._encoder = load_encoder(self.model, self.device, self.backend, self.precision, cal,
+                                         verbose=self.verbose)
         return self._encoder
 
     def encode(self, texts: Sequence[str], desc: Optional[str] = None):
@@ -99,12 +110,23 @@ class DenseRetriever(pt.Transformer):
     def _encode_docs(self, docs):
         """Adds ``doc_vec`` to a stream of ``{'docno', 'text'}`` under one progress bar that moves per
         encoded batch (:func:`.encoding.encode_stream`)."""
-        from pyterrier_sci.corpus import corpus_id
+        from pyterrier_sci.corpus import corpus_id, corpus_size
+        from pyterrier_sci.progress import Estimate, announce
 
         from .encoding import encode_stream
-        bar = pt.tqdm(desc=f"encoding {corpus_id(self.corpus) if self.corpus else 'documents'}", unit="doc",
-                      disable=not self.verbose)
-        yield from encode_stream(self.encoder, docs, self.batch_size, bar.update)
+        encoder = self.encoder  # exported, calibrated and compiled first, each phase with its own bar
+        name = corpus_id(self.corpus) if self.corpus else "documents"
+        total = corpus_size(self.corpus) if self.corpus else None
+        announce(f"encoding {f'the {total:,} documents of ' if total else ''}{name} with {self.model} "
+                 f"(backend={self.backend}, precision={self.precision}, batch size {self.batch_size})"
+                 f"{f' into {self.index}' if self.index else ''}: once, on first use", self.verbose)
+        bar = pt.tqdm(desc=f"encoding {name}", unit="doc", total=total, disable=not self.verbose)
+        estimate = Estimate(total, f"encoding {name}", self.verbose)
+
+        def update(n):
+            bar.update(n)
+            estimate.update(n)
+        yield from encode_stream(encoder, docs, self.batch_size, update)
         bar.close()
 
     def _use_index(self, index):
@@ -155,16 +177,44 @@ class DenseRetriever(pt.Transformer):
             return _search(flex, inp, qvecs, k)
         if len(inp) == 0:
             return inp.assign(score=pd.Series(dtype=float), rank=pd.Series(dtype=int))
-        flex = self.flex_index()
+        flex = self._rescoring_index(inp)
         qvecs, pos = self._query_vecs(inp)
         if flex is not None:
             scores = _score_with_index(flex, inp, qvecs, pos)
+        elif self.index is not None and self.corpus:  # a small first stage: its documents only, from the corpus
+            scores = _rowwise_dot(qvecs, pos, self._corpus_doc_vecs(inp["docno"].astype(str).tolist()))
         else:
             scores = _rowwise_dot(qvecs, pos, self.encode(self._frame_texts(inp), desc="documents"))
         out = _ranked(inp, scores)
         if self.rank_cutoff is not None:
             out = out[out["rank"] < self.rank_cutoff].reset_index(drop=True)
         return out
+
+    def _rescoring_index(self, inp: pd.DataFrame):
+        """The index to re-score ``inp`` with, or None to encode its documents instead: the corpus
+        index is built for re-scoring only when asked (``build_index``) or when ``inp`` covers at
+        least :data:`INDEX_COVERAGE` of the corpus; a built one is always used."""
+        if self._flex is not None or self.index is None or self.build_index or not self.corpus:
+            return self.flex_index()
+        if is_sharded(self.index) or (Path(self.index) / "pt_meta.json").exists():
+            return self.flex_index()
+        from pyterrier_sci.corpus import corpus_size
+        wanted = set(inp["docno"].astype(str)) - set(self._doc_vecs)
+        if len(wanted) + len(self._doc_vecs) >= INDEX_COVERAGE * corpus_size(self.corpus):
+            return self.flex_index()
+        return None
+
+    def _corpus_doc_vecs(self, docnos: Sequence[str]):
+        """Vectors of ``docnos`` (rows in that order), each document encoded once per retriever (its
+        text from the corpus, as the corpus index would hold it)."""
+        import numpy as np
+
+        from pyterrier_sci.corpus import doc_texts
+        new = [d for d in dict.fromkeys(docnos) if d not in self._doc_vecs]
+        if new:
+            vecs = self.encode(doc_texts(self.corpus, new, self.fields), desc="documents")
+            self._doc_vecs.update(zip(new, vecs))
+        return np.stack([self._doc_vecs[d] for d in docnos]).astype(np.float32, copy=False)
 
     def _frame_texts(self, inp: pd.DataFrame) -> list:
         """Document texts of a result frame without an index: ``fields`` joined by a space (as
@@ -215,6 +265,7 @@ class DenseRetriever(pt.Transformer):
         state = dict(self.__dict__)
         state["_encoder"] = None  # reloaded where it is unpickled
         state["_flex"] = None
+        state["_doc_vecs"] = {}
         return state
 
 
@@ -404,9 +455,11 @@ def dense_component(*, context=None, model: str = DEFAULT_MODEL, index: Union[No
     """``dense``: a sentence-transformers bi-encoder (default: offline all-MiniLM-L6-v2) over a flat index
     or a sharded one (``pyterrier-sci index --shards N``; searched shard-parallel, ``model`` must be its own).
 
-    ``index``: a FlexIndex or sharded index path; by default the dataset's corpus index (built on first use);
-    ``false``: no index, the input's ``text`` column is encoded (re-scoring small candidate sets
-    costs less than encoding a whole corpus).  ``backend`` / ``precision``: the encoder's engine and precision
+    ``index``: a FlexIndex or sharded index path (built there when needed); by default the dataset's corpus
+    index, built on first retrieval, or when re-scoring a first stage that covers at least half the corpus
+    (a smaller one, ``pool % 30 >> dense``, has only its own documents encoded, each once); ``true``: the
+    corpus index is built on first use either way; ``false``: no index, the input's ``text`` column is
+    encoded.  ``backend`` / ``precision``: the encoder's engine and precision
     (docs/dense.md); int8 calibrates on the dataset's first documents and gets its own corpus index."""
     check_backend(backend, precision)
     corpus = dataset_of(dataset, context, "dense", required=False)
@@ -422,6 +475,7 @@ def dense_component(*, context=None, model: str = DEFAULT_MODEL, index: Union[No
         return DenseRetriever(model, index=None, corpus=None, fields=fields, num_results=num_results,
                               batch_size=batch_size, verbose=verbose, device=device, ann=ann, ann_params=ann_params,
                               **fast)
+    build_index = True if index is True or isinstance(index, str) else None  # asked for: built when needed
     if index is True:
         index = None
     if index is None and corpus:
@@ -432,4 +486,4 @@ def dense_component(*, context=None, model: str = DEFAULT_MODEL, index: Union[No
         index = str(index_path(work or work_dir(), corpus, kind, fields))
     return DenseRetriever(model, index=index, corpus=corpus, fields=fields, num_results=num_results,
                           batch_size=batch_size, verbose=verbose, device=device, ann=ann, ann_params=ann_params,
-                          **fast)
+                          build_index=build_index, **fast)
