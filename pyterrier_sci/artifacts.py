@@ -422,7 +422,12 @@ def atomic_file(path: PathLike, what: str = "output") -> Iterator[Path]:
     remove_stale_temporaries(path.parent)
     tmp = create_new_file(_temporary(path))  # a link planted at the temporary's name is removed, not followed
     try:
-        yield tmp
+        try:
+            yield tmp
+        except OSError as e:  # a full disk while writing says which file (numpy, gzip and pandas name none)
+            if e.filename in (None, str(tmp)) and e.errno is not None:
+                raise OSError(e.errno, f"{e.strerror or e} (writing {what} {path})", str(path)) from e
+            raise
         check_file_target(path, what)  # nothing non-regular appeared meanwhile
         _warn_if_link(path, what)
         os.replace(tmp, path)  # replaces the directory entry: a link there is replaced, never written through

@@ -2,7 +2,9 @@
 a function run on first use (so registering a dataset reads no file)."""
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import pickle
 import struct
 import warnings
@@ -104,17 +106,43 @@ class CheckedLz4Store(PickleLz4FullStore):
         return DamagedDataError(self.path, f"the docstore cannot be read ({type(e).__name__}: {e})", None,
                                 f"delete the directory {self.path}: it is built again on next use")
 
+    def build(self):
+        """ir_datasets' build without its log lines ("[INFO] [starting] building docstore", ...): a
+        progress bar that goes away when done."""
+        if self.built():
+            return
+        import pyterrier as pt
+        hint = self.count_hint() if callable(self.count_hint) else self.count_hint
+        with _irds_quiet(), self.lookup.transaction() as trans:
+            for doc in pt.tqdm(self.init_iter_fn(), desc=f"building the docstore {self.path}", unit="doc",
+                               total=hint, leave=False):
+                trans.add(doc)
+
     def get_many_iter(self, keys):
         try:
-            yield from super().get_many_iter(keys)
+            with _irds_quiet():
+                yield from super().get_many_iter(keys)
         except _READ_ERRORS as e:
             raise self._damaged(e) from e
 
     def __iter__(self):
         try:
-            yield from super().__iter__()
+            with _irds_quiet():
+                yield from super().__iter__()
         except _READ_ERRORS as e:
             raise self._damaged(e) from e
+
+
+@contextlib.contextmanager
+def _irds_quiet():
+    """ir_datasets' INFO lines ("Opening .../bin with direct file access") off; its warnings stay."""
+    logger = ir_datasets.log.easy().logger()  # created (at INFO) first, so that the level set here holds
+    level = logger.level
+    logger.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 #: what reading a damaged lz4 docstore raises (lz4's errors are RuntimeError; a cut pickle EOFError,

@@ -144,20 +144,24 @@ def test_killed_build_resumes_only_unfinished_shards(built, tmp_path, ray_local)
     np.testing.assert_allclose(vecs, ref_vecs, atol=1e-6)
 
 
-def test_rerun_of_a_complete_index_builds_nothing(built, capsys):
+def test_rerun_of_a_complete_index_builds_nothing(built, capsys, monkeypatch):
     from pyterrier_sci.cli import main
+    from pyterrier_sci.plugins.dense import backends
     path = built[0]
+    # returns before any model is loaded (the issue's 23 s rerun loaded and exported the encoder first)
+    monkeypatch.setattr(backends, "load_encoder", lambda *a, **k: pytest.fail("the rerun loaded the encoder"))
     before = {p.name: file_stamps(p) for p in path.glob("shard-?????")}
     meta = (path / "pt_meta.json").read_text()
     rc = main(["index", CORPUS, "--shards", "4", "--fields", "title", "--limit", str(N_DOCS), "--output", str(path)])
     assert rc == 0
-    assert capsys.readouterr().out.strip() == str(path.resolve())
+    out = capsys.readouterr()
+    assert out.out.strip() == str(path.resolve()) and "all 4 shards are built and intact; nothing to do" in out.err
     assert {p.name: file_stamps(p) for p in path.glob("shard-?????")} == before
     assert (path / "pt_meta.json").read_text() == meta
 
 
 @pytest.mark.parametrize("damage", ["truncated", "same-size"])
-def test_rerun_rebuilds_a_damaged_shard_and_keeps_the_others(built, flat, tmp_path, ray_local, damage):
+def test_rerun_rebuilds_a_damaged_shard_and_keeps_the_others(built, flat, tmp_path, ray_local, damage, capsys):
     """Issue 31, item 5: a rerun over a truncated vecs.f4 reported success and only the search failed."""
     from pyterrier_sci.artifacts import DamagedFileWarning
     from pyterrier_sci.data import forget_verdicts
@@ -172,8 +176,11 @@ def test_rerun_rebuilds_a_damaged_shard_and_keeps_the_others(built, flat, tmp_pa
     reports = []
     with pytest.warns(DamagedFileWarning, match=r"shard-00001 of .* is damaged: .*vecs.f4"):
         build_sharded_index(CORPUS, "default", path, N_SHARDS, workers=1, fields=FIELDS, limit=N_DOCS,
-                            verbose=False, on_shard=reports.append)
+                            verbose=True, on_shard=reports.append)
     assert [r["shard"] for r in reports] == [1]
+    err = capsys.readouterr().err
+    assert "keeping 3 complete, intact shards (shard-00000, shard-00002, shard-00003); building 1" in err
+    assert "(1 worker)" in err and "1 workers" not in err
     assert {p.name: file_stamps(p) for p in path.glob("shard-?????") if p.name != "shard-00001"} == kept
     assert vecs.read_bytes() == data
     docnos, vectors = read_sharded(path)

@@ -337,3 +337,26 @@ def test_a_rebuild_from_other_annotations_is_the_toolkits_own(csf_copy, caplog):
     forget_verdicts()
     with pytest.raises(DamagedDataError, match="SHA-256"):
         csfcube._corpus_path()
+
+
+@pytest.mark.parametrize("name", ["responses.sqlite3", "responses.sqlite3-wal", "responses.sqlite3-journal"])
+def test_llm_cache_refuses_a_link_at_its_files(tmp_path, victim, name):
+    from pyterrier_sci.llm.cache import ResponseCache
+    from pyterrier_sci.llm.errors import LLMCacheError
+    cache_dir = tmp_path / "cache"
+    cache_dir.mkdir()
+    (cache_dir / name).symlink_to(victim)
+    with pytest.raises(LLMCacheError, match=rf"{name} is a symbolic link .*precious.txt.*never written through"):
+        ResponseCache(cache_dir).put("k", {"a": 1})
+    _untouched(victim)
+
+
+def test_a_full_disk_while_writing_names_the_file_and_leaves_nothing(tmp_path):
+    import errno
+    out = tmp_path / "run.res.gz"
+    out.write_text("old\n")
+    with pytest.raises(OSError, match=r"No space left on device \(writing --output .*run.res.gz\)") as info:
+        with artifacts.atomic_file(out, "--output"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+    assert info.value.errno == errno.ENOSPC and info.value.filename == str(out)
+    assert out.read_text() == "old\n" and sorted(p.name for p in tmp_path.iterdir()) == ["run.res.gz"]

@@ -49,6 +49,7 @@ from pyterrier_sci.models import (
 from pyterrier_sci.progress import announce, phase
 
 __all__ = ["BACKENDS", "PRECISIONS", "BackendError", "check_backend", "INT8_MIN_COSINE", "CALIBRATION_SIZE",
+           "settings_hash",
            "ENCODER_TYPE", "Calibration", "check_threads", "calibration_from_corpus", "calibration_from_texts",
            "encoder_path",
            "load_encoder", "ExportedEncoder", "CROSS_ENCODER_TYPE", "CE_INT8_MIN_PEARSON", "CE_FP32_RTOL",
@@ -282,6 +283,12 @@ def _settings(model: str, backend: str, precision: str, calibration: Optional[Ca
 
 def _settings_hash(settings: dict) -> str:
     return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def settings_hash(model: str, backend: str, precision: str, calibration: Optional[Calibration] = None) -> str:
+    """The ``settings_hash`` the export of ``model`` with these settings records, known without
+    loading the model (its weights' hash is cached)."""
+    return _settings_hash(_settings(model, backend, precision, calibration))
 
 
 def encoder_path(model: str, backend: str, precision: str, calibration: Optional[Calibration] = None,

@@ -25,9 +25,13 @@ from .ann import ANN_METHODS, ann_search, check_ann
 from .fanout import ShardedDenseIndex, is_sharded
 from .models import BACKENDS, DEFAULT_MODEL, PRECISIONS, check_backend, model_slug
 
-#: a re-ranker without a built corpus index builds it when its input covers at least this share of the
-#: corpus; below it, only the documents it re-scores are encoded (DenseRetriever's ``build_index``)
-INDEX_COVERAGE = 0.5
+#: a re-ranker without a built corpus index builds it when its input (with the documents it encoded
+#: before) covers at least this share of the corpus; below it, only the documents it re-scores are
+#: encoded (DenseRetriever's ``build_index``).  A quarter: CSFCube's facet pools (about half the
+#: corpus each) build the index at once, as a first stage of 30 per query on one facet (12 %) does not
+INDEX_COVERAGE = 0.25
+#: index path -> {docno: vector} of the documents re-scored before that index was built (DenseRetriever._doc_vecs)
+_DOC_VECS: dict = {}
 
 
 class DenseRetriever(pt.Transformer):
@@ -80,7 +84,6 @@ class DenseRetriever(pt.Transformer):
         self.ann, self.ann_params = check_ann(ann, ann_params)  # plugins/dense/ann.py
         self._encoder = None
         self._flex = None
-        self._doc_vecs: dict = {}  # docno -> vector, of documents re-scored without the corpus index
         if artifact is not None:
             self._use_index(artifact)
 
@@ -129,6 +132,15 @@ class DenseRetriever(pt.Transformer):
         yield from encode_stream(encoder, docs, self.batch_size, update)
         bar.close()
 
+    @property
+    def _doc_vecs(self) -> dict:
+        """docno -> vector of the documents re-scored without the corpus index, shared by every
+        retriever of this process with the same index path (which names the model, backend,
+        precision, corpus and fields): an experiment's datasets encode each document once.  The
+        corpus index, when it is built, encodes every document itself (its vectors do not depend on
+        what was re-scored before: an int8 engine's vectors differ in the last bits by batch)."""
+        return _DOC_VECS.setdefault(self.index, {}) if self.index is not None else {}
+
     def _use_index(self, index):
         if isinstance(index, ShardedDenseIndex):
             index.check_model(self.model, self.backend, self.precision)
@@ -154,6 +166,7 @@ class DenseRetriever(pt.Transformer):
                     docs = self._encode_docs(corpus_texts(self.corpus, self.fields))
                     FlexIndex(str(tmp), verbose=False).indexer().index(docs)
                 build_atomically(path, build)
+            _DOC_VECS.pop(self.index, None)  # in the index now
             self._flex = FlexIndex(str(path), verbose=False)
         return self._flex
 
@@ -265,7 +278,6 @@ class DenseRetriever(pt.Transformer):
         state = dict(self.__dict__)
         state["_encoder"] = None  # reloaded where it is unpickled
         state["_flex"] = None
-        state["_doc_vecs"] = {}
         return state
 
 
@@ -456,7 +468,7 @@ def dense_component(*, context=None, model: str = DEFAULT_MODEL, index: Union[No
     or a sharded one (``pyterrier-sci index --shards N``; searched shard-parallel, ``model`` must be its own).
 
     ``index``: a FlexIndex or sharded index path (built there when needed); by default the dataset's corpus
-    index, built on first retrieval, or when re-scoring a first stage that covers at least half the corpus
+    index, built on first retrieval, or when re-scoring a first stage that covers a quarter of the corpus
     (a smaller one, ``pool % 30 >> dense``, has only its own documents encoded, each once); ``true``: the
     corpus index is built on first use either way; ``false``: no index, the input's ``text`` column is
     encoded.  ``backend`` / ``precision``: the encoder's engine and precision

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Callable, Iterator, List, Optional, Sequence, 
 
 from pyterrier_sci.filesums import damaged_file, record_files
 from pyterrier_sci.models import BACKENDS, PRECISIONS
+from pyterrier_sci.quiet import quiet_native
 from pyterrier_sci.registry import PipelineError
 
 if TYPE_CHECKING:
@@ -524,19 +525,33 @@ def build_sharded_index(corpus: str, model: str = "default", index_path=None, nu
     index = Path(index).expanduser().resolve()
     work = str(work_dir())
     cal = _calibration(corpus, fields, calibration) if precision == "int8" else None
-    encoder = _encoder_spec(model, device, backend, precision, cal, work)
+    # what the shards must hold, known without loading the model: a rerun of a complete index returns at once
+    from .backends import settings_hash
+    vectors = "fp32" if precision == "fp32" else f"{backend}-int8-{settings_hash(model, backend, precision, cal)}"
     spec = {"index": str(index), "corpus": str(Path(corpus).resolve()) if _is_file_corpus(corpus) else corpus,
             "corpus_key": _corpus_key(corpus), "fields": fields, "model": model, "model_id": model_id,
-            "num_shards": num_shards, "batch_size": batch_size, "offsets": offsets,
-            **{k: encoder[k] for k in ("backend", "precision", "vectors", "encoder")}}
+            "num_shards": num_shards, "batch_size": batch_size, "offsets": offsets, "backend": backend,
+            "precision": precision, "vectors": vectors, "encoder": None}
     bounds = shard_bounds(n, num_shards)
     todo = _check_target(index, spec, bounds)
-    if not todo:
-        if not (index / "pt_meta.json").exists():
-            _write_manifest(index, spec, bounds)
+    kept = [shard_name(i) for i in range(num_shards) if i not in todo]
+    if not todo and (index / "pt_meta.json").exists():
         if verbose:
-            print(f"{index}: all {num_shards} shards are built", file=sys.stderr)
+            print(f"{index}: all {num_shards} shards are built and intact; nothing to do", file=sys.stderr)
         return index
+    encoder = _encoder_spec(model, device, backend, precision, cal, work)
+    if encoder["vectors"] != vectors:
+        raise ShardedIndexError(f"the encoder export records vectors {encoder['vectors']!r}, expected {vectors!r} "
+                                "(its cache entry was written by another version: remove it)", where="index")
+    spec.update({k: encoder[k] for k in ("backend", "precision", "vectors", "encoder")})
+    if not todo:
+        _write_manifest(index, spec, bounds)
+        if verbose:
+            print(f"{index}: all {num_shards} shards are built; manifest written", file=sys.stderr)
+        return index
+    if kept and verbose:
+        print(f"{index}: keeping {len(kept)} complete, intact shard{'s' if len(kept) != 1 else ''} "
+              f"({', '.join(kept)}); building {len(todo)}", file=sys.stderr)
     index.mkdir(parents=True, exist_ok=True)
 
     import ray
@@ -553,14 +568,15 @@ def build_sharded_index(corpus: str, model: str = "default", index_path=None, nu
         progress = ray.remote(num_cpus=0)(_Progress).remote()
         actor_cls = ray.remote(_ShardEncoder).options(num_cpus=cpus, num_gpus=num_gpus_per_worker,
                                                       max_restarts=1, max_task_retries=1)
-        actors = [actor_cls.remote(model, device, cpus, backend, precision, encoder["calibration"], work)
-                  for _ in range(workers)]
+        with quiet_native():  # Ray logs an E-level line for restartable actors with object-store arguments
+            actors = [actor_cls.remote(model, device, cpus, backend, precision, encoder["calibration"], work)
+                      for _ in range(workers)]
         already = n - sum(bounds[i][1] - bounds[i][0] for i in todo)
         from pyterrier_sci.corpus import corpus_id
         name = Path(spec["corpus_key"]).name if _is_file_corpus(corpus) else corpus_id(corpus)
         import pyterrier as pt
         bar = pt.tqdm(total=n, initial=already, unit="doc", disable=not verbose,
-                      desc=f"encoding {name} into {num_shards} shards ({workers} workers)")
+                      desc=f"encoding {name} into {num_shards} shards ({workers} worker{'s' if workers != 1 else ''})")
         queue, inflight = list(todo), {}
 
         def submit(actor):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import sqlite3
 import threading
 import time
@@ -64,6 +65,13 @@ class ResponseCache:
         conn = getattr(self._local, "conn", None)
         if conn is None:
             self.directory.mkdir(parents=True, exist_ok=True)
+            # SQLite opens (and writes) through a symbolic link: one planted at the file's name, or at its
+            # WAL / shared-memory / journal files, would send the writes to the file it names
+            for p in (self.path, *(self.path.with_name(self.path.name + s) for s in ("-wal", "-shm", "-journal"))):
+                if p.is_symlink():
+                    raise LLMCacheError(f"the LLM response cache {p} is a symbolic link (to {os.readlink(p)}); the "
+                                        "cache is never written through a link: remove the link, or give another "
+                                        "cache_dir")
             conn = sqlite3.connect(str(self.path), timeout=60.0, isolation_level=None,
                                    check_same_thread=False)
             try:
