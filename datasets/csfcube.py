@@ -16,6 +16,7 @@ from typing import Dict, List, NamedTuple, Optional, Tuple
 
 import ir_datasets
 
+from pyterrier_sci import artifacts
 from pyterrier_sci.data import (
     ENV_VAR,
     DamagedDataError,
@@ -118,9 +119,8 @@ def _corpus_path() -> Path:
     try:
         return f.resolve()
     except DamagedDataError:
-        from pyterrier_sci.artifacts import verify_checksum
         p = f.local()
-        if _REBUILD_MARK in _read_record(p) and verify_checksum(p):
+        if _REBUILD_MARK in _read_record(p) and artifacts.verify_checksum(p):
             _say_once(f"{p} is the toolkit's own rebuild from readable_annotations (its recorded SHA-256), "
                       "not the released file's bytes")
             return p
@@ -373,7 +373,6 @@ def rebuild_corpus(annotations_dir: Optional[Path] = None, out: Optional[Path] =
     ordered = sorted(papers.values(), key=lambda p: (0, int(p["paper_id"])) if p["paper_id"].isdigit()
                      else (1, p["paper_id"]))
     text = "".join(json.dumps(p, ensure_ascii=False) + "\n" for p in ordered)
-    from pyterrier_sci import artifacts
     try:
         artifacts.atomic_write_text(out, text, what="the rebuilt CSFCube corpus")
     except PermissionError as e:

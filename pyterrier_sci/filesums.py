@@ -8,25 +8,16 @@ hashed once, not at every load.
 """
 from __future__ import annotations
 
-import hashlib
 import os
 from pathlib import Path
 from typing import Dict, Optional
 
-from pyterrier_sci.data import verified_once
+from pyterrier_sci.data import sha256_of, verified_once
 
 __all__ = ["record_files", "damaged_file", "RECORD_FILES"]
 
 #: files of an artifact directory that are not its content: the records themselves
 RECORD_FILES = frozenset({"shard.json", "manifest.json", "files.json"})
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _content(directory: Path):
@@ -42,7 +33,7 @@ def record_files(directory) -> Dict[str, dict]:
     out = {}
     for entry in _content(Path(directory)):
         if entry.is_file(follow_symlinks=False):
-            out[entry.name] = {"bytes": entry.stat(follow_symlinks=False).st_size, "sha256": _sha256(Path(entry.path))}
+            out[entry.name] = {"bytes": entry.stat(follow_symlinks=False).st_size, "sha256": sha256_of(entry.path)}
     return out
 
 
@@ -74,7 +65,7 @@ def damaged_file(directory, files: Optional[dict], record: str = "its record") -
             return f"{path} has {size:,} bytes, {rec.get('bytes')!r} were written (truncated or damaged)"
 
         def check(path=path, want=rec.get("sha256")):
-            found = _sha256(path)
+            found = sha256_of(path)
             if found != want:
                 raise _MismatchError(f"{path} does not match its recorded SHA-256 (it is {found}, {want} was written)")
         try:

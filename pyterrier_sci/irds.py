@@ -12,10 +12,12 @@ from pathlib import Path
 from typing import Callable, Iterable, Iterator, List, NamedTuple, Optional, Type
 
 import ir_datasets
+import pyterrier as pt
 from ir_datasets.formats import BaseDocs, BaseQrels, BaseQueries, BaseScoredDocs
 from ir_datasets.indices import PickleLz4FullStore
 
-from pyterrier_sci.data import work_dir
+from pyterrier_sci.artifacts import DamagedFileWarning, build_atomically
+from pyterrier_sci.data import DamagedDataError, work_dir
 from pyterrier_sci.filesums import damaged_file, record_files
 
 
@@ -67,8 +69,6 @@ DOCSTORE_FILES = "files.json"
 
 def ensure_docstore(path: Path, make: Callable[[Path], PickleLz4FullStore], what: str) -> Path:
     """Builds the docstore ``make(tmp).build()`` at ``path`` unless an intact one is there."""
-    from pyterrier_sci.artifacts import DamagedFileWarning, build_atomically
-
     def build(tmp: Path) -> None:
         make(tmp).build()
         files = record_files(tmp)
@@ -102,7 +102,6 @@ class CheckedLz4Store(PickleLz4FullStore):
     docstore and say what to do, instead of lz4's ``Input source data size too small``."""
 
     def _damaged(self, e: Exception):
-        from pyterrier_sci.data import DamagedDataError
         return DamagedDataError(self.path, f"the docstore cannot be read ({type(e).__name__}: {e})", None,
                                 f"delete the directory {self.path}: it is built again on next use")
 
@@ -111,7 +110,6 @@ class CheckedLz4Store(PickleLz4FullStore):
         progress bar that goes away when done."""
         if self.built():
             return
-        import pyterrier as pt
         hint = self.count_hint() if callable(self.count_hint) else self.count_hint
         with _irds_quiet(), self.lookup.transaction() as trans:
             for doc in pt.tqdm(self.init_iter_fn(), desc=f"building the docstore {self.path}", unit="doc",

@@ -18,7 +18,8 @@ import pandas as pd
 import pyterrier as pt
 import pyterrier_alpha as pta
 
-from pyterrier_sci.corpus import dataset_of
+from pyterrier_sci.corpus import corpus_id, corpus_size, dataset_of, doc_texts
+from pyterrier_sci.progress import Estimate, announce
 from pyterrier_sci.registry import DATASET, MAX_RESULTS, PATH, Param, check_artifact, check_fields, params
 
 from .ann import ANN_METHODS, ann_search, check_ann
@@ -113,9 +114,6 @@ class DenseRetriever(pt.Transformer):
     def _encode_docs(self, docs):
         """Adds ``doc_vec`` to a stream of ``{'docno', 'text'}`` under one progress bar that moves per
         encoded batch (:func:`.encoding.encode_stream`)."""
-        from pyterrier_sci.corpus import corpus_id, corpus_size
-        from pyterrier_sci.progress import Estimate, announce
-
         from .encoding import encode_stream
         encoder = self.encoder  # exported, calibrated and compiled first, each phase with its own bar
         name = corpus_id(self.corpus) if self.corpus else "documents"
@@ -211,7 +209,6 @@ class DenseRetriever(pt.Transformer):
             return self.flex_index()
         if is_sharded(self.index) or (Path(self.index) / "pt_meta.json").exists():
             return self.flex_index()
-        from pyterrier_sci.corpus import corpus_size
         wanted = set(inp["docno"].astype(str)) - set(self._doc_vecs)
         if len(wanted) + len(self._doc_vecs) >= INDEX_COVERAGE * corpus_size(self.corpus):
             return self.flex_index()
@@ -221,8 +218,6 @@ class DenseRetriever(pt.Transformer):
         """Vectors of ``docnos`` (rows in that order), each document encoded once per retriever (its
         text from the corpus, as the corpus index would hold it)."""
         import numpy as np
-
-        from pyterrier_sci.corpus import doc_texts
         new = [d for d in dict.fromkeys(docnos) if d not in self._doc_vecs]
         if new:
             vecs = self.encode(doc_texts(self.corpus, new, self.fields), desc="documents")

@@ -21,11 +21,14 @@ import itertools
 import json
 import os
 import resource
+import shutil
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator, List, Optional, Sequence, Tuple, Union
 
+from pyterrier_sci.artifacts import DamagedFileWarning
 from pyterrier_sci.filesums import damaged_file, record_files
 from pyterrier_sci.models import BACKENDS, PRECISIONS
 from pyterrier_sci.quiet import quiet_native
@@ -348,9 +351,6 @@ def _check_target(index: Path, spec: dict, bounds: List[Tuple[int, int]]) -> Lis
         except (ValueError, UnicodeDecodeError) as e:
             meta = e
         if not isinstance(meta, dict):  # damaged: the build rewrites it once every shard checks out
-            import warnings
-
-            from pyterrier_sci.artifacts import DamagedFileWarning
             why = f"cannot be read ({meta})" if isinstance(meta, Exception) else "is not a JSON object"
             warnings.warn(f"{meta_path} {why}; it is written again when the shards check out", DamagedFileWarning,
                           stacklevel=3)
@@ -397,10 +397,6 @@ def _check_target(index: Path, spec: dict, bounds: List[Tuple[int, int]]) -> Lis
 def _discard_shard(index: Path, path: Path, problem: str) -> None:
     """Removes a damaged shard (and the index's manifest, so that the index reads as unfinished until
     the shard is built again), with a :class:`~pyterrier_sci.artifacts.DamagedFileWarning`."""
-    import shutil
-    import warnings
-
-    from pyterrier_sci.artifacts import DamagedFileWarning
     warnings.warn(f"{path.name} of {index} is damaged: {problem}; it is built again", DamagedFileWarning,
                   stacklevel=3)
     with contextlib.suppress(FileNotFoundError):
