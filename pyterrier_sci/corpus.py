@@ -63,10 +63,17 @@ def doc_texts(dataset: str, docnos: Sequence[str], fields: Optional[Sequence[str
     return [_text_of(found[d], fields) for d in docnos]
 
 
-def corpus_size(dataset: str) -> int:
-    """The number of documents of an ir_datasets corpus."""
+def corpus_size(dataset: str, exact: bool = True) -> Optional[int]:
+    """The number of documents of an ir_datasets corpus.  ``exact=False``: only when it is known
+    without reading the corpus (ir_datasets' metadata, a built docstore, a declared count), else
+    None; a corpus read on first use (:class:`~pyterrier_sci.irds.FnDocs`) is not read for it."""
     import ir_datasets
-    return int(ir_datasets.load(irds_id(dataset)).docs_count())
+    ds = ir_datasets.load(irds_id(dataset))
+    handler = ds.docs_handler() if hasattr(ds, "docs_handler") else None
+    if not exact and hasattr(handler, "known_count"):
+        return handler.known_count()
+    n = ds.docs_count()
+    return int(n) if n is not None else None
 
 
 def corpus_id(dataset: str) -> str:

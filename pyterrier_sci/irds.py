@@ -42,6 +42,14 @@ class FnDocs(BaseDocs):
     def docs_count(self):
         return self.docs_store().count()
 
+    def known_count(self) -> Optional[int]:
+        """The number of documents when known without reading them: the built docstore's count, else
+        the declared ``count_hint``, else None."""
+        path = Path(work_dir()) / "irds" / self._name / "docs.pklz4"
+        if _docstore_problem(path) is None:
+            return self._store(path).count()
+        return self._count_hint
+
     def docs_namespace(self):
         return self._name
 

@@ -117,7 +117,7 @@ class DenseRetriever(pt.Transformer):
         from .encoding import encode_stream
         encoder = self.encoder  # exported, calibrated and compiled first, each phase with its own bar
         name = corpus_id(self.corpus) if self.corpus else "documents"
-        total = corpus_size(self.corpus) if self.corpus else None
+        total = corpus_size(self.corpus, exact=False) if self.corpus else None  # never read the corpus for it
         announce(f"encoding {f'the {total:,} documents of ' if total else ''}{name} with {self.model} "
                  f"(backend={self.backend}, precision={self.precision}, batch size {self.batch_size})"
                  f"{f' into {self.index}' if self.index else ''}: once, on first use", self.verbose)
