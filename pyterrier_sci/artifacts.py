@@ -181,14 +181,15 @@ def create_new_file(path: PathLike, mode: int = 0o666) -> Path:
     created with ``O_CREAT | O_EXCL | O_NOFOLLOW``.  Returns ``path``."""
     path = Path(path)
     while True:
-        with contextlib.suppress(FileNotFoundError):
-            if not os.path.isdir(path) or os.path.islink(path):
-                os.unlink(path)
+        try:
+            os.unlink(path)  # a link itself, never what it names
+        except FileNotFoundError:
+            pass
+        except IsADirectoryError:
+            raise PathError(f"{path} is a directory", where=str(path)) from None
         try:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
         except FileExistsError:  # recreated meanwhile: remove it again
-            if os.path.isdir(path) and not os.path.islink(path):
-                raise PathError(f"{path} is a directory", where=str(path)) from None
             continue
         os.close(fd)
         return path

@@ -192,7 +192,7 @@ def _plan(config, name: Optional[str], save_dir: Optional[str]) -> Tuple[Experim
                                 baseline=baseline, test=exp.get("test", "t") if baseline is not None else None,
                                 correction=exp.get("correction") if baseline is not None else None,
                                 save_root=save_root, table=pd.DataFrame())
-    check_run_paths(outcome, list(datasets))
+    check_run_paths(outcome)
     return outcome, list(datasets)
 
 
@@ -335,17 +335,16 @@ def run_path(save_root: Optional[Union[str, Path]], dataset: str, pipeline_name:
     return Path(save_root) / _slug(dataset) / f"{_slug(pipeline_name)}-{pipeline_key(config, pipeline_name)}.res.gz"
 
 
-def check_run_paths(outcome: "ExperimentOutcome", datasets: List[str]) -> None:
+def check_run_paths(outcome: "ExperimentOutcome") -> None:
     """One :class:`PipelineError` when two pipelines of an experiment would share a saved run (a
-    pipeline listed twice, or a hash collision)."""
+    hash collision; every dataset keeps its runs in a folder of its own, so one check covers all)."""
     if not outcome.save_root:
         return
-    for dataset in datasets:
-        seen: Dict[Path, str] = {}
-        for pname in outcome.pipelines:
-            p = run_path(outcome.save_root, dataset, pname, outcome.config)
-            if p in seen:
-                raise PipelineError(f"pipelines {seen[p]!r} and {pname!r} would share the saved run {p}: "
-                                    "give each pipeline of an experiment once, under its own name",
-                                    where=f"experiment '{outcome.name}'")
-            seen[p] = pname
+    seen: Dict[str, str] = {}
+    for pname in outcome.pipelines:
+        name = run_path(outcome.save_root, "", pname, outcome.config).name
+        if name in seen:
+            raise PipelineError(f"pipelines {seen[name]!r} and {pname!r} would share the saved run {name} of "
+                                "each dataset: give each pipeline of an experiment once, under its own name",
+                                where=f"experiment '{outcome.name}'")
+        seen[name] = pname

@@ -69,7 +69,7 @@ def damaged_file(directory, files: Optional[dict], record: str = "its record") -
             if found != want:
                 raise _MismatchError(f"{path} does not match its recorded SHA-256 (it is {found}, {want} was written)")
         try:
-            verified_once(f"shard-file:{rec.get('sha256')}", [path], check)
+            verified_once(f"recorded-file:{rec.get('sha256')}", [path], check)
         except _MismatchError as e:
             return str(e)
     return None

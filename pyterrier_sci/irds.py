@@ -45,7 +45,7 @@ class FnDocs(BaseDocs):
     def known_count(self) -> Optional[int]:
         """The number of documents when known without reading them: the built docstore's count, else
         the declared ``count_hint``, else None."""
-        path = Path(work_dir()) / "irds" / self._name / "docs.pklz4"
+        path = self._store_path()
         if _docstore_problem(path) is None:
             return self._store(path).count()
         return self._count_hint
@@ -62,9 +62,12 @@ class FnDocs(BaseDocs):
         the same files) with its files' checksums recorded (``files.json``).  A docstore that does
         not match them (truncated, overwritten) or was left by an earlier version without them is
         built again, with a :class:`~pyterrier_sci.artifacts.DamagedFileWarning`."""
-        path = Path(work_dir()) / "irds" / self._name / "docs.pklz4"
+        path = self._store_path()
         ensure_docstore(path, lambda p: self._store(p, field), what=f"the docstore of {self._name}")
         return self._store(path, field)
+
+    def _store_path(self) -> Path:
+        return Path(work_dir()) / "irds" / self._name / "docs.pklz4"
 
     def _store(self, path: Path, field: str = "doc_id") -> "CheckedLz4Store":
         return CheckedLz4Store(path=str(path), init_iter_fn=self.docs_iter, data_cls=self._cls,

@@ -325,16 +325,24 @@ def _calibration(corpus: str, fields: Optional[Sequence[str]], calibration):
     return Calibration([d["text"] for d in docs], _corpus_key(source), [d["docno"] for d in docs], cols)
 
 
+def _vectors(model: str, backend: str, precision: str, calibration) -> str:
+    """What the shards of these settings hold: ``fp32`` for every fp32 backend (their exports reproduce
+    torch), else ``<backend>-int8-<the export's settings hash>``; known without loading the model (the
+    export's cache entry is checked against the same hash when it is loaded)."""
+    if precision == "fp32":
+        return "fp32"
+    from .backends import settings_hash
+    return f"{backend}-int8-{settings_hash(model, backend, precision, calibration)}"
+
+
 def _encoder_spec(model: str, device: Optional[str], backend: str, precision: str, calibration, work: str) -> dict:
     """Builds the export of ``model`` once, here (its cache entry is locked: concurrent builds wait),
     and returns what the workers need to load it and what the manifest records of it."""
     from .backends import load_encoder
     if backend == "torch":
-        return {"backend": backend, "precision": precision, "calibration": None, "vectors": "fp32", "encoder": None}
-    enc = load_encoder(model, device, backend, precision, calibration, work=work)
-    meta = enc.meta
-    vectors = "fp32" if precision == "fp32" else f"{backend}-int8-{meta['settings_hash']}"
-    return {"backend": backend, "precision": precision, "calibration": calibration, "vectors": vectors,
+        return {"backend": backend, "precision": precision, "calibration": None, "encoder": None}
+    meta = load_encoder(model, device, backend, precision, calibration, work=work).meta
+    return {"backend": backend, "precision": precision, "calibration": calibration,
             "encoder": {k: meta.get(k) for k in ("backend", "precision", "settings_hash", "weights_sha256",
                                                  "calibration", "check")}}
 
@@ -522,12 +530,10 @@ def build_sharded_index(corpus: str, model: str = "default", index_path=None, nu
     work = str(work_dir())
     cal = _calibration(corpus, fields, calibration) if precision == "int8" else None
     # what the shards must hold, known without loading the model: a rerun of a complete index returns at once
-    from .backends import settings_hash
-    vectors = "fp32" if precision == "fp32" else f"{backend}-int8-{settings_hash(model, backend, precision, cal)}"
     spec = {"index": str(index), "corpus": str(Path(corpus).resolve()) if _is_file_corpus(corpus) else corpus,
             "corpus_key": _corpus_key(corpus), "fields": fields, "model": model, "model_id": model_id,
             "num_shards": num_shards, "batch_size": batch_size, "offsets": offsets, "backend": backend,
-            "precision": precision, "vectors": vectors, "encoder": None}
+            "precision": precision, "vectors": _vectors(model, backend, precision, cal), "encoder": None}
     bounds = shard_bounds(n, num_shards)
     todo = _check_target(index, spec, bounds)
     kept = [shard_name(i) for i in range(num_shards) if i not in todo]
@@ -536,10 +542,7 @@ def build_sharded_index(corpus: str, model: str = "default", index_path=None, nu
             print(f"{index}: all {num_shards} shards are built and intact; nothing to do", file=sys.stderr)
         return index
     encoder = _encoder_spec(model, device, backend, precision, cal, work)
-    if encoder["vectors"] != vectors:
-        raise ShardedIndexError(f"the encoder export records vectors {encoder['vectors']!r}, expected {vectors!r} "
-                                "(its cache entry was written by another version: remove it)", where="index")
-    spec.update({k: encoder[k] for k in ("backend", "precision", "vectors", "encoder")})
+    spec["encoder"] = encoder["encoder"]
     if not todo:
         _write_manifest(index, spec, bounds)
         if verbose:
