@@ -50,7 +50,7 @@ def test_rescoring_scores_exactly_the_pool(bm25, csfcube):
     res = bm25(pool.assign(extra="kept"))
     assert len(res) == len(pool)
     assert set(zip(res["qid"], res["docno"])) == set(zip(pool["qid"], pool["docno"]))
-    assert (res["extra"] == "kept").all()
+    assert (res["extra"] == "kept").all() and res["qid"].dtype == pool["qid"].dtype
     # scores equal those of plain retrieval for the same pairs
     full = BM25(bm25.index, num_results=len(bm25.index))(topics).set_index(["qid", "docno"])["score"]
     scored = res[res["score"] > 0].set_index(["qid", "docno"])["score"]

@@ -199,3 +199,33 @@ def test_the_dense_component_builds_the_index_when_asked(tiny_dataset, tmp_path)
     asked = dense_component(dataset="irds:sci-test/tiny", index=True)
     path = dense_component(dataset="irds:sci-test/tiny", index=str(tmp_path / "i"))
     assert (auto.build_index, asked.build_index, path.build_index) == (None, True, True)
+
+
+def test_each_query_text_is_encoded_once_per_retriever(dense, tiny_dataset, monkeypatch):
+    """Issue 31, item 17: an experiment asks the same queries on several datasets (CSFCube's facets and
+    all of them) and in several pipelines sharing the component; each was encoded every time."""
+    from pyterrier_sci.plugins.dense import retriever as R
+    topics = tiny_dataset.get_topics()
+    first = dense(topics).groupby("qid").head(10)
+    asked = []
+    real = DenseRetriever.encode
+    monkeypatch.setattr(DenseRetriever, "encode", lambda self, texts, desc=None: (
+        asked.append((desc, list(texts))) or real(self, texts, desc)))
+    fresh = dense_component(context=Context(dataset="irds:sci-test/tiny"), verbose=False)
+    once = fresh(first)
+    assert [len(t) for d, t in asked if d == "queries"] == [topics["query"].nunique()]
+    asked.clear()
+    half = first[first["qid"].isin(topics["qid"].iloc[:2])]
+    again = (fresh % 5)(half)  # a subset of the queries, through a cut sharing the retriever
+    assert [t for d, t in asked if d == "queries"] == []
+    key = ["qid", "docno"]
+    merged = again.merge(once, on=key, suffixes=("", "_once"))
+    assert len(merged) == len(again) and (merged["score"] == merged["score_once"]).all()
+    # a new query text is encoded, alone; the memo is bounded
+    fresh(half.assign(query=half["query"] + " revisited"))
+    assert [len(t) for d, t in asked if d == "queries"] == [half["qid"].nunique()]
+    assert len(fresh._query_memo) == topics["query"].nunique() + half["qid"].nunique()
+    monkeypatch.setattr(R, "QUERY_MEMO", 1)
+    fresh(half.assign(query=half["query"] + " once more"))  # over the bound: the memo starts again
+    assert sorted(fresh._query_memo) == sorted(half["query"].unique() + " once more")
+    assert pickle.loads(pickle.dumps(fresh))._query_memo == {}

@@ -215,8 +215,13 @@ class BM25(pt.Transformer):
             return inp.assign(score=pd.Series(dtype=float), rank=pd.Series(dtype=int))
         depth = self.rerank_depth or len(self.index)
         queries = inp[["qid", "query"]].drop_duplicates("qid")
-        queries = queries.assign(query=queries["query"].map(_clean_query))
-        scored = self._retriever(depth)(queries)[["qid", "docno", "score"]]
+        # the backend gets positions as qids and plain object columns: it copies its input's row per result
+        # (len(index) rows per query here), which takes seconds on pyarrow-backed strings
+        asked = pd.DataFrame({"qid": pd.Series(np.arange(len(queries)).astype(str), dtype=object),
+                              "query": pd.Series(queries["query"].map(_clean_query).tolist(), dtype=object)})
+        found = self._retriever(depth)(asked)
+        scored = pd.DataFrame({"qid": queries["qid"].to_numpy()[found["qid"].astype(np.int64).to_numpy()],
+                               "docno": found["docno"].to_numpy(), "score": found["score"].to_numpy()})
         out = inp.drop(columns=[c for c in ("score", "rank") if c in inp.columns])
         out = out.assign(_order=np.arange(len(out))).merge(scored, on=["qid", "docno"], how="left")
         out["score"] = out["score"].fillna(0.0).astype(float)

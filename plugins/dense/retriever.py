@@ -31,6 +31,9 @@ from .models import BACKENDS, DEFAULT_MODEL, PRECISIONS, check_backend, model_sl
 #: encoded (DenseRetriever's ``build_index``).  A quarter: CSFCube's facet pools (about half the
 #: corpus each) build the index at once, as a first stage of 30 per query on one facet (12 %) does not
 INDEX_COVERAGE = 0.25
+#: query vectors a retriever keeps, by query text: an experiment asks each query on several datasets
+#: (CSFCube's facets and all of them) and in several pipelines sharing the component
+QUERY_MEMO = 4096
 #: index path -> {docno: vector} of the documents re-scored before that index was built (DenseRetriever._doc_vecs)
 _DOC_VECS: dict = {}
 
@@ -85,6 +88,7 @@ class DenseRetriever(pt.Transformer):
         self.ann, self.ann_params = check_ann(ann, ann_params)  # plugins/dense/ann.py
         self._encoder = None
         self._flex = None
+        self._query_memo = {}
         if artifact is not None:
             self._use_index(artifact)
 
@@ -242,8 +246,16 @@ class DenseRetriever(pt.Transformer):
         import numpy as np
         codes, _ = pd.factorize(inp["qid"], sort=False)
         first = np.unique(codes, return_index=True)[1]  # the first row of each query, in code order
-        vecs = self.encode(inp["query"].iloc[first].astype(str).tolist(), desc="queries")
-        return vecs, codes
+        texts = inp["query"].iloc[first].astype(str).tolist()
+        memo = self.__dict__.setdefault("_query_memo", {})  # unpickled from an older version: none yet
+        new = list(dict.fromkeys(t for t in texts if t not in memo))
+        if new:
+            if len(memo) + len(new) > QUERY_MEMO:
+                memo.clear()
+            memo.update(zip(new, self.encode(new, desc="queries")))
+        if not texts:
+            return self.encode([]), codes
+        return np.stack([memo[t] for t in texts]), codes
 
     def fuse_rank_cutoff(self, k: int) -> Optional["DenseRetriever"]:
         """``dense % k`` as one transformer: retrieval fetches only ``k`` results per query (each shard
@@ -273,6 +285,7 @@ class DenseRetriever(pt.Transformer):
         state = dict(self.__dict__)
         state["_encoder"] = None  # reloaded where it is unpickled
         state["_flex"] = None
+        state["_query_memo"] = {}
         return state
 
 
