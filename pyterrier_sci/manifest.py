@@ -29,7 +29,8 @@ from pyterrier_sci.registry import PipelineError
 __all__ = ["MANIFEST_VERSION", "LIBRARIES", "ManifestError", "environment", "library_versions", "git_state",
            "file_sha256", "model_entries", "template_entries", "seed_entries", "data_entries", "resolved_config",
            "figures_of", "pipeline_manifest", "experiment_manifest", "write_manifest", "read_manifest",
-           "experiment_manifest_path", "diff_manifests", "compare_figures", "format_changes", "Change"]
+           "experiment_manifest_path", "diff_manifests", "manifest_sections", "compare_figures",
+           "format_changes", "Change"]
 
 MANIFEST_VERSION = 1
 FIGURE_TOLERANCE = 1e-9
@@ -655,8 +656,11 @@ class Change(tuple):
 
 
 MISSING = "<absent>"
-#: the sections diffs compare, in the order they are shown
+#: the sections diffs show first, in this order; every other section of either manifest follows (``run``,
+#: ``kind``, a builder's own entries ...), sorted by name
 SECTIONS = ("environment", "models", "data", "seeds", "config", "templates", "experiment", "runs", "figures")
+#: what differs between any two manifests and says nothing about how a result was produced
+UNCOMPARED = ("created",)
 
 
 def _flatten(x: Any, prefix: str = "") -> Dict[str, Any]:
@@ -705,24 +709,39 @@ def compare_figures(recorded: Sequence[Mapping[str, Any]], current: Sequence[Map
     return out
 
 
-def diff_manifests(a: Mapping[str, Any], b: Mapping[str, Any], sections: Sequence[str] = SECTIONS,
+def manifest_sections(a: Mapping[str, Any], b: Mapping[str, Any]) -> List[str]:
+    """Every section of either manifest but :data:`UNCOMPARED`: :data:`SECTIONS` first, then the others
+    by name."""
+    others = sorted({str(k) for k in (*a, *b)} - set(SECTIONS) - set(UNCOMPARED))
+    return [s for s in SECTIONS if s in a or s in b] + others
+
+
+def diff_manifests(a: Mapping[str, Any], b: Mapping[str, Any], sections: Optional[Sequence[str]] = None,
                    tolerance: float = FIGURE_TOLERANCE) -> List[Change]:
-    """What changed from manifest ``a`` to manifest ``b``, section by section (versions, Python,
-    OS, CPU and git under ``environment``; models; data; seeds; config; templates; the
-    experiment; saved runs; figures)."""
+    """What changed from manifest ``a`` to manifest ``b``, section by section: by default every section
+    either has (:func:`manifest_sections`: versions, Python, OS, CPU and git under ``environment``;
+    models; data; seeds; config; templates; the experiment; saved runs; figures; a run's ``run``; the
+    manifest's ``kind`` and version; an artifact builder's own entries), only the creation time left
+    out."""
     out: List[Change] = []
-    for section in sections:
+    for section in manifest_sections(a, b) if sections is None else sections:
         if section == "figures":
             if "figures" in a or "figures" in b:
                 out += compare_figures(a.get("figures") or [], b.get("figures") or [], tolerance)
             continue
-        fa, fb = _flatten(a.get(section) or {}), _flatten(b.get(section) or {})
+        va, vb = a.get(section, MISSING), b.get(section, MISSING)
+        if not isinstance(va, Mapping) and not isinstance(vb, Mapping) or va == {} or vb == {}:
+            if not _same(va, vb, 0.0):   # a plain value (kind, manifest_version), or a section one side lacks
+                out.append(Change(section, "value", va, vb))
+            continue
+        fa = _flatten(va) if isinstance(va, Mapping) else {"": va}
+        fb = _flatten(vb) if isinstance(vb, Mapping) else {"": vb}
         for key in list(fa) + [k for k in fb if k not in fa]:
-            if key in ("", "cpu.usable_cores"):
+            if key == "cpu.usable_cores":
                 continue
-            va, vb = fa.get(key, MISSING), fb.get(key, MISSING)
-            if not _same(va, vb, 0.0):
-                out.append(Change(section, key, va, vb))
+            ka, kb = fa.get(key, MISSING), fb.get(key, MISSING)
+            if not _same(ka, kb, 0.0):
+                out.append(Change(section, key or "value", ka, kb))
     return out
 
 

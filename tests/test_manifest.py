@@ -152,6 +152,51 @@ def test_manifest_diff_shows_changed_versions_and_seeds(experiment, tmp_path):
     assert "config      components.bm25.params.k1: 0.9 -> 1.5 (difference +0.6)" in out
 
 
+def test_manifest_diff_compares_every_section(experiment, tmp_path):
+    """Issue 32, item 5: a pair of manifests differing in each section in turn is one difference there,
+    sections the diff did not know included (a run's ``run``, a builder's own entries, ``kind``)."""
+    _, runs, m, _ = experiment
+    base = copy.deepcopy(m)
+    base["run"] = {"expression": "pool >> bm25", "dataset": "irds:sci/csfcube/method", "results": 2174}
+    base["index"] = {"backend": "pisa", "documents": 4205}
+    seen = set()
+    for section, value in base.items():
+        if section == "created":
+            continue
+        b = copy.deepcopy(base)
+        if section == "figures":
+            b["figures"][0]["MAP"] += 0.01
+        elif isinstance(value, dict) and value:
+            b[section][next(k for k in value if k != "cpu")] = ["changed"]
+        else:
+            b[section] = "changed"
+        changes = mf.diff_manifests(base, b)
+        assert changes and {c.section for c in changes} == {section}, (section, changes)
+        seen.add(section)
+    assert {"environment", "models", "data", "seeds", "config", "templates", "experiment", "runs", "figures",
+            "run", "index", "kind", "manifest_version"} <= seen
+    assert mf.diff_manifests(base, {**base, "created": "2000-01-01T00:00:00+00:00"}) == []
+    # a section only one side has
+    assert [tuple(c) for c in mf.diff_manifests(base, {k: v for k, v in base.items() if k != "index"})] == \
+        [("index", "backend", "pisa", mf.MISSING), ("index", "documents", 4205, mf.MISSING)]
+
+
+def test_manifest_diff_of_one_pipeline_on_two_datasets_differs(tmp_path, csfcube):
+    """Issue 32: the run manifests of ``pool >> bm25`` on the method and result facets (another dataset,
+    another output) were "No differences", exit 0: the ``run`` section was not compared."""
+    paths = []
+    for facet in ("method", "result"):
+        out_file = tmp_path / f"{facet}.trec"
+        rc, _, err = _run(["run", "pool >> bm25", "--dataset", f"irds:sci/csfcube/{facet}", "--output", str(out_file)])
+        assert rc == 0, err
+        paths.append(f"{out_file}.manifest.json")
+    rc, out, _ = _run(["manifest", "diff", *paths])
+    assert rc == 1
+    assert "run         dataset: irds:sci/csfcube/method -> irds:sci/csfcube/result" in out
+    assert "run         sha256: " in out and "run         results: " in out
+    assert out.startswith("4 differences") and "run         output: " in out   # the facets share their files
+
+
 def test_run_writes_a_manifest_beside_its_output(tmp_path, csfcube):
     out_file = tmp_path / "bm25.trec"
     rc, _, err = _run(["run", "pool >> bm25 % 5", "--dataset", "irds:sci/csfcube/method", "--output", str(out_file)])
