@@ -70,7 +70,7 @@ def cmd_measures(args) -> int:
 
 def cmd_run(args) -> int:
     if args.dry_run:  # no LLM request sent, no run written (docs/llm.md, "Dry runs")
-        from pyterrier_sci.llm.dryrun import dry_run_pipeline
+        from pyterrier_sci.experiment import dry_run_pipeline
         return dry_run_pipeline(args.expr, args.dataset, config=args.config, topics_variant=args.topics_variant,
                                 trusted=args.trust_config).print(args.json)
     if not args.output:
@@ -130,7 +130,7 @@ def cmd_experiment(args) -> int:
     if args.replay:
         return cmd_replay(args)
     if args.dry_run:  # no LLM request sent, no run written, nothing evaluated (docs/llm.md, "Dry runs")
-        from pyterrier_sci.llm.dryrun import dry_run_experiment
+        from pyterrier_sci.experiment import dry_run_experiment
         return dry_run_experiment(args.file, name=args.name, save_dir=args.save_dir,
                                   trusted=args.trust_config).print(args.json)
     from pyterrier_sci.experiment import experiment_outcome

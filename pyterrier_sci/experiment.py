@@ -20,7 +20,9 @@ from pyterrier_sci import measures as _measures
 from pyterrier_sci.corpus import pt_dataset_id
 from pyterrier_sci.evaluation import Experiment
 from pyterrier_sci.llm.budget import new_ledger_id, with_ledger_id
-from pyterrier_sci.pipeline import PipelineConfig, PipelineError, build_all, load_config, make_context
+from pyterrier_sci.llm.dryrun import COLUMNS as DRY_RUN_COLUMNS
+from pyterrier_sci.llm.dryrun import DryRunReport, budget_notes, concat_reports, dry_run
+from pyterrier_sci.pipeline import PipelineConfig, PipelineError, build_all, load_config, make_context, pipeline
 from pyterrier_sci.registry import check_dataset
 
 __all__ = ["run_experiment", "experiment_outcome", "replay_outcome", "experiment_spec", "ExperimentOutcome",
@@ -348,3 +350,46 @@ def check_run_paths(outcome: "ExperimentOutcome") -> None:
                                 "each dataset: give each pipeline of an experiment once, under its own name",
                                 where=f"experiment '{outcome.name}'")
         seen[name] = pname
+
+
+# ------------------------------------------------------------------- the CLI's dry runs (no LLM request)
+def dry_run_pipeline(expr: str, dataset: str, config: Any = None, topics_variant: Optional[str] = None,
+                     trusted: bool = False) -> DryRunReport:
+    """``pyterrier-sci run --dry-run``: builds and runs the pipeline on the dataset's topics with
+    no LLM request sent; writes no run."""
+    topics, _ = topics_and_qrels(dataset, topics_variant)
+    transformer = pipeline(expr, config=config, dataset=dataset, trusted=trusted)
+    with dry_run() as run:
+        transformer(topics)
+    return run.report([transformer], [expr], dataset=dataset)
+
+
+def dry_run_experiment(config: Any, name: Optional[str] = None, save_dir: Optional[str] = None,
+                       trusted: bool = False) -> DryRunReport:
+    """``pyterrier-sci experiment --dry-run``: runs the experiment's pipelines on each dataset's
+    topics with no LLM request sent; writes no runs and evaluates nothing.  A pipeline whose run
+    is already saved in ``save_dir`` is not run (a real run reads it back and makes no calls)."""
+    plan, datasets = _plan(config, name, save_dir)   # the same checks as a real run, before anything runs
+    cfg, exp, pipelines, save_root = plan.config, plan.spec, plan.pipelines, plan.save_root
+    ledger = new_ledger_id()   # one budget for the whole experiment, as in a real run
+    reports, everything = [], []
+    with dry_run() as run:
+        for ds in datasets:
+            topics, _ = topics_and_qrels(ds, exp.get("topics_variant"))
+            context = with_ledger_id(make_context(cfg, ds, None, trusted), ledger)
+            systems = build_all(cfg, pipelines, context=context)
+            saved = []
+            for p in pipelines:
+                path = run_path(save_root, ds, p, cfg)
+                if path is not None and path.exists():
+                    saved.append(p)
+                else:
+                    systems[p](topics)
+            everything += [systems[p] for p in pipelines if p not in saved]
+            report = run.report([systems[p] for p in pipelines if p not in saved],
+                                [p for p in pipelines if p not in saved], dataset=ds, notes=False)
+            report.notes += [f"{ds} {p}: its run is saved in {run_path(save_root, ds, p, cfg)}; a real run reads it "
+                             "back and makes no LLM calls" for p in saved]
+            reports.append(report)
+    reports.append(DryRunReport(pd.DataFrame(columns=DRY_RUN_COLUMNS), budget_notes(run, everything)))
+    return concat_reports(reports)

@@ -24,10 +24,13 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
+from pyterrier_sci.hashing import WEIGHT_SUFFIXES, FileHasher, file_sha256, weights_digest  # noqa: F401
+from pyterrier_sci.protocol import models_of, seeds_of, templates_of
 from pyterrier_sci.registry import PipelineError
 
 __all__ = ["MANIFEST_VERSION", "LIBRARIES", "ManifestError", "environment", "library_versions", "git_state",
-           "file_sha256", "model_entries", "template_entries", "seed_entries", "data_entries", "resolved_config",
+           "file_sha256", "FileHasher", "weights_digest", "model_entries",
+           "template_entries", "seed_entries", "data_entries", "resolved_config",
            "figures_of", "pipeline_manifest", "experiment_manifest", "write_manifest", "read_manifest",
            "experiment_manifest_path", "diff_manifests", "manifest_sections", "compare_figures",
            "format_changes", "Change"]
@@ -52,11 +55,7 @@ LIBRARIES: Dict[str, Tuple[str, ...]] = {
     "numpy": ("numpy",),
 }
 
-#: suffixes of model weight files (what a model's hash covers)
-WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".onnx", ".gguf", ".h5", ".msgpack", ".npy")
 _SECRET = re.compile(r"(api_?key|secret|password|token$|^key$)", re.I)
-_HASH_CACHE = "manifest-hashes.json"
-_MAX_HASHES = 5000
 
 
 class ManifestError(PipelineError):
@@ -128,223 +127,44 @@ def environment() -> Dict[str, Any]:
             "git": git_state()}
 
 
-# -------------------------------------------------------------------------------------------- hashing
-
-def _hash_cache_path() -> Optional[Path]:
-    try:
-        from pyterrier_sci.data import work_dir
-        return work_dir() / _HASH_CACHE
-    except Exception:  # noqa: BLE001 - a work directory that cannot be used: hash without caching
-        return None
-
-
-def _read_hash_cache() -> Dict[str, str]:
-    p = _hash_cache_path()
-    if p is None:
-        return {}
-    try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-        return data if isinstance(data, dict) else {}
-    except (OSError, ValueError):
-        return {}
-
-
-class _Hasher:
-    """SHA-256s of files, cached by (resolved path, size, mtime) in ``<work dir>/manifest-hashes.json``."""
-
-    def __init__(self):
-        self.cache = _read_hash_cache()
-        self.added = False
-
-    def __call__(self, path: Union[str, Path]) -> str:
-        p = Path(path).resolve()
-        st = p.stat()
-        key = f"{p}|{st.st_size}|{st.st_mtime_ns}"
-        digest = self.cache.get(key)
-        if digest is None:
-            from pyterrier_sci.artifacts import sha256_file
-            digest = sha256_file(p)
-            self.cache[key] = digest
-            self.added = True
-        return digest
-
-    def save(self) -> None:
-        if not self.added:
-            return
-        p = _hash_cache_path()
-        if p is None:
-            return
-        merged = _read_hash_cache()  # another process may have added some meanwhile
-        merged.update(self.cache)
-        if len(merged) > _MAX_HASHES:
-            merged = dict(list(merged.items())[-_MAX_HASHES:])
-        try:
-            from pyterrier_sci.artifacts import atomic_write_text
-            atomic_write_text(p, json.dumps(merged), "the manifest hash cache")
-        except OSError:  # a read-only work directory: hashed again next time
-            pass
-        self.added = False
-
-
-def file_sha256(path: Union[str, Path]) -> str:
-    """The SHA-256 of a file, from the work directory's hash cache when its size and modification
-    time are unchanged."""
-    h = _Hasher()
-    digest = h(path)
-    h.save()
-    return digest
-
-
-def _weights_digest(path: Path, hasher: _Hasher) -> Dict[str, Any]:
-    """One SHA-256 over the weight files under ``path`` (their relative names and SHA-256s)."""
-    if path.is_file():
-        files = [path]
-        root = path.parent
-    else:
-        files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in WEIGHT_SUFFIXES
-                       and not any(part.startswith(".") for part in p.relative_to(path).parts))
-        root = path
-    if not files:
-        return {"sha256": None, "weight_files": 0, "note": f"no weight files found under {path}"}
-    h = hashlib.sha256()
-    for f in files:
-        h.update(f"{f.relative_to(root).as_posix()}\0{hasher(f)}\n".encode())
-    return {"sha256": h.hexdigest(), "weight_files": len(files), "bytes": sum(f.stat().st_size for f in files)}
-
-
 # ------------------------------------------------------------------------------ walking the pipelines
+# what a pipeline uses is asked of its components through the component protocol (pyterrier_sci.protocol)
 
-def _objects(systems: Iterable[Any]) -> List[Any]:
-    """Every object reachable from the built pipelines through attributes that hold transformers,
-    models, artifacts or containers, each once (the same walk as ``llm_components``)."""
-    import pandas as pd
-    found: List[Any] = []
-    seen = set()
-    stack = [(s, 0) for s in reversed(list(systems))]
-    while stack:
-        obj, depth = stack.pop()
-        if depth > 20 or id(obj) in seen or isinstance(obj, (str, bytes, int, float, bool, type(None), ModuleType,
-                                                               pd.DataFrame, pd.Series, type)):
-            continue
-        seen.add(id(obj))
-        found.append(obj)
-        if isinstance(obj, (list, tuple, set, frozenset)):
-            children = list(obj)
-        elif isinstance(obj, dict):
-            children = list(obj.values())
-        elif hasattr(obj, "__dict__"):
-            children = [v for k, v in vars(obj).items()
-                        if hasattr(v, "transform") or isinstance(v, (list, tuple, dict))
-                        or (k in ("model", "checkpoint") and hasattr(v, "path"))]
-        else:
-            children = []
-        stack += [(c, depth + 1) for c in reversed(children)]
-    return found
-
-
-def _attr(obj: Any, name: str) -> Any:
-    """``obj.name`` as stored (never running a property that would load something)."""
-    d = getattr(obj, "__dict__", None)
-    if isinstance(d, dict) and name in d:
-        return d[name]
-    prop = getattr(type(obj), name, None)
-    if isinstance(prop, property):
-        return None
-    return getattr(obj, name, None)
-
-
-def model_entries(systems: Iterable[Any], hasher: Optional[_Hasher] = None) -> Dict[str, Dict[str, Any]]:
-    """``{identifier: {"kind", "path", "sha256", ...}}`` of the models inside built pipelines: encoders
-    named by a ``model`` string (resolved like :func:`pyterrier_sci.models.resolve_model`), model
-    artifacts (a ``model`` with a ``path``), ColBERT ``checkpoint`` strings, and the models of LLM
-    components (served by an endpoint: no weights here)."""
-    from pyterrier_sci.models import ModelNotFoundError, resolve_model
+def model_entries(systems: Iterable[Any], hasher: Optional[FileHasher] = None) -> Dict[str, Dict[str, Any]]:
+    """``{identifier: {"kind", "used_by", "path", "sha256", ...}}`` of the models the components of
+    built pipelines declare (``sci_models()``): local weights are hashed (:func:`weights_digest`), a
+    model without a local path is recorded with the component's note; an LLM as ``llm:<model>``."""
     own = hasher is None
-    hasher = hasher or _Hasher()
+    hasher = hasher or FileHasher()
     out: Dict[str, Dict[str, Any]] = {}
-    for obj in _objects(systems):
-        llm = _attr(obj, "usage") is not None and _attr(obj, "settings") is not None
-        for attr in (("checkpoint",) if llm else ("model", "checkpoint")):
-            value = _attr(obj, attr) if attr == "model" else (_attr(obj, "_checkpoint") or _attr(obj, "checkpoint"))
-            if isinstance(value, (str, os.PathLike)) and str(value):
-                ident = str(value)
-                if ident in out:
-                    continue
-                try:
-                    path = Path(resolve_model(ident) if attr == "model" else ident)
-                except ModelNotFoundError:
-                    path = None
-                entry: Dict[str, Any] = {"kind": "encoder" if attr == "model" else "colbert",
-                                         "used_by": type(obj).__name__}
-                if path is not None and path.exists():
-                    entry["path"] = str(path)
-                    entry.update(_weights_digest(path, hasher))
-                else:
-                    entry.update({"path": None, "sha256": None, "note": "not a local path (a hub id: its weights "
-                                  "are those of the hub's revision at download time)"})
-                out[ident] = entry
-            elif value is not None and isinstance(getattr(value, "path", None), (str, os.PathLike)):
-                path = Path(value.path)
-                ident = str(path)
-                if ident not in out:
-                    out[ident] = {"kind": type(value).__name__, "used_by": type(obj).__name__, "path": ident,
-                                  **(_weights_digest(path, hasher) if path.exists() else
-                                     {"sha256": None, "note": "missing"})}
-        llm_model = getattr(_attr(obj, "settings"), "model", None) if llm else None
-        if isinstance(llm_model, str) and f"llm:{llm_model}" not in out:
-            out[f"llm:{llm_model}"] = {"kind": "llm", "used_by": type(obj).__name__, "path": None, "sha256": None,
-                                       "note": "served by an OpenAI-compatible endpoint"}
+    for comp, ref in models_of(list(systems)):
+        ident = f"llm:{ref.name}" if ref.kind == "llm" else str(ref.name)
+        if ident in out:
+            continue
+        entry: Dict[str, Any] = {"kind": ref.kind, "used_by": type(comp).__name__}
+        path = Path(ref.path) if ref.path else None
+        if path is not None and path.exists():
+            entry["path"] = str(path)
+            entry.update(weights_digest(path, hasher))
+        else:
+            entry.update({"path": None, "sha256": None,
+                          "note": ref.note or ("missing" if path is not None else "not a local path")})
+        out[ident] = entry
     if own:
         hasher.save()
     return out
 
 
-def _template_files(package: str) -> Dict[str, bytes]:
-    from importlib import resources
-    out = {}
-    try:
-        folder = resources.files(package).joinpath("templates")
-        if not folder.is_dir():
-            return out
-        for entry in folder.iterdir():
-            if entry.is_file() and not entry.name.startswith("."):
-                out[f"{package}/templates/{entry.name}"] = entry.read_bytes()
-    except (ModuleNotFoundError, OSError, TypeError):
-        pass
-    return out
-
-
 def template_entries(systems: Iterable[Any]) -> Dict[str, str]:
-    """SHA-256s of the LLM prompt templates the pipelines use: every template shipped in the
-    ``templates/`` folders of the LLM components' packages (``template_packages()``) and the
-    templates they loaded (``_templates``: names, paths or inline texts)."""
-    out: Dict[str, str] = {}
-    for obj in _objects(systems):
-        packages = getattr(type(obj), "template_packages", None)
-        if callable(packages):
-            try:
-                pkgs = packages()
-            except Exception:  # noqa: BLE001 - a component's own method; recorded as far as it goes
-                pkgs = ()
-            for pkg in pkgs:
-                for name, data in _template_files(pkg).items():
-                    out[name] = hashlib.sha256(data).hexdigest()
-        loaded = _attr(obj, "_templates")
-        if isinstance(loaded, dict):
-            for key, text in loaded.items():
-                if not isinstance(text, str):
-                    continue
-                key = str(key)
-                shown = key if "\n" not in key and len(key) < 200 else "inline:" + \
-                    hashlib.sha256(key.encode()).hexdigest()[:12]
-                out[f"{type(obj).__name__}:{shown}"] = hashlib.sha256(text.encode("utf-8")).hexdigest()
-    return dict(sorted(out.items()))
+    """SHA-256s of the LLM prompt templates the components of the pipelines declare
+    (``sci_templates()``: the templates shipped with them and those they loaded)."""
+    return dict(sorted((name, hashlib.sha256(text.encode("utf-8")).hexdigest())
+                       for _, name, text in templates_of(list(systems))))
 
 
 def seed_entries(config: Optional[Mapping[str, Any]] = None, systems: Iterable[Any] = ()) -> Dict[str, Any]:
-    """Seeds: the components' ``seed`` parameters (resolved configuration), ``seed`` attributes of
-    the built components and their LLM settings, the config's ``settings`` seeds and
-    ``$PYTHONHASHSEED``."""
+    """Seeds: the components' ``seed`` parameters (resolved configuration), the seeds the built
+    components declare (``sci_seeds()``), the config's ``settings`` seeds and ``$PYTHONHASHSEED``."""
     out: Dict[str, Any] = {}
 
     def scan(prefix: str, mapping: Mapping[str, Any]):
@@ -357,13 +177,8 @@ def seed_entries(config: Optional[Mapping[str, Any]] = None, systems: Iterable[A
     if config:
         scan("config.components.", config.get("components") or {})
         scan("config.settings.", config.get("settings") or {})
-    for obj in _objects(systems):
-        for holder, label in ((obj, type(obj).__name__), (_attr(obj, "settings"), f"{type(obj).__name__}.settings")):
-            if holder is None:
-                continue
-            seed = _attr(holder, "seed")
-            if isinstance(seed, int) and not isinstance(seed, bool):
-                out.setdefault(f"{label}.seed", seed)
+    for label, seed in seeds_of(list(systems)).items():
+        out.setdefault(label, seed)
     out["PYTHONHASHSEED"] = os.environ.get("PYTHONHASHSEED")
     return dict(sorted(out.items()))
 
@@ -429,11 +244,11 @@ def _touched_files() -> List[Path]:
     return out
 
 
-def data_entries(datasets: Sequence[str] = (), hasher: Optional[_Hasher] = None) -> Dict[str, str]:
+def data_entries(datasets: Sequence[str] = (), hasher: Optional[FileHasher] = None) -> Dict[str, str]:
     """``{path: sha256}`` of the data files read: the datasets' declared files and every data file
     this process checked (paths under the data directory are written ``$DATA/...``)."""
     own = hasher is None
-    hasher = hasher or _Hasher()
+    hasher = hasher or FileHasher()
     paths = {}
     for ds in datasets:
         for p in dataset_files(ds):
@@ -553,7 +368,7 @@ def pipeline_manifest(systems: Mapping[str, Any], config: Any = None, datasets: 
     configuration, models, data, seeds and templates."""
     from pyterrier_sci.pipeline import load_config
     cfg = load_config(config)
-    hasher = _Hasher()
+    hasher = FileHasher()
     conf = resolved_config(cfg, list(systems))
     m = _header(kind)
     if extra:
@@ -579,7 +394,7 @@ def experiment_manifest(outcome: Any) -> Dict[str, Any]:
         systems = {p: None for p in outcome.pipelines}
     datasets = [d.dataset for d in outcome.datasets]
     runs: Dict[str, Dict[str, Any]] = {}
-    hasher = _Hasher()
+    hasher = FileHasher()
     for d in outcome.datasets:
         for name, p in d.run_paths.items():
             if p is not None and Path(p).is_file():

@@ -11,6 +11,8 @@ import re
 from pathlib import Path
 from typing import Optional
 
+from pyterrier_sci.hashing import FileHasher, weights_digest
+
 __all__ = ["DEFAULT_MODEL", "ModelNotFoundError", "resolve_model", "load_sentence_transformer", "model_slug",
            "BACKENDS", "PRECISIONS", "BackendError", "check_backend", "weights_sha256"]
 
@@ -47,12 +49,11 @@ def check_backend(backend: str, precision: str) -> tuple:
 def weights_sha256(model: str) -> Optional[str]:
     """One SHA-256 over the weight files of a local model (as run manifests record it), or None for a
     hub id not downloaded to a path."""
-    from pyterrier_sci.manifest import _Hasher, _weights_digest
     path = Path(resolve_model(model))
     if not path.exists():
         return None
-    hasher = _Hasher()
-    digest = _weights_digest(path, hasher)["sha256"]
+    hasher = FileHasher()
+    digest = weights_digest(path, hasher)["sha256"]
     hasher.save()
     return digest
 

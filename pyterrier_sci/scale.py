@@ -198,9 +198,10 @@ def _usages(transformer: Any) -> List[Any]:
     from pyterrier_sci.llm.accounting import llm_components
     out, seen = [], set()
     for comp in llm_components(transformer):
-        if id(comp.usage) not in seen:
-            seen.add(id(comp.usage))
-            out.append(comp.usage)
+        usage = comp.sci_usage()
+        if id(usage) not in seen:
+            seen.add(id(usage))
+            out.append(usage)
     return out
 
 
@@ -211,7 +212,7 @@ def _budget_ledgers(transformer: Any) -> Dict[Any, Any]:
     from pyterrier_sci.llm.budget import ledger_for, ledger_key
     out = {}
     for comp in llm_components(transformer):
-        settings = getattr(comp, "settings", None)
+        settings = comp.sci_llm_settings()
         key = ledger_key(settings)
         if key is not None and key not in out:
             out[key] = ledger_for(settings)

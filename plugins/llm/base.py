@@ -2,6 +2,7 @@
 unusable output."""
 from __future__ import annotations
 
+import hashlib
 import re
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -15,6 +16,7 @@ from pyterrier_sci.corpus import sorted_results
 from pyterrier_sci.llm import LLMClient, LLMError, LLMSettings, Usage, settings_from
 from pyterrier_sci.llm.client import UsesLLM
 from pyterrier_sci.llm.text import join_fields, load_template, truncate
+from pyterrier_sci.protocol import package_templates
 
 ON_ERROR = ("raise", "flag")
 DEFAULT_TEXT_FIELD = "text"
@@ -71,6 +73,19 @@ class LLMReranker(UsesLLM, pt.Transformer):
                 if pkg not in found:
                     found.append(pkg)
         return tuple(found)
+
+    def sci_templates(self) -> Dict[str, str]:
+        """The component protocol (:mod:`pyterrier_sci.protocol`): every template shipped where this
+        re-ranker looks them up, and those it loaded (by the name or path given; an inline text by its
+        hash)."""
+        out: Dict[str, str] = {}
+        for package in self.template_packages():
+            out.update(package_templates(package))
+        for key, text in self._templates.items():
+            shown = key if "\n" not in key and len(key) < 200 else \
+                "inline:" + hashlib.sha256(key.encode()).hexdigest()[:12]
+            out[f"{type(self).__name__}:{shown}"] = text
+        return out
 
     # -- client -----------------------------------------------------------------------------
     def __repr__(self) -> str:

@@ -11,6 +11,8 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 import numpy as np
 import pandas as pd
 
+from pyterrier_sci.protocol import usage_holders
+
 COUNTERS = ("calls", "requests", "cache_hits", "retries", "errors", "prompt_tokens",
             "completion_tokens", "unusable", "repaired")
 
@@ -85,33 +87,10 @@ class Usage:
 
 
 def llm_components(pipeline: Any) -> List[Any]:
-    """Every object inside ``pipeline`` (a transformer, or anything holding transformers) that
-    has a :class:`Usage` as ``.usage``, in pipeline order, each once."""
-    found: List[Any] = []
-    seen = set()
-
-    def visit(obj, depth=0):
-        if depth > 20 or id(obj) in seen:
-            return
-        seen.add(id(obj))
-        if isinstance(getattr(obj, "usage", None), Usage):
-            found.append(obj)
-        if isinstance(obj, (list, tuple, set)):
-            children = list(obj)
-        elif isinstance(obj, dict):
-            children = list(obj.values())
-        elif hasattr(obj, "__dict__") and not isinstance(obj, (pd.DataFrame, pd.Series, type)):
-            children = [v for v in vars(obj).values()
-                        if hasattr(v, "transform") or isinstance(v, (list, tuple, dict))]
-        else:
-            children = []
-        for child in children:
-            if isinstance(child, (str, bytes, pd.DataFrame)):
-                continue
-            visit(child, depth + 1)
-
-    visit(pipeline)
-    return found
+    """Every component inside ``pipeline`` (a transformer, or a list of them) that calls an LLM: those
+    answering the component protocol's ``sci_usage()`` (:mod:`pyterrier_sci.protocol`), in pipeline
+    order, each once."""
+    return usage_holders(pipeline)
 
 
 def usage_report(systems: Any, names: Optional[Sequence[str]] = None) -> pd.DataFrame:
@@ -129,8 +108,8 @@ def usage_report(systems: Any, names: Optional[Sequence[str]] = None) -> pd.Data
     rows = []
     for name, system in zip(names, systems):
         for comp in llm_components(system):
-            u = comp.usage
-            prices = getattr(getattr(comp, "settings", None), "prices", None)
+            u = comp.sci_usage()
+            prices = getattr(comp.sci_llm_settings(), "prices", None)
             rows.append({"name": name, "component": getattr(comp, "component_name", type(comp).__name__),
                          "model": u.model, **u.as_dict(), "cost": u.cost(prices)})
     cols = ["name", "component", "model", *COUNTERS, "cost"]
@@ -171,4 +150,4 @@ def add_usage_columns(results: pd.DataFrame, systems: Any, names: Optional[Seque
 def reset_usage(systems: Any) -> None:
     """Sets the counters of every LLM component inside ``systems`` back to zero."""
     for comp in llm_components(systems):
-        comp.usage.reset()
+        comp.sci_usage().reset()

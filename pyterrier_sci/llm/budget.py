@@ -369,6 +369,6 @@ def reset_budget(systems: Any) -> None:
     same pipeline objects again as a new run)."""
     from .accounting import llm_components
     for comp in llm_components(systems):
-        ledger = ledger_for(getattr(comp, "settings", None))
+        ledger = ledger_for(comp.sci_llm_settings())
         if ledger is not None:
             ledger.reset()

@@ -15,6 +15,8 @@ from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
+from pyterrier_sci.protocol import ModelRef
+
 from . import dryrun
 from .accounting import Usage
 from .budget import LLMBudgetExceeded, ledger_for, price_of
@@ -627,6 +629,17 @@ class UsesLLM:
         if self._client is None:
             self._client = LLMClient(self.settings, usage=self.usage)
         return self._client
+
+    # the component protocol (pyterrier_sci.protocol) --------------------------------------------
+    def sci_usage(self) -> Usage:
+        return self.usage
+
+    def sci_llm_settings(self) -> LLMSettings:
+        return self.settings
+
+    def sci_models(self) -> List[ModelRef]:
+        model = self.settings.model
+        return [ModelRef(model, "llm", None, "served by an OpenAI-compatible endpoint")] if model else []
 
     def __getstate__(self):
         state = dict(self.__dict__)

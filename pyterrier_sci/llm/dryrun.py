@@ -19,7 +19,7 @@ from .text import estimate_tokens
 from .transport import deadline_of, guarded_transport, http_libs
 
 __all__ = ["DryRun", "DryRunReport", "dry_run", "active", "estimate_prompt_tokens", "estimate_tokens",
-           "dry_run_pipeline", "dry_run_experiment", "ASSUMPTIONS"]
+           "ASSUMPTIONS", "concat_reports"]
 
 FOUR_CHARS = "4 characters per token"
 ASSUMPTIONS = (
@@ -223,9 +223,9 @@ class DryRun:
         rows, seen = [], set()
         for name, system in zip(names, systems):
             for comp in llm_components(system):
-                if id(comp.usage) in seen:
+                if id(comp.sci_usage()) in seen:
                     continue
-                seen.add(id(comp.usage))
+                seen.add(id(comp.sci_usage()))
                 rows.append(self._row(name, comp, dataset))
         with self._lock:
             self._reported |= seen
@@ -237,10 +237,10 @@ class DryRun:
 
     def _row(self, name: str, comp: Any, dataset: Optional[str]) -> dict:
         with self._lock:
-            t = self.tallies.get(id(comp.usage))
-        settings = getattr(comp, "settings", None)
+            t = self.tallies.get(id(comp.sci_usage()))
+        settings = comp.sci_llm_settings()
         if t is None:
-            t = Tally(model=getattr(settings, "model", comp.usage.model),
+            t = Tally(model=getattr(settings, "model", comp.sci_usage().model),
                       cost=0.0 if settings is not None and settings.model in (settings.prices or {}) else None)
         return _tally_row(name, getattr(comp, "component_name", type(comp).__name__), t, dataset)
 
@@ -262,13 +262,13 @@ def budget_notes(run: DryRun, systems: Any) -> List[str]:
     from .budget import ledger_for
     by_ledger: Dict[int, Tuple[Any, List[Any]]] = {}
     for comp in llm_components(list(systems)):
-        ledger = ledger_for(getattr(comp, "settings", None))
+        ledger = ledger_for(comp.sci_llm_settings())
         if ledger is not None:
             by_ledger.setdefault(id(ledger), (ledger, []))[1].append(comp)
     notes = []
     for ledger, comps in by_ledger.values():
         with run._lock:
-            ts = [run.tallies[id(c.usage)] for c in comps if id(c.usage) in run.tallies]
+            ts = [run.tallies[id(c.sci_usage())] for c in comps if id(c.sci_usage()) in run.tallies]
         need = {"calls": sum(t.calls - t.cached for t in ts),
                 "tokens": sum(t.prompt_tokens + t.completion_tokens for t in ts),
                 "dollars": sum(t.cost or 0.0 for t in ts)}
@@ -328,57 +328,9 @@ class DryRunReport:
         return 0
 
 
-def _concat(reports: List[DryRunReport]) -> DryRunReport:
+def concat_reports(reports: List[DryRunReport]) -> DryRunReport:
+    """One report of several (tables one after another, notes each once)."""
     tables = [r.table for r in reports if len(r.table)]
     notes = [n for r in reports for n in r.notes if n]
     table = pd.concat(tables, ignore_index=True) if tables else pd.DataFrame(columns=COLUMNS)
     return DryRunReport(table, list(dict.fromkeys(notes)))
-
-
-# -- the CLI's dry runs -----------------------------------------------------------------------
-def dry_run_pipeline(expr: str, dataset: str, config: Any = None, topics_variant: Optional[str] = None,
-                     trusted: bool = False) -> DryRunReport:
-    """``pyterrier-sci run --dry-run``: builds and runs the pipeline on the dataset's topics with
-    no LLM request sent; writes no run."""
-    from pyterrier_sci.experiment import topics_and_qrels
-    from pyterrier_sci.pipeline import pipeline
-    topics, _ = topics_and_qrels(dataset, topics_variant)
-    transformer = pipeline(expr, config=config, dataset=dataset, trusted=trusted)
-    with dry_run() as run:
-        transformer(topics)
-    return run.report([transformer], [expr], dataset=dataset)
-
-
-def dry_run_experiment(config: Any, name: Optional[str] = None, save_dir: Optional[str] = None,
-                       trusted: bool = False) -> DryRunReport:
-    """``pyterrier-sci experiment --dry-run``: runs the experiment's pipelines on each dataset's
-    topics with no LLM request sent; writes no runs and evaluates nothing.  A pipeline whose run
-    is already saved in ``save_dir`` is not run (a real run reads it back and makes no calls)."""
-    from pyterrier_sci.experiment import _plan, run_path, topics_and_qrels
-    from pyterrier_sci.pipeline import build_all, make_context
-
-    from .budget import new_ledger_id, with_ledger_id
-    plan, datasets = _plan(config, name, save_dir)   # the same checks as a real run, before anything runs
-    cfg, exp, pipelines, save_root = plan.config, plan.spec, plan.pipelines, plan.save_root
-    ledger = new_ledger_id()   # one budget for the whole experiment, as in a real run
-    reports, everything = [], []
-    with dry_run() as run:
-        for ds in datasets:
-            topics, _ = topics_and_qrels(ds, exp.get("topics_variant"))
-            context = with_ledger_id(make_context(cfg, ds, None, trusted), ledger)
-            systems = build_all(cfg, pipelines, context=context)
-            saved = []
-            for p in pipelines:
-                path = run_path(save_root, ds, p, cfg)
-                if path is not None and path.exists():
-                    saved.append(p)
-                else:
-                    systems[p](topics)
-            everything += [systems[p] for p in pipelines if p not in saved]
-            report = run.report([systems[p] for p in pipelines if p not in saved],
-                                [p for p in pipelines if p not in saved], dataset=ds, notes=False)
-            report.notes += [f"{ds} {p}: its run is saved in {run_path(save_root, ds, p, cfg)}; a real run reads it "
-                             "back and makes no LLM calls" for p in saved]
-            reports.append(report)
-    reports.append(DryRunReport(pd.DataFrame(columns=COLUMNS), budget_notes(run, everything)))
-    return _concat(reports)
