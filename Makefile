@@ -11,24 +11,29 @@ export TOKENIZERS_PARALLELISM := false
 
 .PHONY: install install-locked run test lint bench clean
 
+# Installing prints nothing but real errors (pip -qq; make does not echo the commands). The project's own
+# build is kept free of warnings by setup.cfg, which tests/test_architecture.py checks
+# (test_package_data_declares_every_template), so quietness hides nothing of ours.  The CPU build of
+# torch comes first: an unpinned torch would pull gigabytes of CUDA wheels.
+PIP := $(BIN)/pip --disable-pip-version-check
 $(BIN)/.installed: setup.cfg pyproject.toml constraints.txt
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
-	# the CPU build of torch first: an unpinned torch would pull gigabytes of CUDA wheels
-	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -c constraints.txt -e ".[lucene,llm-server,colbert,scale,report,fast,test]"
-	touch $@
+	@echo "make install: $(VENV) with pyterrier-sci and all its extras (minutes on a fresh checkout)"
+	@$(PYTHON) -m venv $(VENV)
+	@$(PIP) install -qq --upgrade pip
+	@$(PIP) install -qq torch==2.13.0
+	@$(PIP) install -qq -c constraints.txt -e ".[lucene,llm-server,colbert,scale,report,fast,test]"
+	@touch $@
 
 install: $(BIN)/.installed
 
 # the exact versions the documented figures were measured with (requirements-lock.txt, docs/reproducibility.md);
 # CI keeps using the version ranges (install)
 install-locked:
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -r requirements-lock.txt
-	$(BIN)/pip install -q --no-deps -e .
-	touch $(BIN)/.installed
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@$(PIP) install -qq torch==2.13.0
+	@$(PIP) install -qq -r requirements-lock.txt
+	@$(PIP) install -qq --no-deps -e .
+	@touch $(BIN)/.installed
 
 run: install
 	$(BIN)/pyterrier-sci experiment pipelines/csfcube.yaml
