@@ -131,8 +131,6 @@ IMPORT_ALLOWLIST = {
         "cli -> registry",
         "cli -> registry",
         "cli -> registry",
-        "cli -> registry",
-        "cli -> registry",
         "cli -> report",
         "cli -> report",
         "data -> artifacts",
