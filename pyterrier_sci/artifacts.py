@@ -27,7 +27,7 @@ import warnings
 from pathlib import Path
 from typing import Callable, Iterator, Mapping, Optional, Union
 
-from pyterrier_sci.pipeline import PipelineError
+from pyterrier_sci.errors import DamagedFileWarning, LinkReplacedWarning, PathError  # noqa: F401 - defined there, re-exported
 
 __all__ = ["PathError", "DamagedFileWarning", "LinkReplacedWarning", "create_new_file",
            "lock", "build_atomically", "atomic_file", "atomic_write_text",
@@ -43,20 +43,6 @@ CHECKSUM_SUFFIX = ".sha256"
 OTHER_HOST_STALE_AFTER = 24 * 3600
 
 PathLike = Union[str, os.PathLike]
-
-
-class PathError(PipelineError):
-    """A path the toolkit was asked to write (``--output``, ``save_dir``, ``$PYTERRIER_SCI_HOME``, an
-    index) that it cannot or must not write: a directory, a device, a FIFO, a socket, or a path under a
-    regular file."""
-
-
-class LinkReplacedWarning(UserWarning):
-    """A file the toolkit writes was a symbolic link: the link itself was replaced, its target left alone."""
-
-
-class DamagedFileWarning(UserWarning):
-    """A saved or derived file did not match its checksum (or could not be read) and is rebuilt."""
 
 
 # --------------------------------------------------------------------------------------- identity

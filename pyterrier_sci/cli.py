@@ -14,6 +14,8 @@ from typing import Iterator, List, Optional
 
 import pandas as pd
 
+from pyterrier_sci.errors import PipelineError, SciError, one_line
+
 
 def _print_table(df: pd.DataFrame, as_json: bool) -> None:
     df = df.copy()
@@ -277,7 +279,6 @@ def _split_debug(argv: List[str]):
 
 def describe_error(e: BaseException) -> str:
     """One line saying what went wrong, for any failure of user input or of the environment."""
-    from pyterrier_sci.registry import PipelineError, one_line
     if isinstance(e, PipelineError):
         return e.headline
     if _ours(e):  # MissingDataError, LLMError, ...: their messages are written for users
@@ -336,7 +337,9 @@ def _name_what_was_written(e: BaseException, args) -> None:
 
 
 def _ours(e: BaseException) -> bool:
-    return type(e).__module__.split(".")[0] == "pyterrier_sci"
+    """An error of the toolkit (:class:`~pyterrier_sci.errors.SciError`, or raised by one of its plugins):
+    its message is written for the user."""
+    return isinstance(e, SciError) or type(e).__module__.split(".")[0] == "pyterrier_sci"
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -362,7 +365,6 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"{prog}: interrupted (finished runs and indexes are kept)", file=sys.stderr)
         return 130
     except Exception as e:  # noqa: BLE001 - one line per failure; --debug shows the traceback
-        from pyterrier_sci.registry import PipelineError
         _name_what_was_written(e, args)
         if debug:
             import traceback

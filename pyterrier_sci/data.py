@@ -17,24 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, Optional, Sequence, Tuple, Union
 
+from pyterrier_sci.errors import DamagedDataError, MissingDataError  # noqa: F401 - defined there, re-exported
+
 ENV_VAR = "PYTERRIER_SCI_DATA"
 CHECKSUMS_ENV = "PYTERRIER_SCI_CHECKSUMS"
-
-
-class MissingDataError(FileNotFoundError):
-    """A benchmark file is not in the data directory (and could not be downloaded)."""
-
-
-class DamagedDataError(ValueError):
-    """A data file is present but damaged: truncated, not UTF-8, malformed, or inconsistent with
-    the release (checksum, counts, cross-references).  The message names the file, the line when
-    there is one, what was expected and what to do."""
-
-    def __init__(self, path: Union[str, Path], problem: str, line: Optional[int] = None, remedy: str = ""):
-        self.path, self.problem, self.line = str(path), problem, line
-        where = f"{path}, line {line}" if line else f"{path}"
-        remedy = remedy or "restore it from the benchmark's release"
-        super().__init__(f"damaged data file {where}: {problem}. {remedy[0].upper()}{remedy[1:]}")
 
 
 def checksums_enabled() -> bool:

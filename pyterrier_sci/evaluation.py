@@ -17,6 +17,7 @@ import pyterrier as pt
 from ir_measures.measures import Measure
 
 from pyterrier_sci import measures as _measures
+from pyterrier_sci.errors import RunFileError  # noqa: F401 - defined there, re-exported
 
 __all__ = ["Experiment", "summarise", "read_run", "RunFileError"]
 
@@ -136,8 +137,6 @@ def _p_value(test_fn: Callable, a: np.ndarray, b: np.ndarray) -> float:
 
 
 # -- reading a TREC run file -------------------------------------------------------------------
-class RunFileError(ValueError):
-    """A run file that cannot be read as a TREC run; the message names the file and what is wrong."""
 
 
 RUN_FORMAT = "a TREC run has one result per line: qid Q0 docno rank score run_name"

@@ -24,6 +24,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
+from pyterrier_sci.errors import ManifestError  # noqa: F401 - defined there, re-exported
 from pyterrier_sci.hashing import WEIGHT_SUFFIXES, FileHasher, file_sha256, weights_digest  # noqa: F401
 from pyterrier_sci.protocol import models_of, seeds_of, templates_of
 from pyterrier_sci.registry import PipelineError
@@ -56,10 +57,6 @@ LIBRARIES: Dict[str, Tuple[str, ...]] = {
 }
 
 _SECRET = re.compile(r"(api_?key|secret|password|token$|^key$)", re.I)
-
-
-class ManifestError(PipelineError):
-    """A manifest that cannot be read, or one that belongs to another experiment."""
 
 
 # --------------------------------------------------------------------------------------- environment

@@ -32,6 +32,8 @@ import numpy as np
 from ir_measures import Metric
 from ir_measures.measures import Measure
 
+from pyterrier_sci.errors import ShortRunWarning  # noqa: F401 - defined there, re-exported
+
 __all__ = [
     "dcg", "ndcg_at_k", "average_precision", "reciprocal_rank", "r_precision_last_relevant",
     "precision_at_k", "recall_at_k", "RankListMeasure", "recall_of", "average_precision_of", "RankingMeasure",
@@ -111,9 +113,6 @@ def recall_at_k(binary: Sequence[int], k: int, total_relevant: Optional[int] = N
 # ---------------------------------------------------------------------------------------------
 # the measure class
 # ---------------------------------------------------------------------------------------------
-
-class ShortRunWarning(UserWarning):
-    """A measure defined over the whole ranked pool met a run that ranks only part of the pool."""
 
 
 def warn_short_run(short: Sequence, answered: int) -> None:

@@ -11,6 +11,7 @@ import re
 from pathlib import Path
 from typing import Optional
 
+from pyterrier_sci.errors import BackendError, ModelNotFoundError  # noqa: F401 - defined there, re-exported
 from pyterrier_sci.hashing import FileHasher, weights_digest
 
 __all__ = ["DEFAULT_MODEL", "ModelNotFoundError", "resolve_model", "load_sentence_transformer", "model_slug",
@@ -20,18 +21,10 @@ DEFAULT_MODEL = "default"
 _DEFAULT_ALIASES = {"default", "minilm", "all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2"}
 
 
-class ModelNotFoundError(FileNotFoundError):
-    """A model is neither a local directory nor reachable on the hub."""
-
-
 #: inference backends of an encoder: sentence-transformers on PyTorch, an OpenVINO export, an ONNX Runtime export
 BACKENDS = ("torch", "openvino", "onnx")
 #: precisions: float32, or int8 weights and activations (post-training quantisation)
 PRECISIONS = ("fp32", "int8")
-
-
-class BackendError(ValueError):
-    """An encoder backend or precision that does not exist, cannot run here, or fails its quality check."""
 
 
 def check_backend(backend: str, precision: str) -> tuple:

@@ -13,114 +13,14 @@ import os
 import re
 import reprlib
 import typing
-import unicodedata
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Union
+
+from pyterrier_sci.errors import SHOW_COLUMNS, ParameterError, PipelineError, UnknownComponentError, one_line  # noqa: F401
 
 ENTRY_POINT_GROUP = "pyterrier_sci.components"
-
-
-# ---------------------------------------------------------------------------------------------
-# errors
-# ---------------------------------------------------------------------------------------------
-
-#: how many display columns of an expression an error shows (longer ones are elided around the span)
-SHOW_COLUMNS = 100
-
-
-def _width(ch: str) -> int:
-    """Display columns of one character: 2 for East Asian wide/full-width, 0 for combining marks."""
-    if unicodedata.combining(ch) or unicodedata.category(ch) in ("Mn", "Me", "Cf"):
-        return 0
-    return 2 if unicodedata.east_asian_width(ch) in ("W", "F") else 1
-
-
-def _printable(ch: str) -> str:
-    return ch if ch.isprintable() or ch == " " else "\ufffd"
-
-
-def one_line(text: Any, limit: int = 400) -> str:
-    """``text`` on one line (line breaks become spaces), at most ``limit`` characters."""
-    s = " ".join(str(text).split())
-    return s if len(s) <= limit else s[:limit - 1] + "\u2026"
-
-
-class PipelineError(ValueError):
-    """A pipeline expression or config that cannot be built; the message points at the offending part.
-
-    ``str(e)`` is the message on one line, then - when there is an expression - the expression
-    (elided around the offending part when longer than :data:`SHOW_COLUMNS` columns) and a caret
-    line under the offending part, aligned by display width (wide CJK characters count two columns,
-    combining marks none)."""
-
-    def __init__(self, message: str, expr: Optional[str] = None, span: Optional[Tuple[int, int]] = None,
-                 where: Optional[str] = None):
-        self.message, self.expr, self.span, self.where = message, expr, span, where
-        super().__init__(self.render())
-
-    @property
-    def headline(self) -> str:
-        text = f"{self.where}: {self.message}" if self.where else str(self.message)
-        return one_line(text, 2000)
-
-    def picture(self, columns: int = SHOW_COLUMNS) -> List[str]:
-        """The expression line and the caret line (empty without an expression)."""
-        if self.expr is None:
-            return []
-        expr = "".join(_printable(c) for c in str(self.expr))
-        start, end = self.span if self.span is not None else (0, 0)
-        start = max(0, min(start, len(expr)))
-        end = max(start + 1, min(end, len(expr))) if self.span is not None else start
-        widths = [_width(c) for c in expr]
-        if sum(widths) > columns:  # a window around the span
-            lo, hi = start, min(end, len(expr))
-            budget = columns - 2
-            used = sum(widths[lo:hi])
-            if used > budget:  # the span itself is too long: show its beginning
-                hi = lo
-                used = 0
-                while hi < len(expr) and used + widths[hi] <= budget:
-                    used += widths[hi]
-                    hi += 1
-            while True:  # grow both ways
-                grown = False
-                if lo > 0 and used + widths[lo - 1] <= budget:
-                    lo -= 1
-                    used += widths[lo]
-                    grown = True
-                if hi < len(expr) and used + widths[hi] <= budget:
-                    used += widths[hi]
-                    hi += 1
-                    grown = True
-                if not grown:
-                    break
-            prefix = "\u2026" if lo > 0 else ""
-            suffix = "\u2026" if hi < len(expr) else ""
-            shown = prefix + expr[lo:hi] + suffix
-            caret_at = len(prefix) + sum(widths[lo:start])
-            caret_len = sum(widths[start:min(end, hi)])
-        else:
-            shown = expr
-            caret_at = sum(widths[:start])
-            caret_len = sum(widths[start:end])
-        lines = [f"  {shown}"]
-        if self.span is not None:
-            lines.append("  " + " " * caret_at + "^" * max(1, caret_len))
-        return lines
-
-    def render(self, columns: int = SHOW_COLUMNS) -> str:
-        return "\n".join([self.headline] + self.picture(columns))
-
-
-class ParameterError(PipelineError):
-    """A component parameter with a wrong name, type or value (raised when the pipeline is built)."""
-
-    def __init__(self, message: str, component: Optional[str] = None, param: Optional[str] = None, **kw):
-        self.component, self.param = component, param
-        super().__init__(message, **kw)
-
 
 
 @dataclass
@@ -535,11 +435,6 @@ def check_artifact(path: Union[str, os.PathLike], types: Dict[str, Optional[Sequ
     if formats and data.get("format") not in formats:
         fail(f"is an artifact of format {data.get('format')!r}")
     return data
-
-
-class UnknownComponentError(KeyError):
-    def __str__(self) -> str:  # KeyError quotes its message; keep it readable
-        return str(self.args[0])
 
 
 def first_sentence(doc: str) -> str:

@@ -20,6 +20,7 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence
 import pandas as pd
 import pyterrier as pt
 
+from pyterrier_sci.errors import ScaleError  # noqa: F401 - defined there, re-exported
 from pyterrier_sci.quiet import quiet_native
 from pyterrier_sci.registry import PipelineError
 
@@ -32,10 +33,6 @@ CONNECT_TIMEOUT = 5.0
 RAY_ADDRESS_ENV = "RAY_ADDRESS"
 #: seconds a failed distributed run waits for the other workers' calls in flight before taking back the budget
 BUDGET_SETTLE_TIMEOUT = 60.0
-
-
-class ScaleError(PipelineError):
-    """Ray is missing, an address cannot be reached, or a distributed job cannot run as asked."""
 
 
 def require_ray():

@@ -21,13 +21,11 @@ import random
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Tuple, Union
 
+from pyterrier_sci.errors import NonFiniteTrainingError  # noqa: F401 - defined there, re-exported
+
 __all__ = ["NonFiniteTrainingError", "check_finite_loss", "first_non_finite_parameter", "guard_finite",
            "seed_everything", "trainer_arguments", "run_trainer", "train_summary", "save_model_artifact",
            "PACKAGE_HINT", "freeze_lower_layers", "encoder_layers"]
-
-
-class NonFiniteTrainingError(RuntimeError):
-    """Training produced a NaN or infinite loss or parameter; nothing was saved."""
 
 
 def check_finite_loss(value: Any, step: Optional[int] = None, what: str = "the training loss") -> None:

@@ -13,7 +13,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Dict, Mapping, Optional, Tuple
 
-from .errors import LLMError
+from pyterrier_sci.errors import LLMBudgetExceeded  # noqa: F401 - defined there, re-exported
 
 BUDGET_KEYS = ("calls", "tokens", "dollars")
 _WHOLE = ("calls", "tokens")
@@ -21,29 +21,6 @@ _WHOLE = ("calls", "tokens")
 __all__ = ["BUDGET_KEYS", "LLMBudgetExceeded", "Ledger", "RemoteLedger", "LedgerBook", "check_budget", "ledger_for",
            "ledger_key", "use_ledger_service", "new_ledger_id",
            "context_ledger_id", "share_budget", "reset_budget"]
-
-
-class LLMBudgetExceeded(LLMError):  # noqa: N818 - named for what happened, like StopIteration
-    """The next LLM call would pass the run's budget (``llm: {budget: ...}``); the run stops there.
-
-    Attributes:
-        limits: the budget (``calls``, ``tokens``, ``dollars``; only those given).
-        spent: what the run spent: ``calls``, ``tokens`` (prompt + completion, as the server
-            reported them) and ``dollars`` (``None`` when no price is known for a model).
-        remaining: what is left of each limit.
-        reason: which limit the refused call would have passed, and by how much.
-    """
-
-    def __init__(self, message: str, limits: Mapping[str, float], spent: Mapping[str, Any],
-                 remaining: Mapping[str, Any], reason: str):
-        super().__init__(message, cause=reason)
-        self.limits = dict(limits)
-        self.spent = dict(spent)
-        self.remaining = dict(remaining)
-        self.reason = reason
-
-    def __reduce__(self):
-        return (type(self), (str(self), self.limits, self.spent, self.remaining, self.reason))
 
 
 def check_budget(value: Any) -> Dict[str, float]:

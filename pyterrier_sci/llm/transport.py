@@ -16,14 +16,10 @@ import time
 import zlib
 from typing import Any, Iterator, Optional
 
-from .errors import LLMError
+from pyterrier_sci.errors import LLMError, TooLarge
 
 __all__ = ["TooLarge", "deadline", "deadline_of", "remaining", "http_libs", "proxy_mounts", "guarded_transport",
            "LOOPBACK_HOSTS"]
-
-
-class TooLarge(Exception):  # noqa: N818
-    """A response body over the size limit, or in an encoding that cannot be bounded."""
 
 
 deadline = threading.local()   # .value: time.monotonic() deadline of the request this thread sends
