@@ -27,6 +27,7 @@ import warnings
 from pathlib import Path
 from typing import Callable, Iterator, Mapping, Optional, Union
 
+from pyterrier_sci.environment import artifact_manifest
 from pyterrier_sci.errors import DamagedFileWarning, LinkReplacedWarning, PathError  # noqa: F401 - defined there, re-exported
 
 __all__ = ["PathError", "DamagedFileWarning", "LinkReplacedWarning", "create_new_file",
@@ -364,7 +365,6 @@ def _write_artifact_manifest(tmp: Path, extra, path: Path) -> None:
     one stays empty: it counts as not built)."""
     if tmp.is_symlink() or not tmp.is_dir() or not any(tmp.iterdir()) or os.path.lexists(tmp / MANIFEST_NAME):
         return
-    from pyterrier_sci.manifest import artifact_manifest
     if callable(extra):
         extra = extra(tmp)
     text = json.dumps(artifact_manifest({"artifact": str(Path(path).absolute()), **dict(extra or {})}), indent=2,
@@ -534,3 +534,16 @@ def discard(path: PathLike) -> None:
             p.unlink()
     _verified.pop(str(path.absolute()), None)
 
+
+# ------------------------------------------------------------------------------------ the work directory
+
+def work_dir() -> Path:
+    """Where components keep what they build (indexes, encoded corpora): ``$PYTERRIER_SCI_HOME``,
+    else ``<ir_datasets home>/sci-work``.  A setting that names a regular file (or a path under one)
+    is a :class:`~pyterrier_sci.artifacts.PathError` naming it."""
+    value = os.environ.get("PYTERRIER_SCI_HOME")
+    if value:
+        return check_directory(value, "$PYTERRIER_SCI_HOME")
+    import ir_datasets
+    return check_directory(Path(ir_datasets.util.home_path()) / "sci-work",
+                           "the work directory (set $PYTERRIER_SCI_HOME to use another)")

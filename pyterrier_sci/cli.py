@@ -154,7 +154,7 @@ def cmd_experiment(args) -> int:
 def cmd_replay(args) -> int:
     """``experiment FILE --replay``: exit status 0 when every figure equals the recorded one, 1 when
     some differ."""
-    from pyterrier_sci.manifest import replay
+    from pyterrier_sci.experiment import replay
     rep = replay(args.file, name=args.name, save_dir=args.save_dir, manifest=args.manifest,
                  trusted=args.trust_config)
     if args.json:

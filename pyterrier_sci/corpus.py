@@ -10,17 +10,7 @@ import pandas as pd
 import pyterrier as pt
 import pyterrier_alpha as pta
 
-from pyterrier_sci.registry import DATASET, Param, check_fields, params
-
-
-def irds_id(dataset: str) -> str:
-    """The ir_datasets id of a dataset named either way (``irds:sci/csfcube`` -> ``sci/csfcube``)."""
-    return dataset[5:] if dataset.startswith("irds:") else dataset
-
-
-def pt_dataset_id(dataset: str) -> str:
-    """The PyTerrier name of an ir_datasets id (``sci/csfcube`` -> ``irds:sci/csfcube``)."""
-    return dataset if dataset.startswith("irds:") else "irds:" + dataset
+from pyterrier_sci.registry import DATASET, Param, check_fields, irds_id, params, pt_dataset_id  # noqa: F401
 
 
 def dataset_of(dataset: Optional[str], context=None, component: str = "this component",

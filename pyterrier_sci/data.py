@@ -17,7 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, Optional, Sequence, Tuple, Union
 
+from pyterrier_sci import artifacts
+from pyterrier_sci.artifacts import atomic_file, check_directory, work_dir  # noqa: F401 - work_dir re-exported
 from pyterrier_sci.errors import DamagedDataError, MissingDataError  # noqa: F401 - defined there, re-exported
+from pyterrier_sci.registry import DATASETS_GROUP, load_group, pt_dataset_id
 
 ENV_VAR = "PYTERRIER_SCI_DATA"
 CHECKSUMS_ENV = "PYTERRIER_SCI_CHECKSUMS"
@@ -36,19 +39,6 @@ def data_dir() -> Path:
         return Path(value).expanduser()
     import ir_datasets
     return Path(ir_datasets.util.home_path()) / "sci"
-
-
-def work_dir() -> Path:
-    """Where components keep what they build (indexes, encoded corpora): ``$PYTERRIER_SCI_HOME``,
-    else ``<ir_datasets home>/sci-work``.  A setting that names a regular file (or a path under one)
-    is a :class:`~pyterrier_sci.artifacts.PathError` naming it."""
-    from pyterrier_sci.artifacts import check_directory
-    value = os.environ.get("PYTERRIER_SCI_HOME")
-    if value:
-        return check_directory(value, "$PYTERRIER_SCI_HOME")
-    import ir_datasets
-    return check_directory(Path(ir_datasets.util.home_path()) / "sci-work",
-                           "the work directory (set $PYTERRIER_SCI_HOME to use another)")
 
 
 @dataclass(frozen=True)
@@ -122,7 +112,6 @@ def _download(url: str, dest: Path, md5: Optional[str]) -> Path:
     checked before it is renamed into place (no half-written file)."""
     import urllib.request
 
-    from pyterrier_sci.artifacts import atomic_file
     h = hashlib.md5()
     with atomic_file(dest, "the data file") as tmp:
         with urllib.request.urlopen(url, timeout=60) as resp, open(tmp, "wb") as out:
@@ -311,8 +300,7 @@ def iter_csv(path: Union[str, Path], remedy: str = _REMEDY, required: Sequence[s
 
 def atomic_write_text(path: Path, text: str) -> None:
     """Writes a text file so that an interruption leaves either the old file or the new one."""
-    from pyterrier_sci.artifacts import atomic_write_text as write
-    write(path, text)
+    artifacts.atomic_write_text(path, text)
 
 
 def registry_status() -> list:
@@ -321,8 +309,6 @@ def registry_status() -> list:
     files (``STATUS``)."""
     import ir_datasets
 
-    from pyterrier_sci.corpus import pt_dataset_id
-    from pyterrier_sci.registry import DATASETS_GROUP, load_group
     status = {}
     for module in load_group(DATASETS_GROUP).values():
         status.update(getattr(module, "STATUS", {}))

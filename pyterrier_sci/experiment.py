@@ -16,12 +16,15 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 import pandas as pd
 import pyterrier as pt
 
+from pyterrier_sci import artifacts, manifest
 from pyterrier_sci import measures as _measures
 from pyterrier_sci.corpus import pt_dataset_id
 from pyterrier_sci.evaluation import Experiment
+from pyterrier_sci.llm import add_usage_columns, usage_report
 from pyterrier_sci.llm.budget import new_ledger_id, with_ledger_id
 from pyterrier_sci.llm.dryrun import COLUMNS as DRY_RUN_COLUMNS
 from pyterrier_sci.llm.dryrun import DryRunReport, budget_notes, concat_reports, dry_run
+from pyterrier_sci.manifest import Replay, replay_against
 from pyterrier_sci.pipeline import PipelineConfig, PipelineError, build_all, load_config, make_context, pipeline
 from pyterrier_sci.registry import check_dataset
 
@@ -52,7 +55,6 @@ def write_run(res: pd.DataFrame, path: Union[str, Path], run_name: str = "pyterr
     Temporary files that killed writers left in the directory are removed.  With ``checksum``, its
     SHA-256 is kept beside it (``<name>.sha256``) so that :func:`run_pipeline_on` can tell a damaged
     saved run."""
-    from pyterrier_sci import artifacts
     path = artifacts.check_file_target(path, what)
     with artifacts.atomic_file(path, what) as tmp:
         pt.io.write_results(res, str(tmp), format="trec", run_name=run_name)
@@ -64,7 +66,6 @@ def write_run(res: pd.DataFrame, path: Union[str, Path], run_name: str = "pyterr
 def _read_saved_run(path: Path) -> Optional[pd.DataFrame]:
     """A finished run saved by :func:`write_run`, or None (with a warning) when it is damaged:
     it does not match its checksum or cannot be read."""
-    from pyterrier_sci import artifacts
     if not path.exists():
         return None
     if artifacts.discard_if_damaged(path, "saved run", missing_record_is_damage=False):
@@ -89,7 +90,6 @@ def run_pipeline_on(transformer: pt.Transformer, topics: pd.DataFrame, save_to: 
     is computed again, with a :class:`~pyterrier_sci.artifacts.DamagedFileWarning`; a ``save_to``
     that cannot be written is an error before anything runs."""
     if save_to is not None:
-        from pyterrier_sci import artifacts
         save_to = artifacts.check_file_target(save_to, "save_dir")
         res = _read_saved_run(save_to)
         if res is not None:
@@ -227,7 +227,6 @@ def experiment_outcome(config: Union[str, Path, dict, PipelineConfig], name: Opt
         context = with_ledger_id(make_context(cfg, dataset, None, trusted), llm_ledger)
         systems = build_all(cfg, pipelines, context=context)
         if report_llm_usage is None:
-            from pyterrier_sci.llm import usage_report
             report_llm_usage = len(usage_report([systems[p] for p in pipelines], names=pipelines)) > 0
         _measures.parse(measure_names, dataset=dataset)   # an unknown name fails before any pipeline runs
         runs, paths = {}, {}
@@ -237,7 +236,6 @@ def experiment_outcome(config: Union[str, Path, dict, PipelineConfig], name: Opt
             paths[pname] = save_to
         table = _table(outcome, runs, topics, qrels, dataset)
         if report_llm_usage:
-            from pyterrier_sci.llm import add_usage_columns
             table = add_usage_columns(table, [systems[p] for p in pipelines], names=pipelines)
         table.insert(0, "dataset", dataset)
         tables.append(table)
@@ -245,16 +243,14 @@ def experiment_outcome(config: Union[str, Path, dict, PipelineConfig], name: Opt
                                                runs=runs, table=table, run_paths=paths))
     outcome.table = pd.concat(tables, ignore_index=True)
     if write_manifest:
-        from pyterrier_sci import manifest as _manifest
-        outcome.manifest = _manifest.experiment_manifest(outcome)
-        outcome.manifest_path = _manifest.write_manifest(
-            outcome.manifest, _manifest.experiment_manifest_path(outcome.name, outcome.save_root),
+        outcome.manifest = manifest.experiment_manifest(outcome)
+        outcome.manifest_path = manifest.write_manifest(
+            outcome.manifest, manifest.experiment_manifest_path(outcome.name, outcome.save_root),
             "the experiment's manifest")
     return outcome
 
 
 def _read_for_replay(path: Optional[Path], dataset: str, pipeline_name: str) -> pd.DataFrame:
-    from pyterrier_sci import artifacts
     if path is None or not path.is_file():
         raise PipelineError(f"no saved run of pipeline {pipeline_name!r} on {dataset} ({path}): a replay only "
                             "recomputes the figures from saved runs; run the experiment without --replay first",
@@ -393,3 +389,11 @@ def dry_run_experiment(config: Any, name: Optional[str] = None, save_dir: Option
             reports.append(report)
     reports.append(DryRunReport(pd.DataFrame(columns=DRY_RUN_COLUMNS), budget_notes(run, everything)))
     return concat_reports(reports)
+
+
+def replay(config, name: Optional[str] = None, save_dir: Optional[str] = None,
+           manifest: Optional[Union[str, Path]] = None, trusted: bool = False) -> Replay:
+    """``pyterrier-sci experiment FILE --replay``: recomputes the experiment's table from its saved runs
+    (:func:`replay_outcome`: no pipeline runs) and compares it with the manifest the run wrote
+    (:func:`pyterrier_sci.manifest.replay_against`)."""
+    return replay_against(replay_outcome(config, name=name, save_dir=save_dir, trusted=trusted), manifest)

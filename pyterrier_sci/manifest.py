@@ -10,20 +10,26 @@ cached by (path, size, modification time) in the work directory, so a rerun does
 """
 from __future__ import annotations
 
-import datetime
 import hashlib
 import inspect
 import json
-import math
 import os
-import platform
 import re
-import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Union
 
+from pyterrier_sci.environment import (  # noqa: F401
+    LIBRARIES,
+    MANIFEST_VERSION,
+    artifact_manifest,
+    environment,
+    git_state,
+    jsonable,
+    library_versions,
+    manifest_header,
+)
 from pyterrier_sci.errors import ManifestError  # noqa: F401 - defined there, re-exported
 from pyterrier_sci.hashing import WEIGHT_SUFFIXES, FileHasher, file_sha256, weights_digest  # noqa: F401
 from pyterrier_sci.protocol import models_of, seeds_of, templates_of
@@ -34,95 +40,9 @@ __all__ = ["MANIFEST_VERSION", "LIBRARIES", "ManifestError", "environment", "lib
            "template_entries", "seed_entries", "data_entries", "resolved_config",
            "figures_of", "pipeline_manifest", "experiment_manifest", "write_manifest", "read_manifest",
            "experiment_manifest_path", "diff_manifests", "manifest_sections", "compare_figures",
-           "format_changes", "Change"]
+           "format_changes", "Change", "Replay", "replay_against"]
 
-MANIFEST_VERSION = 1
 FIGURE_TOLERANCE = 1e-9
-
-#: the libraries that decide results: the name shown -> distribution names to try
-LIBRARIES: Dict[str, Tuple[str, ...]] = {
-    "torch": ("torch",),
-    "transformers": ("transformers",),
-    "sentence-transformers": ("sentence-transformers", "sentence_transformers"),
-    "pyterrier": ("pyterrier", "python-terrier"),  # python-terrier 1.0 is a shim beside pyterrier 1.x
-    "pyterrier-dr": ("pyterrier-dr", "pyterrier_dr"),
-    "pyterrier-pisa": ("pyterrier-pisa", "pyterrier_pisa"),
-    "pyserini": ("pyserini",),
-    "colbert-ai": ("colbert-ai", "colbert_ai"),
-    "llama-cpp-python": ("llama-cpp-python", "llama_cpp_python"),
-    "openai": ("openai",),
-    "ir_datasets": ("ir_datasets", "ir-datasets"),
-    "ir_measures": ("ir_measures", "ir-measures"),
-    "numpy": ("numpy",),
-}
-
-_SECRET = re.compile(r"(api_?key|secret|password|token$|^key$)", re.I)
-
-
-# --------------------------------------------------------------------------------------- environment
-
-def library_versions() -> Dict[str, Optional[str]]:
-    """The installed version of each of :data:`LIBRARIES` (``None`` when it is not installed)."""
-    from importlib import metadata
-    out: Dict[str, Optional[str]] = {}
-    for shown, dists in LIBRARIES.items():
-        out[shown] = None
-        for d in dists:
-            try:
-                out[shown] = metadata.version(d)
-                break
-            except metadata.PackageNotFoundError:
-                continue
-    return out
-
-
-def _cpu() -> Dict[str, Any]:
-    model = None
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                if line.lower().startswith("model name"):
-                    model = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    try:
-        usable = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        usable = None
-    return {"model": model or platform.processor() or None, "cores": os.cpu_count(), "usable_cores": usable}
-
-
-def _git(args: Sequence[str], cwd: Path) -> Optional[str]:
-    try:
-        out = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=20,
-                             env=dict(os.environ, GIT_OPTIONAL_LOCKS="0"))
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip() if out.returncode == 0 else None
-
-
-def git_state(package_dir: Optional[Path] = None) -> Dict[str, Any]:
-    """``{"commit", "dirty"}`` of the git checkout the package is installed from (both ``None`` when
-    it is not a tracked part of a checkout, e.g. installed from a wheel)."""
-    pkg = Path(package_dir or Path(__file__).resolve().parent)
-    none = {"commit": None, "dirty": None}
-    top = _git(["rev-parse", "--show-toplevel"], pkg)
-    if not top or _git(["ls-files", "--error-unmatch", "--", str(pkg / "__init__.py")], pkg) is None:
-        return none  # e.g. a virtual environment inside a checkout: its site-packages are not tracked
-    commit = _git(["rev-parse", "HEAD"], pkg)
-    status = _git(["status", "--porcelain", "--untracked-files=no"], Path(top))
-    return {"commit": commit, "dirty": None if status is None else bool(status)}
-
-
-def environment() -> Dict[str, Any]:
-    """The environment part of every manifest: library versions, Python, OS, CPU and git state."""
-    return {"versions": library_versions(),
-            "python": f"{platform.python_implementation()} {platform.python_version()}",
-            "os": platform.platform(),
-            "cpu": _cpu(),
-            "git": git_state()}
-
 
 # ------------------------------------------------------------------------------ walking the pipelines
 # what a pipeline uses is asked of its components through the component protocol (pyterrier_sci.protocol)
@@ -261,27 +181,6 @@ def data_entries(datasets: Sequence[str] = (), hasher: Optional[FileHasher] = No
 
 # ------------------------------------------------------------------------------------ configuration
 
-def _jsonable(x: Any) -> Any:
-    """A JSON value for ``x``: NaN and infinities become None, paths and other objects strings."""
-    if isinstance(x, Mapping):
-        return {str(k): ("<redacted>" if _SECRET.search(str(k)) else _jsonable(v)) for k, v in x.items()}
-    if isinstance(x, (list, tuple, set, frozenset)):
-        return [_jsonable(v) for v in (sorted(x, key=repr) if isinstance(x, (set, frozenset)) else x)]
-    if isinstance(x, bool) or x is None or isinstance(x, str):
-        return x
-    try:
-        import numpy as np
-        if isinstance(x, np.generic):
-            x = x.item()
-    except ImportError:
-        pass
-    if isinstance(x, int):
-        return x
-    if isinstance(x, float):
-        return x if math.isfinite(x) else None
-    return str(x)
-
-
 def _defaults(factory: Callable) -> Dict[str, Any]:
     target = factory.__init__ if inspect.isclass(factory) else factory
     try:
@@ -328,36 +227,21 @@ def resolved_config(config: Any, pipelines: Optional[Sequence[str]] = None) -> D
                 defaults = _defaults(REGISTRY.get(kind).factory)
             except Exception:  # noqa: BLE001 - an unavailable component: what was given is recorded
                 defaults = {}
-            comps[key] = {"component": kind, "params": _jsonable({**defaults, **given}),
-                          "given": _jsonable(given)}
+            comps[key] = {"component": kind, "params": jsonable({**defaults, **given}),
+                          "given": jsonable(given)}
     return {"path": str(Path(cfg.path).resolve()) if cfg.path else None,
             "dataset": cfg.dataset,
             "pipelines": exprs,
             "components": dict(sorted(comps.items())),
-            "settings": _jsonable(cfg.settings)}
+            "settings": jsonable(cfg.settings)}
 
 
 def figures_of(table: Any) -> List[Dict[str, Any]]:
     """The rows of an experiment's table as JSON records (NaN as null)."""
-    return [_jsonable(dict(r)) for r in table.to_dict(orient="records")]
+    return [jsonable(dict(r)) for r in table.to_dict(orient="records")]
 
 
 # ------------------------------------------------------------------------------------------ writing
-
-def _header(kind: str) -> Dict[str, Any]:
-    return {"manifest_version": MANIFEST_VERSION, "kind": kind,
-            "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "environment": environment()}
-
-
-def artifact_manifest(extra: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
-    """The manifest :func:`pyterrier_sci.artifacts.build_atomically` writes into an artifact: the
-    environment part and whatever the builder passes (``extra``)."""
-    m = _header("artifact")
-    if extra:
-        m.update(_jsonable(dict(extra)))
-    return m
-
 
 def pipeline_manifest(systems: Mapping[str, Any], config: Any = None, datasets: Sequence[str] = (),
                       kind: str = "run", extra: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
@@ -367,9 +251,9 @@ def pipeline_manifest(systems: Mapping[str, Any], config: Any = None, datasets: 
     cfg = load_config(config)
     hasher = FileHasher()
     conf = resolved_config(cfg, list(systems))
-    m = _header(kind)
+    m = manifest_header(kind)
     if extra:
-        m.update(_jsonable(dict(extra)))
+        m.update(jsonable(dict(extra)))
     m.update({"config": conf,
               "models": model_entries(systems.values(), hasher),
               "data": data_entries(datasets, hasher),
@@ -427,7 +311,7 @@ def experiment_manifest_path(name: str, save_root: Optional[Union[str, Path]]) -
 def write_manifest(manifest: Mapping[str, Any], path: Union[str, Path], what: str = "the manifest") -> Path:
     """Writes a manifest as JSON, atomically."""
     from pyterrier_sci.artifacts import atomic_write_text
-    text = json.dumps(_jsonable(dict(manifest)), indent=2, allow_nan=False) + "\n"
+    text = json.dumps(jsonable(dict(manifest)), indent=2, allow_nan=False) + "\n"
     return atomic_write_text(path, text, what)
 
 
@@ -630,22 +514,18 @@ class Replay:
     def as_dict(self) -> Dict[str, Any]:
         return {"experiment": self.outcome.name, "manifest": str(self.manifest_path), "identical": self.identical,
                 "figures_compared": self.compared, "not_compared": self.skipped,
-                "figures": [dict(zip(("section", "key", "recorded", "now"), _jsonable(list(c))))
+                "figures": [dict(zip(("section", "key", "recorded", "now"), jsonable(list(c))))
                             for c in self.figures],
-                "entries": [dict(zip(("section", "key", "recorded", "now"), _jsonable(list(c))))
+                "entries": [dict(zip(("section", "key", "recorded", "now"), jsonable(list(c))))
                             for c in self.entries]}
 
 
-def replay(config: Any, name: Optional[str] = None, save_dir: Optional[str] = None,
-           manifest: Optional[Union[str, Path]] = None, trusted: bool = False) -> Replay:
-    """Recomputes an experiment's table from its saved runs (no pipeline runs; see
-    :func:`pyterrier_sci.experiment.replay_outcome`) and compares it with the manifest the run wrote
-    (``manifest``, default ``<save_dir>/<experiment>.manifest.json``): every figure that differs by
-    more than 1e-9, and every manifest entry (versions, models, data, seeds, config, templates,
-    commit, saved runs) that differs from this environment.  A manifest of another experiment is
-    one :class:`ManifestError`."""
-    from pyterrier_sci.experiment import replay_outcome
-    outcome = replay_outcome(config, name=name, save_dir=save_dir, trusted=trusted)
+def replay_against(outcome: Any, manifest: Optional[Union[str, Path]] = None) -> Replay:
+    """Compares an experiment's table recomputed from its saved runs (``outcome``, see
+    :func:`pyterrier_sci.experiment.replay`) with the manifest the run wrote (``manifest``, default
+    ``<save_dir>/<experiment>.manifest.json``): every figure that differs by more than 1e-9, and every
+    manifest entry (versions, models, data, seeds, config, templates, commit, saved runs) that differs
+    from this environment.  A manifest of another experiment is one :class:`ManifestError`."""
     path = Path(manifest) if manifest else experiment_manifest_path(outcome.name, outcome.save_root)
     if not path.exists() and not manifest:
         raise ManifestError(f"no manifest at {path}: the experiment was run before manifests were written, or "

@@ -12,6 +12,7 @@ import re
 import stat
 import warnings
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple, Union
 
@@ -287,8 +288,8 @@ class PipelineConfig:
 
 
 def _package_pipelines_dir() -> Path:
-    import pyterrier_sci.pipelines as p
-    return Path(p.__file__).parent
+    """The shipped pipeline files' folder (``pipelines/``, package data installed as ``pyterrier_sci.pipelines``)."""
+    return Path(str(resources.files("pyterrier_sci.pipelines")))
 
 
 def _read_config_text(path: Path, shown: str) -> str:

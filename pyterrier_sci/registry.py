@@ -18,9 +18,20 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Union
 
+from pyterrier_sci.artifacts import work_dir
 from pyterrier_sci.errors import SHOW_COLUMNS, ParameterError, PipelineError, UnknownComponentError, one_line  # noqa: F401
 
 ENTRY_POINT_GROUP = "pyterrier_sci.components"
+
+
+def irds_id(dataset: str) -> str:
+    """The ir_datasets id of a dataset named either way (``irds:sci/csfcube`` -> ``sci/csfcube``)."""
+    return dataset[5:] if dataset.startswith("irds:") else dataset
+
+
+def pt_dataset_id(dataset: str) -> str:
+    """The PyTerrier name of an ir_datasets id (``sci/csfcube`` -> ``irds:sci/csfcube``)."""
+    return dataset if dataset.startswith("irds:") else "irds:" + dataset
 
 
 @dataclass
@@ -42,7 +53,6 @@ class Context:
     trusted: bool = False
 
     def workdir(self) -> Path:
-        from pyterrier_sci.data import work_dir
         return Path(self.work_dir) if self.work_dir else work_dir()
 
 
@@ -358,7 +368,6 @@ def check_dataset(dataset: str, where: str = "dataset") -> str:
     :class:`PipelineError` - before anything is downloaded."""
     import ir_datasets
 
-    from pyterrier_sci.corpus import irds_id
     ds_id = irds_id(dataset)
     reg = ir_datasets.registry
     known = getattr(reg, "_registered", None)
@@ -384,7 +393,6 @@ def check_fields(dataset: str, fields: Optional[Sequence[str]], component: str, 
         return
     import ir_datasets
 
-    from pyterrier_sci.corpus import irds_id
     check_dataset(dataset, where=f"component '{component}'")
     ds = ir_datasets.load(irds_id(dataset))
     valid: List[str] = []
