@@ -13,6 +13,7 @@ import ir_datasets
 
 from pyterrier_sci.data import DataFile, checksums_enabled, iter_jsonl, verified_once
 from pyterrier_sci.irds import FnDocs, FnQrels, FnQueries, register
+from pyterrier_sci.text import STANDARD_UNITS, register_chunk_corpus
 
 NAME = "sci/acl-fulltext"
 FILES = {
@@ -168,7 +169,6 @@ def missing_files() -> List[str]:
 
 
 def _register():
-    from pyterrier_sci.text import STANDARD_UNITS, register_chunk_corpus
     docs = FnDocs(NAME, lambda: iter(SOURCE.papers().values()), FullPaper, count_hint=1672)
     register(NAME, docs, documentation={"desc": "1,672 ACL Anthology papers with full text (PRISM's task)"})
     queries = FnQueries(NAME, SOURCE.queries, FullPaperQuery)

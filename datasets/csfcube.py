@@ -319,8 +319,10 @@ def _iter_queries(facet, split):
             yield CSFCubeQuery(qid, text)
 
 
-def _iter_judged(facet, split):
-    """``(query_id, candidate, grade)`` for every pool candidate of the selected queries."""
+def iter_judged(facet: Optional[str] = None, split: Optional[str] = None):
+    """``(query_id, candidate, grade)`` for every pool candidate of the selected queries (``facet``:
+    ``background``, ``method``, ``result`` or ``None`` for all; ``split``: an official split such as
+    ``"fold1-test"``, or ``None`` for every query): the adjudicated grades."""
     wanted = set(_query_ids(facet, split))
     for f in (FACETS if facet is None else (facet,)):
         for pid, ann in annotations(f).items():
@@ -331,12 +333,12 @@ def _iter_judged(facet, split):
 
 
 def _iter_qrels(facet, split):
-    for qid, cand, rel in _iter_judged(facet, split):
+    for qid, cand, rel in iter_judged(facet, split):
         yield ir_datasets.formats.GenericQrel(qid, cand, rel)
 
 
 def _iter_pool(facet, split):
-    for qid, cand, _ in _iter_judged(facet, split):
+    for qid, cand, _ in iter_judged(facet, split):
         yield ir_datasets.formats.GenericScoredDoc(qid, cand, 0.0)
 
 

@@ -304,23 +304,28 @@ class View:
                     break
 
 
-def _view_of(dataset: str) -> View:
+def view_of(dataset: str) -> View:
+    """The :class:`View` (split, part, corpus) of a registered ``sci/mir-multicite`` id; a ``ValueError``
+    names the known ids for any other."""
     ds = irds_id(dataset)
     if ds not in _VIEWS:
         raise ValueError(f"{dataset} is not a MIR-MultiCite id (known: {', '.join(sorted(_VIEWS))})")
     return _VIEWS[ds]
 
 
+_view_of = view_of  # its name before issue 32 (examples/mir.py uses it)
+
+
 def proposals(dataset: str) -> Dict[str, Proposal]:
     """The proposals of a ``sci/mir-multicite`` id, by query id, with citing abstract and keywords."""
-    v = _view_of(dataset)
+    v = view_of(dataset)
     props = v.data().proposals
     return {q: props[q] for q in v.qids()}
 
 
 def citations(dataset: str) -> List[MIRCitation]:
     """The citation contexts of a ``sci/mir-multicite`` id's proposals (every cited paper, both kinds)."""
-    v = _view_of(dataset)
+    v = view_of(dataset)
     keep = set(v.qids())
     return [c for c in v.data().citations if c.query_id in keep]
 

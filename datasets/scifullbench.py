@@ -14,6 +14,7 @@ import ir_datasets
 
 from pyterrier_sci.data import DamagedDataError, MissingDataError, data_dir, read_json
 from pyterrier_sci.irds import FnDocs, FnQrels, FnQueries, register
+from pyterrier_sci.text import SEPARATOR, STANDARD_UNITS, ChunkDoc, register_chunk_corpus
 
 from .acl_fulltext import FullPaper, Section, clean
 
@@ -178,7 +179,6 @@ class SciFullBench:
         return self._keys.get(match_key(title, abstract)) or self._title_keys.get(match_key(title, None))
 
     def segments(self) -> Iterator:
-        from pyterrier_sci.text import SEPARATOR, ChunkDoc
         for doc_id, item in self.corpus().items():
             title = clean(item.get("title") or "")
             for i, seg in enumerate(_segments(item)):
@@ -216,7 +216,6 @@ def register_scifullbench(root: Optional[Path] = None, name: str = NAME) -> SciF
     """Registers ``<name>``, ``<name>/<venue>/<relation>``, ``<name>/segments`` and
     ``<name>/chunks-<unit>`` over a SciFullBench folder (default ``<data dir>/scifullbench``);
     nothing is read until an id is used."""
-    from pyterrier_sci.text import STANDARD_UNITS, ChunkDoc, register_chunk_corpus
     bench = SciFullBench(root)
     docs = FnDocs(name, lambda: iter(bench.papers().values()), FullPaper)
     register(name, docs, documentation={"desc": "SciFullBench target corpus (full papers)"})

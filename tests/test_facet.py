@@ -356,3 +356,16 @@ class TestFacetRerankComponent(conftest.TransformerTestCase):
             )
         )
         return F.facet_rerank_component(model=str(d), context=Context(dataset="irds:sci/csfcube"))
+
+
+def test_moved_names_keep_their_old_import_paths():
+    """Issue 32 moved the factories to ``components``, training to ``training`` and ``FacetReranker``
+    beside the artifact that hands it out; the old module paths still give the same objects."""
+    from pyterrier_sci.plugins.sciface import components, cross_encoder, labels, rerank, training
+
+    assert rerank.facet_rerank_component is components.facet_rerank_component is F.facet_rerank_component
+    assert labels.facet_label_component is components.facet_label_component is F.facet_label_component
+    assert cross_encoder.train_facet_cross_encoder is training.train_facet_cross_encoder
+    assert rerank.FacetReranker is cross_encoder.FacetReranker is F.FacetReranker
+    with pytest.raises(AttributeError, match="sciface.rerank' has no attribute 'nothing'"):
+        rerank.nothing  # noqa: B018

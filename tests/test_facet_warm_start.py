@@ -32,7 +32,7 @@ def test_neighbour_pairs_span_near_to_random(docs):
 def test_distilled_cross_encoder_follows_its_teacher(docs, tmp_path):
     from scipy.stats import spearmanr
 
-    from pyterrier_sci.plugins.sciface.cross_encoder import _load_cross_encoder
+    from pyterrier_sci.plugins.sciface.cross_encoder import open_cross_encoder
     pairs = neighbour_pairs(docs, n_seeds=8, ranks=(1, 3, 20), n_random=1, seed=0)
     path = distil_cross_encoder(pairs, tmp_path / "warm", scale=5.0, epochs=6, batch_size=8, learning_rate=1e-4,
                                 max_length=96)
@@ -43,7 +43,7 @@ def test_distilled_cross_encoder_follows_its_teacher(docs, tmp_path):
     target = 5.0 * pairs.teacher_score.to_numpy()
     seeds = list(zip(pairs.seed_title, pairs.seed_abstract))
     cands = list(zip(pairs.cand_title, pairs.cand_abstract))
-    before = score_pairs(_load_cross_encoder(resolve_model("default"), 96), seeds, cands)   # raw logits
+    before = score_pairs(open_cross_encoder(resolve_model("default"), 96), seeds, cands)   # raw logits
     import pyterrier as pt
 
     from pyterrier_sci.plugins.sciface.warm_start import WarmStartCrossEncoder
@@ -81,7 +81,7 @@ def test_margin_mse_distillation_learns_the_order_within_seeds(docs, tmp_path):
     from scipy.stats import spearmanr
 
     from pyterrier_sci.plugins.dense import resolve_model
-    from pyterrier_sci.plugins.sciface.cross_encoder import _load_cross_encoder, score_pairs
+    from pyterrier_sci.plugins.sciface.cross_encoder import open_cross_encoder, score_pairs
     pairs = neighbour_pairs(docs, n_seeds=12, ranks=(1, 3, 20), n_random=1, seed=0)
     path = distil_cross_encoder(pairs, tmp_path / "mm", loss="margin_mse", epochs=8, batch_size=8,
                                 learning_rate=1e-4, max_length=96)
@@ -93,8 +93,8 @@ def test_margin_mse_distillation_learns_the_order_within_seeds(docs, tmp_path):
                            list(zip(pairs.cand_title, pairs.cand_abstract)))
         f = pairs.assign(pred=pred)
         return float(np.mean([spearmanr(g.pred, g.teacher_score).statistic for _, g in f.groupby("seed_id")]))
-    before = within_seed_rho(_load_cross_encoder(resolve_model("default"), 96))
-    after = within_seed_rho(_load_cross_encoder(str(path), 96))
+    before = within_seed_rho(open_cross_encoder(resolve_model("default"), 96))
+    after = within_seed_rho(open_cross_encoder(str(path), 96))
     assert after > 0.5 and after > before + 0.2, (before, after)
     with pytest.raises(ValueError, match="unknown distillation loss"):
         distil_cross_encoder(pairs, tmp_path / "x", loss="kl")

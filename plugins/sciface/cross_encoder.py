@@ -1,6 +1,7 @@
 """SciFACE's facet cross-encoders (Background, Method): the :class:`FacetCrossEncoder` artifact and
-:func:`train_facet_cross_encoder` (margin ranking loss, best validation epoch kept, written
-atomically).  The re-rankers live in :mod:`.rerank`; the input format and training are described in
+the :class:`FacetReranker` it hands out (``.scorer()``), the pairs' input format, loading and scoring.
+Training is :func:`~.training.train_facet_cross_encoder`; the other re-rankers (:class:`~.rerank.FacetControl`,
+:class:`~.rerank.SeedText`) live in :mod:`.rerank`.  The input format and training are described in
 ``docs/sciface.md``.  A facet model runs on torch or, exported, on OpenVINO / ONNX Runtime in fp32
 or int8 (``backend``, ``precision``; :func:`pyterrier_sci.plugins.dense.backends.load_cross_encoder`);
 int8 calibrates on :func:`calibration_pairs` of a dataset's corpus.
@@ -8,20 +9,23 @@ int8 calibrates on :func:`calibration_pairs` of a dataset's corpus.
 from __future__ import annotations
 
 import contextlib
+import importlib
+import itertools
 import json
 import logging
-import math
-import tempfile
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import List, Optional, Sequence, Tuple, Union
 
+import ir_datasets
 import numpy as np
 import pandas as pd
 import pyterrier as pt
+import pyterrier_alpha as pta
 
-from pyterrier_sci.artifacts import build_atomically
+from pyterrier_sci.corpus import corpus_id, irds_id, sorted_results
 from pyterrier_sci.models import BackendError, check_backend
-from pyterrier_sci.training import run_trainer, save_model_artifact, seed_everything, train_summary, trainer_arguments
+from pyterrier_sci.plugins.dense.backends import calibration_from_pairs, load_cross_encoder
+from pyterrier_sci.protocol import ModelRef
 
 from .triplets import (  # noqa: F401
     FACETS,
@@ -55,7 +59,7 @@ def pair_input(seed_title, seed_abstract, cand_title, cand_abstract, sep: str = 
 
 
 @contextlib.contextmanager
-def _quiet():
+def quiet_transformers():
     """Keeps loading and training silent at the Python level: transformers' load report of a new
     classification head, its progress bars and sentence-transformers' evaluator log lines.  These go
     through Python's logging, so :func:`pyterrier_sci.quiet.quiet_native` (which closes the process's
@@ -77,10 +81,15 @@ def _quiet():
         st_logger.setLevel(st_level)
 
 
-def _load_cross_encoder(path: str, max_length: int, device: Optional[str] = None):
+def open_cross_encoder(path: str, max_length: int, device: Optional[str] = None):
+    """The sentence-transformers ``CrossEncoder`` at ``path`` (a model directory or hub id) with one
+    output label, loaded quietly (a new classification head is added to a model without one)."""
     from sentence_transformers import CrossEncoder
-    with _quiet():
+    with quiet_transformers():
         return CrossEncoder(str(path), num_labels=1, max_length=max_length, device=device)
+
+
+_load_cross_encoder = open_cross_encoder  # its name before issue 32 (benchmarks/bench_facet.py uses it)
 
 
 Paper = Tuple[str, str]  # (title, abstract)
@@ -93,11 +102,6 @@ def calibration_pairs(dataset: str, size: int = CALIBRATION_PAIRS, title_field: 
     2i+1 the candidate), as ``((seed title, seed abstract), (cand title, cand abstract))``; and their
     docnos in that order.  Deterministic, streamed (nothing else is read), the same for every subset
     of a benchmark (they share a corpus), and it reads no query, pool or judgement of the benchmark."""
-    import itertools
-
-    import ir_datasets
-
-    from pyterrier_sci.corpus import corpus_id, irds_id
     corpus = corpus_id(irds_id(dataset))
     ds = ir_datasets.load(corpus)
     if not ds.has_docs():
@@ -161,9 +165,8 @@ class FacetCrossEncoder(pt.Artifact):
         """The sentence-transformers CrossEncoder, or its export on ``backend`` (both have ``predict``
         and ``tokenizer``)."""
         if self._model is None:
-            ce = _load_cross_encoder(str(Path(self.path) / "model"), self.max_length, self.device)
+            ce = open_cross_encoder(str(Path(self.path) / "model"), self.max_length, self.device)
             if self.backend != "torch":
-                from pyterrier_sci.plugins.dense.backends import load_cross_encoder
                 ce = load_cross_encoder(ce, self.backend, self.precision, self._calibration(ce), work=self.work)
             self._model = ce
         return self._model
@@ -171,10 +174,8 @@ class FacetCrossEncoder(pt.Artifact):
     def _calibration(self, ce):
         if self.precision != "int8":
             return None
-        from pyterrier_sci.plugins.dense.backends import calibration_from_pairs
         sep = ce.tokenizer.sep_token or "[SEP]"
         if isinstance(self.calibration, str):
-            from pyterrier_sci.corpus import corpus_id, irds_id
             pairs, docnos = calibration_pairs(self.calibration, CALIBRATION_PAIRS)
             source, extra = corpus_id(irds_id(self.calibration)), {  # the subsets of a benchmark share it
                 "selection": f"the first {2 * len(pairs)} documents with an abstract in corpus order, paired in "
@@ -222,14 +223,9 @@ class FacetCrossEncoder(pt.Artifact):
         """Raw scores (logits, no sigmoid) of ``(seed title, seed abstract)`` x ``(cand title, cand abstract)``."""
         return score_pairs(self.model, seeds, cands, batch_size=batch_size, show_progress_bar=show_progress_bar)
 
-    def scorer(self, **kwargs) -> "FacetReranker":  # noqa: F821  (defined in .rerank, which imports this module)
-        """A :class:`~pyterrier_sci.plugins.sciface.rerank.FacetReranker` with this model."""
-        from .rerank import FacetReranker
+    def scorer(self, **kwargs) -> "FacetReranker":
+        """A :class:`FacetReranker` with this model."""
         return FacetReranker(self, **kwargs)
-
-    @classmethod
-    def train(cls, pairs: pd.DataFrame, path: Union[str, Path], facet: str, **kwargs) -> "FacetCrossEncoder":
-        return train_facet_cross_encoder(pairs, path, facet, **kwargs)
 
 
 def score_pairs(model, seeds, cands, batch_size: int = 32, show_progress_bar: bool = False) -> np.ndarray:
@@ -244,167 +240,107 @@ def score_pairs(model, seeds, cands, batch_size: int = 32, show_progress_bar: bo
 
 
 # ----------------------------------------------------------------------------------------------
-# training
+# the re-ranker the artifact hands out
 # ----------------------------------------------------------------------------------------------
-def _per_seed_sampler_factory(n_per_epoch: int, record: Optional[list] = None):
-    """A ``batch_sampler`` callable for the trainer: the training dataset holds one independent
-    draw of up to k triplets per seed for every epoch, one block of ``n_per_epoch`` rows each; at
-    epoch e the sampler shuffles and yields block e only (the per-epoch resampling of SciFACE)."""
-    from sentence_transformers.base.sampler import DefaultBatchSampler
-
-    class PerEpochBlockSampler(DefaultBatchSampler):
-        def __len__(self):
-            n = n_per_epoch
-            return n // self.batch_size if self.drop_last else math.ceil(n / self.batch_size)
-
-        def __iter__(self):
-            n_blocks = max(1, len(self.sampler) // n_per_epoch)
-            block = int(self.epoch) % n_blocks
-            rng = np.random.default_rng(self.seed + int(self.epoch))
-            idx = (block * n_per_epoch + rng.permutation(n_per_epoch)).tolist()
-            if record is not None:
-                record.append((int(self.epoch), block))
-            for i in range(0, len(idx), self.batch_size):
-                batch = idx[i:i + self.batch_size]
-                if self.drop_last and len(batch) < self.batch_size:
-                    break
-                yield batch
-
-    def make(dataset, batch_size, drop_last, valid_label_columns=None, generator=None, seed=0):
-        return PerEpochBlockSampler(dataset, batch_size=batch_size, drop_last=drop_last,
-                                    valid_label_columns=valid_label_columns, generator=generator, seed=seed)
-    return make
+def _as_model(model, backend: Optional[str] = None, precision: Optional[str] = None, calibration=None,
+              work=None) -> FacetCrossEncoder:
+    if isinstance(model, FacetCrossEncoder):
+        return model.on_backend(backend, precision, calibration, work)
+    if model is None:
+        raise ValueError("a facet model is needed: the path of a FacetCrossEncoder artifact "
+                         "(train one with pyterrier_sci.plugins.sciface.train_facet_cross_encoder)")
+    return FacetCrossEncoder(model, backend=backend or "torch", precision=precision or "fp32",
+                             calibration=calibration, work=work)
 
 
-def _texts(pairs: pd.DataFrame, sep: str):
-    seeds = list(zip(pairs["seed_title"], pairs["seed_abstract"]))
-    cands = list(zip(pairs["cand_title"], pairs["cand_abstract"]))
-    return [pair_input(s[0], s[1], c[0], c[1], sep) for s, c in zip(seeds, cands)]
+class FacetReranker(pt.Transformer):
+    """Re-scores a result frame with one SciFACE facet cross-encoder.
+
+    Needs the candidate's ``title`` / ``abstract`` columns and the seed's ``query_title`` /
+    ``query_abstract`` (:class:`SeedText` adds them); without seed columns the ``query`` text is
+    the seed (no title split).  Sets ``score`` (the raw facet score) and 0-based ``rank``, and keeps
+    the score as ``<facet>_score``; other input columns are kept.
+
+    ``backend`` / ``precision`` / ``calibration`` / ``work``: the model's engine (None: an artifact's
+    own, else torch fp32; see :class:`FacetCrossEncoder`).
+    """
+
+    def __init__(self, model, batch_size: int = 32, title_field: str = "title", abstract_field: str = "abstract",
+                 seed_title_field: str = "query_title", seed_abstract_field: str = "query_abstract",
+                 verbose: bool = False, backend: Optional[str] = None, precision: Optional[str] = None,
+                 calibration=None, work=None):
+        self.model = _as_model(model, backend, precision, calibration, work)
+        self.backend, self.precision = self.model.backend, self.model.precision
+        self.calibration, self.work = self.model.calibration, self.model.work
+        self.batch_size = batch_size
+        self.title_field = title_field
+        self.abstract_field = abstract_field
+        self.seed_title_field = seed_title_field
+        self.seed_abstract_field = seed_abstract_field
+        self.verbose = verbose
+
+    def sci_models(self):
+        """The component protocol (:mod:`pyterrier_sci.protocol`): the facet cross-encoder's directory."""
+        return [ModelRef(str(self.model.path), type(self.model).__name__, str(self.model.path))]
+
+    @property
+    def facet(self) -> str:
+        return self.model.facet
+
+    @property
+    def score_column(self) -> str:
+        return f"{self.facet}_score"
+
+    def _seeds(self, df: pd.DataFrame) -> List[Tuple[str, str]]:
+        if self.seed_abstract_field in df.columns:
+            titles = df[self.seed_title_field] if self.seed_title_field in df.columns else [""] * len(df)
+            return list(zip(titles, df[self.seed_abstract_field]))
+        return [("", q) for q in df["query"]]
+
+    def facet_scores(self, df: pd.DataFrame) -> np.ndarray:
+        cands = list(zip(df[self.title_field] if self.title_field in df.columns else [""] * len(df),
+                         df[self.abstract_field]))
+        return self.model.score(self._seeds(df), cands, batch_size=self.batch_size, show_progress_bar=self.verbose)
+
+    def _validate(self, inp: pd.DataFrame) -> None:
+        if self.seed_abstract_field in inp.columns:
+            pta.validate.result_frame(inp, extra_columns=[self.abstract_field])
+        else:
+            pta.validate.result_frame(inp, extra_columns=["query", self.abstract_field])
+
+    def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
+        self._validate(inp)
+        if len(inp) == 0:
+            cols = list(inp.columns) + [c for c in ("score", "rank", self.score_column) if c not in inp.columns]
+            return pd.DataFrame(columns=cols)
+        df = inp.copy()
+        s = self.facet_scores(df)
+        df[self.score_column] = s
+        df["score"] = s
+        return rank_by_score(df)
+
+    def __repr__(self) -> str:
+        on = "" if self.backend == "torch" else f", backend={self.backend!r}, precision={self.precision!r}"
+        return f"FacetReranker({str(self.model.path)!r}, facet={self.facet!r}{on})"
+
+    def _key(self):
+        return (self.model, self.title_field, self.abstract_field, self.seed_title_field, self.seed_abstract_field)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, FacetReranker) and other._key() == self._key()
+
+    def __hash__(self) -> int:
+        return hash(("FacetReranker",) + self._key())
 
 
-def train_facet_cross_encoder(pairs: pd.DataFrame, path: Union[str, Path], facet: str, *,
-                              val_pairs: Optional[pd.DataFrame] = None, base_model: str = "default",
-                              collapse: Optional[bool] = None, epochs: int = 10, triplets_per_seed: int = 10,
-                              batch_size: int = 16, learning_rate: float = 2e-5, warmup_ratio: float = 0.1,
-                              weight_decay: float = 0.01, max_grad_norm: float = 1.0, margin: float = 0.5,
-                              max_length: int = 512, seed: int = 42, verbose: bool = False,
-                              _sampler_record: Optional[list] = None) -> FacetCrossEncoder:
-    """Trains one SciFACE facet cross-encoder and writes it atomically to ``path``.
-
-    ``pairs`` is a pairs frame (:mod:`.triplets`) of the training seeds; triplets are all ordered
-    candidate pairs of a seed with a higher ``facet`` score on the positive; every epoch draws up to
-    ``triplets_per_seed`` of them per seed afresh.  Optimisation (SciFACE §3.10.2): margin ranking
-    loss (``margin``), AdamW with linear warm-up over ``warmup_ratio`` of the steps then linear decay,
-    gradient clipping ``max_grad_norm``, batch ``batch_size``.  With ``val_pairs`` (other seeds!)
-    the model is evaluated after every epoch by the Spearman correlation of its scores with the
-    graded labels over all validation pairs, and the best epoch is kept.  ``collapse`` (default:
-    True for method) merges Method scores 2 and 3.  ``base_model``: any BERT-like model path or hub
-    id (SciBERT in the paper), ``"default"`` = the offline MiniLM; a fresh 1-output head is added.
-    An existing ``path`` is refused (artifacts are not overwritten)."""
-    if facet not in FACETS:
-        raise ValueError(f"facet must be one of {FACETS}, not {facet!r}")
-    path = Path(path)
-    if path.exists():
-        raise FileExistsError(f"{path} exists; facet artifacts are not overwritten (choose a new path or delete it)")
-    collapse = (facet == "method") if collapse is None else bool(collapse)
-    check_pairs(pairs, facet)
-    pairs = pairs[pairs[facet].notna()].reset_index(drop=True)
-    triplets = make_triplets(pairs, facet, collapse)
-    if len(triplets) == 0:
-        raise ValueError(f"no {facet} triplets: every training seed's candidates share one score")
-    if val_pairs is not None:
-        check_pairs(val_pairs, facet)
-        val_pairs = val_pairs[val_pairs[facet].notna()].reset_index(drop=True)
-        overlap = set(pairs["seed_id"]) & set(val_pairs["seed_id"])
-        if overlap:
-            raise ValueError(f"seeds in both training and validation pairs: {sorted(overlap)[:5]}")
-
-    stats: Dict[str, Any] = {}
-
-    def build(tmp: Path):
-        stats.update(_train(pairs, triplets, val_pairs, tmp / "model", facet, base_model=base_model,
-                            collapse=collapse, epochs=epochs, k=triplets_per_seed, batch_size=batch_size,
-                            lr=learning_rate, warmup_ratio=warmup_ratio, weight_decay=weight_decay,
-                            max_grad_norm=max_grad_norm, margin=margin, max_length=max_length, seed=seed,
-                            verbose=verbose, record=_sampler_record))
-        save_model_artifact(tmp, ARTIFACT_TYPE, ARTIFACT_FORMAT, {
-            "facet": facet, "max_length": max_length, "collapse_method": collapse, "base_model": base_model,
-            "input": "seed title [SEP] seed abstract [SEP] cand title [SEP] cand abstract",
-            "training": {"epochs": epochs, "triplets_per_seed": triplets_per_seed, "batch_size": batch_size,
-                         "learning_rate": learning_rate, "warmup_ratio": warmup_ratio, "weight_decay": weight_decay,
-                         "max_grad_norm": max_grad_norm, "margin": margin, "seed": seed,
-                         "train_seeds": int(pairs["seed_id"].nunique()), "train_pairs": int(len(pairs)),
-                         "triplets_available": int(len(triplets)),
-                         "val_seeds": int(val_pairs["seed_id"].nunique()) if val_pairs is not None else 0, **stats}})
-
-    build_atomically(path, build)
-    return FacetCrossEncoder(path)
+def rank_by_score(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` ranked by ``score`` (0-based ``rank`` per query), sorted as PyTerrier sorts results."""
+    df = df.drop(columns=["rank"], errors="ignore")
+    return sorted_results(pt.model.add_ranks(df)).reset_index(drop=True)
 
 
-def _train(pairs, triplets, val_pairs, out_dir: Path, facet: str, *, base_model, collapse, epochs, k,
-           batch_size, lr, warmup_ratio, weight_decay, max_grad_norm, margin, max_length, seed, verbose,
-           record) -> Dict[str, Any]:
-    import torch
-    from sentence_transformers.cross_encoder import CrossEncoderTrainer
-    from sentence_transformers.cross_encoder.evaluation import CrossEncoderCorrelationEvaluator
-    from transformers import TrainerCallback
 
-    import datasets
-
-    from .loss import MarginRankingLoss
-
-    seed_everything(seed)
-    if base_model == "default":
-        from pyterrier_sci.plugins.dense import resolve_model
-        base_model = resolve_model("default")
-    model = _load_cross_encoder(base_model, max_length)
-    sep = model.tokenizer.sep_token or "[SEP]"
-    texts = _texts(pairs, sep)
-    rng = np.random.default_rng(seed)
-    blocks = [sample_per_seed(triplets, k, rng) for _ in range(epochs)]
-    n_per_epoch = len(blocks[0])
-    rows = pd.concat(blocks, ignore_index=True)
-    train_ds = datasets.Dataset.from_dict({
-        "anchor": [texts[i][0] for i in rows["pos"]],
-        "positive": [texts[i][1] for i in rows["pos"]],
-        "negative": [texts[i][1] for i in rows["neg"]],
-    })
-    evaluator = None
-    if val_pairs is not None and len(val_pairs):
-        vs = facet_scores(val_pairs, facet, collapse)
-        evaluator = CrossEncoderCorrelationEvaluator([list(t) for t in _texts(val_pairs, sep)],
-                                                     vs.astype(float).tolist(),
-                                                     name="val", batch_size=32, write_csv=False)
-    best: Dict[str, Any] = {"spearman": -math.inf, "epoch": None, "state": None, "history": []}
-
-    class KeepBest(TrainerCallback):
-        def on_evaluate(self, args, state, control, metrics=None, **kw):
-            rho = (metrics or {}).get("eval_val_spearman")
-            if rho is None:
-                return
-            rho = float(rho) if rho == rho else -1.0
-            best["history"].append(round(rho, 4))
-            if rho > best["spearman"]:
-                best.update(spearman=rho, epoch=len(best["history"]),
-                            state={k_: v.detach().cpu().clone() for k_, v in model.model.state_dict().items()})
-
-    with tempfile.TemporaryDirectory(prefix="facet-train-") as tmp:
-        args = trainer_arguments(
-            "cross_encoder", tmp, epochs=epochs, batch_size=batch_size, learning_rate=lr, warmup_ratio=warmup_ratio,
-            seed=seed, device="cuda" if torch.cuda.is_available() else None, verbose=verbose,
-            lr_scheduler_type="linear", weight_decay=weight_decay, max_grad_norm=max_grad_norm, optim="adamw_torch",
-            batch_sampler=_per_seed_sampler_factory(n_per_epoch, record),
-            eval_strategy="epoch" if evaluator is not None else "no")
-        with _quiet():
-            trainer = CrossEncoderTrainer(model=model, args=args, train_dataset=train_ds,
-                                          loss=MarginRankingLoss(model, margin=margin), evaluator=evaluator,
-                                          callbacks=[KeepBest()])
-            run_trainer(trainer, verbose)
-    if best["state"] is not None:
-        model.model.load_state_dict(best["state"])
-    with _quiet():
-        model.save(str(out_dir))
-    return {"steps": int(trainer.state.global_step), "triplets_per_epoch": int(n_per_epoch),
-            "best_epoch": best["epoch"], "val_spearman": None if best["epoch"] is None else round(best["spearman"], 4),
-            "val_spearman_per_epoch": best["history"],
-            "train_loss": round(float(train_summary(trainer)["train_loss"]), 4)}
+def __getattr__(name: str):  # PEP 562: moved to .training (which imports this module); the old import path works
+    if name == "train_facet_cross_encoder":
+        return importlib.import_module(f"{__package__}.training").train_facet_cross_encoder
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

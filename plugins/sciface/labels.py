@@ -5,6 +5,7 @@ facet cross-encoders).  See ``docs/sciface.md``.
 """
 from __future__ import annotations
 
+import importlib
 from typing import Any, Dict, Optional, Union
 
 import numpy as np
@@ -15,7 +16,6 @@ import pyterrier_alpha as pta
 from pyterrier_sci.llm import LLMClient, LLMError, LLMSettings, Usage, settings_from
 from pyterrier_sci.llm.client import UsesLLM, extract_json
 from pyterrier_sci.llm.text import render, template_or_text, truncate
-from pyterrier_sci.registry import Param, params
 
 FACETS = ("background", "method")
 OWNED = ("background", "method", "background_reason", "method_reason", "label_unusable")
@@ -171,13 +171,7 @@ def label_pairs(labelled: pd.DataFrame) -> pd.DataFrame:
     return pairs
 
 
-@params(FacetLabeller, llm=Param(dict, optional=True), on_error=Param(str, choices=("raise", "flag")),
-        max_abstract_tokens=Param(int, min=1, max=1_000_000), max_tokens=Param(int, min=1, max=1_000_000))
-def facet_label_component(*inputs, context=None, llm: Optional[dict] = None, **params) -> pt.Transformer:
-    """``facet_label``: LLM facet labels (SciFACE) of the input's (seed, candidate) rows; the
-    ``llm`` section of the config is the client's settings (a component's ``llm=`` overrides)."""
-    from pyterrier_sci.llm.trust import pipeline_settings
-    t = FacetLabeller(llm=pipeline_settings(context, {"llm": llm}), **params)
-    if len(inputs) > 1:
-        raise ValueError("facet_label takes at most one input pipeline")
-    return inputs[0] >> t if inputs else t
+def __getattr__(name: str):  # PEP 562: moved to .components (which imports this module); the old import path works
+    if name == "facet_label_component":
+        return importlib.import_module(f"{__package__}.components").facet_label_component
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,23 +1,22 @@
-"""SciFACE's re-rankers over a result frame: :class:`FacetReranker` (one facet model, component
-``facet_rerank``), :class:`FacetControl` (the controllable weighted sum of the z-normalised
-Background and Method scores, ``facet_rerank(weights=...)``) and :class:`SeedText` (the seed
-paper's title and abstract from a docstore).  All take the facet models' ``backend`` and
-``precision`` (docs/sciface.md, "Backends")."""
+"""SciFACE's re-rankers over a result frame: :class:`FacetControl` (the controllable weighted sum of
+the z-normalised Background and Method scores, ``facet_rerank(weights=...)``) and :class:`SeedText`
+(the seed paper's title and abstract from a docstore); :class:`FacetReranker` (one facet model) is
+the scorer a :class:`~.cross_encoder.FacetCrossEncoder` hands out and lives beside it.  All take the
+facet models' ``backend`` and ``precision`` (docs/sciface.md, "Backends"); the ``facet_rerank``
+component is built in :mod:`.components`."""
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Dict, List, Mapping, Optional, Tuple, Union
+import importlib
+from typing import Dict, Mapping, Optional, Union
 
+import ir_datasets
 import numpy as np
 import pandas as pd
 import pyterrier as pt
-import pyterrier_alpha as pta
 
-from pyterrier_sci.corpus import dataset_of, irds_id, pt_dataset_id, sorted_results
-from pyterrier_sci.models import BACKENDS, PRECISIONS, BackendError, check_backend
-from pyterrier_sci.registry import DATASET, PATH, Param, params
+from pyterrier_sci.corpus import irds_id
 
-from .cross_encoder import FacetCrossEncoder
+from .cross_encoder import FacetReranker, rank_by_score  # noqa: F401  (FacetReranker: re-exported)
 from .triplets import FACETS
 
 PRESETS: Dict[str, Dict[str, float]] = {
@@ -32,98 +31,6 @@ PRESETS: Dict[str, Dict[str, float]] = {
 # ----------------------------------------------------------------------------------------------
 # transformers
 # ----------------------------------------------------------------------------------------------
-def _as_model(model, backend: Optional[str] = None, precision: Optional[str] = None, calibration=None,
-              work=None) -> FacetCrossEncoder:
-    if isinstance(model, FacetCrossEncoder):
-        return model.on_backend(backend, precision, calibration, work)
-    if model is None:
-        raise ValueError("a facet model is needed: the path of a FacetCrossEncoder artifact "
-                         "(train one with pyterrier_sci.plugins.sciface.train_facet_cross_encoder)")
-    return FacetCrossEncoder(model, backend=backend or "torch", precision=precision or "fp32",
-                             calibration=calibration, work=work)
-
-
-class FacetReranker(pt.Transformer):
-    """Re-scores a result frame with one SciFACE facet cross-encoder.
-
-    Needs the candidate's ``title`` / ``abstract`` columns and the seed's ``query_title`` /
-    ``query_abstract`` (:class:`SeedText` adds them); without seed columns the ``query`` text is
-    the seed (no title split).  Sets ``score`` (the raw facet score) and 0-based ``rank``, and keeps
-    the score as ``<facet>_score``; other input columns are kept.
-
-    ``backend`` / ``precision`` / ``calibration`` / ``work``: the model's engine (None: an artifact's
-    own, else torch fp32; see :class:`FacetCrossEncoder`).
-    """
-
-    def __init__(self, model, batch_size: int = 32, title_field: str = "title", abstract_field: str = "abstract",
-                 seed_title_field: str = "query_title", seed_abstract_field: str = "query_abstract",
-                 verbose: bool = False, backend: Optional[str] = None, precision: Optional[str] = None,
-                 calibration=None, work=None):
-        self.model = _as_model(model, backend, precision, calibration, work)
-        self.backend, self.precision = self.model.backend, self.model.precision
-        self.calibration, self.work = self.model.calibration, self.model.work
-        self.batch_size = batch_size
-        self.title_field = title_field
-        self.abstract_field = abstract_field
-        self.seed_title_field = seed_title_field
-        self.seed_abstract_field = seed_abstract_field
-        self.verbose = verbose
-
-    @property
-    def facet(self) -> str:
-        return self.model.facet
-
-    @property
-    def score_column(self) -> str:
-        return f"{self.facet}_score"
-
-    def _seeds(self, df: pd.DataFrame) -> List[Tuple[str, str]]:
-        if self.seed_abstract_field in df.columns:
-            titles = df[self.seed_title_field] if self.seed_title_field in df.columns else [""] * len(df)
-            return list(zip(titles, df[self.seed_abstract_field]))
-        return [("", q) for q in df["query"]]
-
-    def facet_scores(self, df: pd.DataFrame) -> np.ndarray:
-        cands = list(zip(df[self.title_field] if self.title_field in df.columns else [""] * len(df),
-                         df[self.abstract_field]))
-        return self.model.score(self._seeds(df), cands, batch_size=self.batch_size, show_progress_bar=self.verbose)
-
-    def _validate(self, inp: pd.DataFrame) -> None:
-        if self.seed_abstract_field in inp.columns:
-            pta.validate.result_frame(inp, extra_columns=[self.abstract_field])
-        else:
-            pta.validate.result_frame(inp, extra_columns=["query", self.abstract_field])
-
-    def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
-        self._validate(inp)
-        if len(inp) == 0:
-            cols = list(inp.columns) + [c for c in ("score", "rank", self.score_column) if c not in inp.columns]
-            return pd.DataFrame(columns=cols)
-        df = inp.copy()
-        s = self.facet_scores(df)
-        df[self.score_column] = s
-        df["score"] = s
-        return _ranked(df)
-
-    def __repr__(self) -> str:
-        on = "" if self.backend == "torch" else f", backend={self.backend!r}, precision={self.precision!r}"
-        return f"FacetReranker({str(self.model.path)!r}, facet={self.facet!r}{on})"
-
-    def _key(self):
-        return (self.model, self.title_field, self.abstract_field, self.seed_title_field, self.seed_abstract_field)
-
-    def __eq__(self, other) -> bool:
-        return isinstance(other, FacetReranker) and other._key() == self._key()
-
-    def __hash__(self) -> int:
-        return hash(("FacetReranker",) + self._key())
-
-
-def _ranked(df: pd.DataFrame) -> pd.DataFrame:
-    df = df.drop(columns=["rank"], errors="ignore")
-    return sorted_results(pt.model.add_ranks(df)).reset_index(drop=True)
-
-
 def _zscore(s: pd.Series, groups: pd.Series) -> pd.Series:
     g = s.groupby(groups)
     sd = g.transform("std", ddof=0).replace(0.0, 1.0).fillna(1.0)
@@ -183,7 +90,7 @@ class FacetControl(pt.Transformer):
             z = _zscore(s, df["qid"]) if self.normalise == "zscore" else s
             total += self.weights[name] * z.to_numpy()
         df["score"] = total
-        return _ranked(df)
+        return rank_by_score(df)
 
     def __repr__(self) -> str:
         return f"FacetControl(weights={self.weights})"
@@ -219,7 +126,6 @@ class SeedText(pt.Transformer):
         if len(inp) == 0:
             added = [c for c in ("query_title", "query_abstract") if c not in inp.columns]
             return pd.DataFrame(columns=list(inp.columns) + added)
-        import ir_datasets
         ds = ir_datasets.load(irds_id(self.dataset))
         ids = inp["seed_docno"] if "seed_docno" in inp.columns else inp["qid"].map(self._seed)
         wanted = sorted(set(map(str, ids)))
@@ -242,57 +148,7 @@ class SeedText(pt.Transformer):
         return hash(("SeedText", self.dataset))
 
 
-@params(facet=Param(str, choices=FACETS, optional=True), model=Param(PATH, optional=True),
-        background_model=Param(PATH, optional=True), method_model=Param(PATH, optional=True),
-        weights=Param(str, dict, item=Param(float, min=-1e6, max=1e6), optional=True),
-        dataset=Param(DATASET, optional=True),
-        batch_size=Param(int, min=1, max=65536),
-        backend=Param(str, choices=BACKENDS), precision=Param(str, choices=PRECISIONS))
-def facet_rerank_component(*inputs, context=None, facet: Optional[str] = None, model: Optional[str] = None,
-                           background_model: Optional[str] = None, method_model: Optional[str] = None,
-                           weights: Union[None, str, Mapping[str, float]] = None, normalise: str = "zscore",
-                           dataset: Optional[str] = None, add_text: bool = True, batch_size: int = 32,
-                           verbose: bool = False, backend: str = "torch", precision: str = "fp32") -> pt.Transformer:
-    """``facet_rerank(facet=method, model=PATH)``: SciFACE facet re-ranking of the input's results.
-    ``facet_rerank(weights=same_method_different_problem, background_model=P1, method_model=P2)``:
-    the controllable mode.  ``facet`` defaults to ``model``'s own facet (and to ``method`` without
-    ``model``); a ``facet`` that differs from the model's is an error.  Without model paths the
-    artifacts are looked up under the work directory at ``facet/<facet>``.  With a dataset (the
-    pipeline's, or ``dataset=``) and ``add_text``, the seed's and candidates' titles and abstracts are
-    added first.  ``backend`` / ``precision``: the models' engine (torch, openvino, onnx; fp32, int8;
-    exports cached under the work directory); int8 calibrates on the first pairs of the dataset's
-    corpus (:func:`~pyterrier_sci.plugins.sciface.cross_encoder.calibration_pairs`)."""
-    check_backend(backend, precision)
-    dataset = dataset_of(dataset, context, "facet_rerank", required=False)
-    if precision == "int8" and not dataset:
-        raise BackendError("facet_rerank(precision='int8') calibrates on (seed, candidate) pairs of the dataset's "
-                           "corpus: give the pipeline a dataset, or dataset='irds:...'")
-    engine = dict(backend=backend, precision=precision, calibration=dataset if precision == "int8" else None,
-                  work=context.workdir() if context is not None else None)
-
-    def default_path(f):
-        if context is None:
-            raise ValueError(f"facet_rerank needs the {f} model's path (model=... / {f}_model=...)")
-        p = Path(context.workdir()) / "facet" / f
-        if not p.exists():
-            raise FileNotFoundError(f"no {f} facet model at {p}; pass {f}_model=PATH or train one "
-                                    "(pyterrier_sci.plugins.sciface.train_facet_cross_encoder)")
-        return str(p)
-
-    if weights is None:
-        if facet is not None and facet not in FACETS:
-            raise ValueError(f"facet must be one of {FACETS}, not {facet!r}")
-        want = facet or "method"
-        m = model or (method_model if want == "method" else background_model) or default_path(want)
-        rr: pt.Transformer = FacetReranker(m, batch_size=batch_size, verbose=verbose, **engine)
-        if facet is not None and rr.facet != facet:
-            raise ValueError(f"model {m} is a {rr.facet} model, not {facet}")
-    else:
-        rr = FacetControl(background_model or default_path("background"), method_model or default_path("method"),
-                          weights=weights, normalise=normalise, batch_size=batch_size, verbose=verbose, **engine)
-    if dataset and add_text:
-        ds = pt.get_dataset(pt_dataset_id(dataset))
-        rr = SeedText(dataset) >> pt.text.get_text(ds, ["title", "abstract"]) >> rr
-    if len(inputs) > 1:
-        raise ValueError("facet_rerank takes at most one input pipeline")
-    return inputs[0] >> rr if inputs else rr
+def __getattr__(name: str):  # PEP 562: moved to .components (which imports this module); the old import path works
+    if name == "facet_rerank_component":
+        return importlib.import_module(f"{__package__}.components").facet_rerank_component
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

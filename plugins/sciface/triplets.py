@@ -12,6 +12,8 @@ from typing import Dict, Iterable, Optional, Sequence
 import numpy as np
 import pandas as pd
 
+from pyterrier_sci.datasets import csfcube
+
 FACETS = ("background", "method")
 PAIR_COLUMNS = ("seed_id", "seed_title", "seed_abstract", "cand_id", "cand_title", "cand_abstract")
 
@@ -95,11 +97,10 @@ def csfcube_pairs(facets: Sequence[str] = FACETS, split: Optional[str] = None) -
     """CSFCube's own graded judgements as a pairs frame: one row per (query paper, pool candidate)
     with the adjudicated 0-3 grade in the column of the query's facet (NaN for the other facet).
     ``split`` selects official query ids (``"fold1-test"``, ...).  Used by the fold-protocol example."""
-    from pyterrier_sci.datasets import csfcube
     docs = csfcube.docs()
     rows = []
     for facet in facets:
-        for qid, cand, rel in csfcube._iter_judged(facet, split):
+        for qid, cand, rel in csfcube.iter_judged(facet, split):
             pid = csfcube.query_paper_id(qid)
             s, c = docs.get(pid), docs.get(cand)
             if s is None or c is None:

@@ -14,9 +14,10 @@ import pandas as pd
 import pyterrier as pt
 
 from pyterrier_sci.artifacts import build_atomically
+from pyterrier_sci.plugins.dense import load_sentence_transformer, resolve_model
 from pyterrier_sci.training import run_trainer, save_model_artifact, seed_everything, trainer_arguments
 
-from .cross_encoder import pair_input
+from .cross_encoder import open_cross_encoder, pair_input
 
 
 class WarmStartCrossEncoder(pt.Artifact):
@@ -30,8 +31,7 @@ class WarmStartCrossEncoder(pt.Artifact):
         return json.loads((Path(self.path) / "pt_meta.json").read_text())
 
     def cross_encoder(self, max_length: Optional[int] = None):
-        from .cross_encoder import _load_cross_encoder
-        return _load_cross_encoder(str(self.path), max_length or self.metadata.get("max_length"))
+        return open_cross_encoder(str(self.path), max_length or self.metadata.get("max_length"))
 
 
 PAIR_COLUMNS = ("seed_id", "seed_title", "seed_abstract", "cand_id", "cand_title", "cand_abstract", "teacher_score")
@@ -49,7 +49,6 @@ def neighbour_pairs(docs: Iterable[Tuple[str, str, str]], teacher: str = "defaul
     uniformly from 1..``max_rank`` (not already in ``ranks``): a re-ranking pool is made of such
     near neighbours, and fine distinctions among them are what a re-ranker has to learn.
     Within a seed the candidates come in rank order, random papers last."""
-    from pyterrier_sci.plugins.dense import load_sentence_transformer
     docs = [(str(d), t or "", a or "") for d, t, a in docs if (t or a)]
     if len(docs) < 2:
         raise ValueError("neighbour_pairs needs at least two documents with a title or abstract")
@@ -118,13 +117,11 @@ def distil_cross_encoder(pairs: pd.DataFrame, path: Union[str, Path], base_model
 
         import datasets
 
-        from .cross_encoder import _load_cross_encoder
         seed_everything(seed)
         base = base_model
         if base == "default":
-            from pyterrier_sci.plugins.dense import resolve_model
             base = resolve_model("default")
-        model = _load_cross_encoder(base, max_length)
+        model = open_cross_encoder(base, max_length)
         sep = model.tokenizer.sep_token or "[SEP]"
         texts = [pair_input(st, sa, ct, ca, sep) for st, sa, ct, ca in
                  zip(pairs.seed_title, pairs.seed_abstract, pairs.cand_title, pairs.cand_abstract)]
