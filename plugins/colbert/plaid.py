@@ -25,6 +25,7 @@ import pyterrier_alpha as pta
 
 from pyterrier_sci.artifacts import build_atomically, write_pt_meta
 from pyterrier_sci.corpus import dataset_of, sorted_results
+from pyterrier_sci.protocol import ModelRef
 from pyterrier_sci.registry import DATASET, MAX_RESULTS, PATH, Param, check_artifact, check_fields, params  # noqa: E402
 
 from ._compat import (
@@ -713,6 +714,14 @@ class ColBERTRetriever(pt.Transformer):
     def fuse_rank_cutoff(self, k: int) -> Optional["ColBERTRetriever"]:
         # re-scoring must score every input document, so a cutoff cannot be pushed into num_results
         return None
+
+    def sci_models(self):
+        """The component protocol (:mod:`pyterrier_sci.protocol`): the index's ColBERT checkpoint."""
+        ckpt = self.index.checkpoint
+        local = Path(ckpt).expanduser()
+        return [ModelRef(str(ckpt), "colbert", str(local) if local.exists() else None,
+                         None if local.exists() else "not a local path (a hub id, or the default checkpoint "
+                         "before it is built)")]
 
     def __repr__(self) -> str:
         return f"ColBERTRetriever({str(self.index.path)!r}, num_results={self.num_results})"

@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import re
 import threading
+from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -22,9 +23,11 @@ from pyterrier_sci.plugins.dense.models import (
     DEFAULT_MODEL,
     PRECISIONS,
     BackendError,
+    ModelNotFoundError,
     check_backend,
     resolve_model,
 )
+from pyterrier_sci.protocol import ModelRef
 from pyterrier_sci.registry import DATASET, Param, params
 
 QUERY_MODES = ("whole", "sentences", "aspects", "aspects_concat")
@@ -225,6 +228,16 @@ class MaxSimScorer(pt.Transformer):
             raise BackendError("precision 'int8' calibrates on documents: give dataset= (its corpus's first documents "
                                "are used) or calibration= (an ir_datasets id or a list of texts)")
         self._aspects: Optional[Dict[str, Tuple[str, ...]]] = None
+
+    def sci_models(self):
+        """The component protocol (:mod:`pyterrier_sci.protocol`): the sentence encoder."""
+        try:
+            path = resolve_model(self.model)
+        except ModelNotFoundError:
+            path = None
+        local = path is not None and Path(path).exists()
+        return [ModelRef(str(self.model), "encoder", path if local else None,
+                         None if local else "not a local path (a hub id)")]
 
     def _calibration(self) -> CalibrationSpec:
         if self.precision != "int8":
