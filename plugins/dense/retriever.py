@@ -20,11 +20,12 @@ import pyterrier_alpha as pta
 
 from pyterrier_sci.corpus import corpus_id, corpus_size, dataset_of, doc_texts
 from pyterrier_sci.progress import Estimate, announce
+from pyterrier_sci.protocol import ModelRef
 from pyterrier_sci.registry import DATASET, MAX_RESULTS, PATH, Param, check_artifact, check_fields, params
 
 from .ann import ANN_METHODS, ann_search, check_ann
 from .fanout import ShardedDenseIndex, is_sharded
-from .models import BACKENDS, DEFAULT_MODEL, PRECISIONS, check_backend, model_slug
+from .models import BACKENDS, DEFAULT_MODEL, PRECISIONS, ModelNotFoundError, check_backend, model_slug, resolve_model
 
 #: a re-ranker without a built corpus index builds it when its input (with the documents it encoded
 #: before) covers at least this share of the corpus; below it, only the documents it re-scores are
@@ -270,6 +271,18 @@ class DenseRetriever(pt.Transformer):
     def __repr__(self) -> str:
         cut = "" if self.rank_cutoff is None else f", rank_cutoff={self.rank_cutoff}"
         return f"DenseRetriever({self.model!r}, index={self.index!r}, num_results={self.num_results}{cut})"
+
+    def sci_models(self):
+        """The component protocol (:mod:`pyterrier_sci.protocol`): the encoder, by the name given and the
+        local directory it resolves to (hashed into manifests)."""
+        try:
+            path = resolve_model(self.model)
+        except ModelNotFoundError:
+            path = None
+        local = path is not None and Path(path).exists()
+        return [ModelRef(str(self.model), "encoder", path if local else None,
+                         None if local else "not a local path (a hub id: its weights are those of the hub's "
+                         "revision at download time)")]
 
     def _key(self):
         return (self.model, self.index, self.corpus, self.fields, self.num_results, self.rank_cutoff, self.ann,
