@@ -3,8 +3,9 @@ indexing and the index artifacts."""
 from pyterrier_sci.lazy import lazy_exports
 
 _MODULES = {  # module -> the public names it defines, imported on first use
-    "retriever": ("BACKENDS", "build_index",
-                 "corpus_index", "pisa_derived_files", "pisa_bm25", "BM25", "bm25_component", "DamagedIndexError"),
+    "retriever": ("BACKENDS", "build_index", "corpus_index", "load_index", "pisa_derived_files", "pisa_bm25", "BM25",
+                  "DamagedIndexError"),
+    "components": ("bm25_component",),
     "indexing": ("index_corpus", "CorpusError", "checked_docs", "PISA_BATCH_SIZE", "LUCENE_BATCH_SIZE"),
     "lucene": ("LuceneIndex", "LuceneIndexer", "LuceneBM25", "start_jvm", "MAX_CLAUSE_COUNT"),
 }

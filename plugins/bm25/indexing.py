@@ -15,12 +15,13 @@ import math
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Optional, Sequence, Tuple, Union
 
-from pyterrier_pisa import PisaIndexer
+from pyterrier_pisa import PisaIndex, PisaIndexer
 
 from pyterrier_sci.artifacts import build_atomically
 from pyterrier_sci.quiet import quiet_native
 
 from .lucene import RAM_BUFFER_MB as LUCENE_RAM_BUFFER_MB  # Lucene's indexing buffer (MB); no JVM needed
+from .lucene import LuceneIndex, LuceneIndexer
 
 __all__ = ["index_corpus", "CorpusError", "checked_docs", "PISA_BATCH_SIZE", "LUCENE_BATCH_SIZE",
            "LUCENE_RAM_BUFFER_MB"]
@@ -137,11 +138,9 @@ def index_corpus(docs: Iterable[dict], path: Union[str, Path], backend: str = "p
     checked = checked_docs(docs, text_field, backend)
     path = Path(path)
     if backend == "pisa":
-        from pyterrier_pisa import PisaIndex
         build_atomically(path, lambda tmp: _build_pisa(checked, tmp, threads, batch_size or PISA_BATCH_SIZE, verbose),
                          overwrite=overwrite, what=f"the PISA index {path}")
         return PisaIndex(str(path), threads=threads)
-    from .lucene import LuceneIndex, LuceneIndexer
 
     def build(tmp: Path) -> None:
         LuceneIndexer(tmp, text_field="text", threads=threads, batch_size=batch_size or LUCENE_BATCH_SIZE,
@@ -159,7 +158,6 @@ def _nonempty(checked: Iterator[Tuple[str, str]]) -> Iterator[Tuple[str, str]]:
 
 
 def _build_pisa(checked: Iterator[Tuple[str, str]], tmp: Path, threads: int, batch_size: int, verbose: bool) -> None:
-    from pyterrier_pisa import PisaIndex
     writer = _PisaStreamIndexer(_nonempty(checked), tmp, threads=threads, batch_size=batch_size)
     with quiet_native(not verbose):
         writer.index(None)

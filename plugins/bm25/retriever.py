@@ -5,6 +5,8 @@ the backend does not return score 0, after the scored ones, in input order).
 """
 from __future__ import annotations
 
+import importlib
+import json
 import os
 import re
 from pathlib import Path
@@ -14,10 +16,15 @@ import numpy as np
 import pandas as pd
 import pyterrier as pt
 import pyterrier_alpha as pta
+from pyterrier_pisa import PisaIndex
 
-from pyterrier_sci.corpus import corpus_texts, dataset_of, index_path
+from pyterrier_sci import artifacts
+from pyterrier_sci.corpus import corpus_texts, index_path
+from pyterrier_sci.data import work_dir as default_work_dir
 from pyterrier_sci.quiet import quiet_native
-from pyterrier_sci.registry import DATASET, MAX_RESULTS, PATH, Param, check_artifact, check_fields, params
+
+from .indexing import index_corpus
+from .lucene import LuceneIndex
 
 BACKENDS = ("pisa", "lucene")
 
@@ -27,14 +34,12 @@ def build_index(docs: Iterable[dict], path: Union[str, Path], backend: str = "pi
     """Indexes ``{'docno', 'text'}`` dicts into a new BM25 index at ``path`` (atomically: an
     interrupted build leaves nothing at ``path``) and returns the index artifact: the documents are
     streamed in bounded memory and checked (:func:`~.indexing.index_corpus`)."""
-    from .indexing import index_corpus
     return index_corpus(docs, path, backend, threads=threads, verbose=verbose)
 
 
 def corpus_index(dataset: str, backend: str = "pisa", fields: Optional[Sequence[str]] = None,
                  work_dir: Optional[Path] = None, threads: int = 1, verbose: bool = False):
     """The BM25 index (an artifact) of a dataset's corpus, built on first use."""
-    from pyterrier_sci.data import work_dir as default_work_dir
     if backend not in BACKENDS:
         raise ValueError(f"unknown BM25 backend {backend!r}: use one of {', '.join(BACKENDS)}")
     path = index_path(work_dir or default_work_dir(), dataset, backend, fields)
@@ -42,7 +47,7 @@ def corpus_index(dataset: str, backend: str = "pisa", fields: Optional[Sequence[
         docs = pt.tqdm(corpus_texts(dataset, fields), desc=f"indexing {dataset} ({backend})", unit="doc",
                        disable=not verbose)
         build_index(docs, path, backend, threads, verbose)
-    return _load_index(path, backend)
+    return load_index(path, backend)
 
 
 _PISA_DERIVED = re.compile(r"bm25\.k1-(.+?)\.b-(.+?)\.q\d+\.bmw\.\d+(?:\.[A-Za-z0-9_]+)?$")
@@ -52,7 +57,6 @@ def pisa_derived_files(index_dir: Union[str, Path], k1: float, b: float) -> list
     """The files PISA derives inside an index on the first BM25 retrieval with ``k1``, ``b``: the
     block-max data ``bm25.k1-<k1>.b-<b>.q0.bmw.<block>`` and the index compressed with it
     (``….bmw.<block>.<encoding>``)."""
-    from pyterrier_sci import artifacts
     out = []
     for p in Path(index_dir).glob("bm25.k1-*"):
         m = not p.name.endswith(artifacts.CHECKSUM_SUFFIX) and _PISA_DERIVED.match(p.name)
@@ -73,7 +77,6 @@ def pisa_bm25(index, k1: float, b: float, verbose: bool = False, **kwargs) -> pt
     uses derive once), their checksums are recorded beside them, and a file that does not match its
     checksum (or was derived without one being recorded, e.g. by a killed process) is removed with a
     :class:`~pyterrier_sci.artifacts.DamagedFileWarning` so that PISA derives it again."""
-    from pyterrier_sci import artifacts
     d = Path(index.path)
     files = pisa_derived_files(d, k1, b)
     if len(files) >= 2 and all(artifacts.verify_checksum(f) for f in files):
@@ -108,7 +111,6 @@ def _index_format(p: Path) -> Optional[str]:
     meta = p / "pt_meta.json"
     if not meta.exists():
         return None
-    import json
     try:
         got = json.loads(meta.read_text(encoding="utf-8"))
     except (ValueError, UnicodeDecodeError) as e:
@@ -136,7 +138,10 @@ def _check_pisa_files(p: Path) -> None:
             raise _damaged(p, f"{f} is empty")
 
 
-def _load_index(index, backend: Optional[str]):
+def load_index(index, backend: Optional[str] = None):
+    """The index artifact at ``index`` (a path; anything else is returned as it is): Lucene when
+    ``backend`` is ``"lucene"`` or its ``pt_meta.json`` says so, else PISA, its files checked first
+    (:class:`DamagedIndexError`)."""
     if not isinstance(index, (str, os.PathLike)):
         return index
     p = Path(index)
@@ -144,10 +149,8 @@ def _load_index(index, backend: Optional[str]):
         raise FileNotFoundError(f"BM25 index not found: {p}")
     fmt = _index_format(p)
     if backend == "lucene" or fmt == "lucene":
-        from .lucene import LuceneIndex
         return LuceneIndex(str(p))
     _check_pisa_files(p)
-    from pyterrier_pisa import PisaIndex
     return PisaIndex(str(p))
 
 
@@ -166,7 +169,7 @@ class BM25(pt.Transformer):
 
     def __init__(self, index, k1: float = 0.9, b: float = 0.4, num_results: int = 1000,
                  rerank_depth: Optional[int] = None, threads: int = 1, verbose: bool = False):
-        self.index = _load_index(index, None)
+        self.index = load_index(index, None)
         self.k1 = k1
         self.b = b
         self.num_results = num_results
@@ -260,28 +263,7 @@ def _clean_query(q) -> str:
     return " ".join("".join(ch if ch.isprintable() else " " for ch in q).split())
 
 
-@params(backend=Param(str, min_len=1), index=Param(PATH, optional=True), dataset=Param(DATASET, optional=True),
-        fields=Param(list, item=str, min_len=1, optional=True), k1=Param(float, min=0, max=100),
-        b=Param(float, min=0, max=1), num_results=Param(int, min=1, max=MAX_RESULTS),
-        rerank_depth=Param(int, min=1, max=MAX_RESULTS, optional=True), threads=Param(int, min=1, max=1024))
-def bm25_component(*, context=None, backend: str = "pisa", index: Optional[str] = None, dataset: Optional[str] = None,
-                   fields: Optional[Sequence[str]] = None, k1: float = 0.9, b: float = 0.4, num_results: int = 1000,
-                   rerank_depth: Optional[int] = None, threads: int = 1, verbose: bool = False) -> BM25:
-    """``bm25``: BM25 over ``index`` or the dataset's corpus (index built on first use); backend ``pisa``
-    or ``lucene``."""
-    dataset = dataset_of(dataset, context, "bm25", required=False)
-    if isinstance(index, (str, os.PathLike)):
-        check_artifact(index, {"sparse_index": [backend] if backend == "lucene" else ["pisa", "lucene"]}, "bm25")
-    elif index is None and fields:
-        check_fields(dataset or "", fields, "bm25")
-    if backend not in BACKENDS:
-        raise ValueError(f"unknown BM25 backend {backend!r}: use one of {', '.join(BACKENDS)}")
-    if index is None:
-        if not dataset:
-            raise ValueError("bm25 needs an index path or a dataset (set 'dataset' in the config or pass dataset=...)")
-        work = context.workdir() if context is not None else None
-        index_obj = corpus_index(dataset, backend, fields, work, threads=threads, verbose=verbose)
-    else:
-        index_obj = _load_index(index, backend)
-    return BM25(index_obj, k1=k1, b=b, num_results=num_results, rerank_depth=rerank_depth, threads=threads,
-                verbose=verbose)
+def __getattr__(name: str):  # PEP 562: moved to .components (which imports this module); the old import path works
+    if name == "bm25_component":
+        return importlib.import_module(f"{__package__}.components").bm25_component
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
