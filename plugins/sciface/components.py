@@ -1,0 +1,87 @@
+"""SciFACE's pipeline components: ``facet_rerank`` (a facet model's re-ranking, or the controllable
+weighted mode) and ``facet_label`` (the LLM facet labeller).  See ``docs/sciface.md``."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Mapping, Optional, Union
+
+import pyterrier as pt
+
+from pyterrier_sci.corpus import dataset_of, pt_dataset_id
+from pyterrier_sci.llm.trust import pipeline_settings
+from pyterrier_sci.models import BACKENDS, PRECISIONS, BackendError, check_backend
+from pyterrier_sci.registry import DATASET, PATH, Param, params
+
+from .cross_encoder import FacetReranker
+from .labels import FacetLabeller
+from .rerank import FacetControl, SeedText
+from .triplets import FACETS
+
+__all__ = ["facet_rerank_component", "facet_label_component"]
+
+
+@params(facet=Param(str, choices=FACETS, optional=True), model=Param(PATH, optional=True),
+        background_model=Param(PATH, optional=True), method_model=Param(PATH, optional=True),
+        weights=Param(str, dict, item=Param(float, min=-1e6, max=1e6), optional=True),
+        dataset=Param(DATASET, optional=True),
+        batch_size=Param(int, min=1, max=65536),
+        backend=Param(str, choices=BACKENDS), precision=Param(str, choices=PRECISIONS))
+def facet_rerank_component(*inputs, context=None, facet: Optional[str] = None, model: Optional[str] = None,
+                           background_model: Optional[str] = None, method_model: Optional[str] = None,
+                           weights: Union[None, str, Mapping[str, float]] = None, normalise: str = "zscore",
+                           dataset: Optional[str] = None, add_text: bool = True, batch_size: int = 32,
+                           verbose: bool = False, backend: str = "torch", precision: str = "fp32") -> pt.Transformer:
+    """``facet_rerank(facet=method, model=PATH)``: SciFACE facet re-ranking of the input's results.
+    ``facet_rerank(weights=same_method_different_problem, background_model=P1, method_model=P2)``:
+    the controllable mode.  ``facet`` defaults to ``model``'s own facet (and to ``method`` without
+    ``model``); a ``facet`` that differs from the model's is an error.  Without model paths the
+    artifacts are looked up under the work directory at ``facet/<facet>``.  With a dataset (the
+    pipeline's, or ``dataset=``) and ``add_text``, the seed's and candidates' titles and abstracts are
+    added first.  ``backend`` / ``precision``: the models' engine (torch, openvino, onnx; fp32, int8;
+    exports cached under the work directory); int8 calibrates on the first pairs of the dataset's
+    corpus (:func:`~pyterrier_sci.plugins.sciface.cross_encoder.calibration_pairs`)."""
+    check_backend(backend, precision)
+    dataset = dataset_of(dataset, context, "facet_rerank", required=False)
+    if precision == "int8" and not dataset:
+        raise BackendError("facet_rerank(precision='int8') calibrates on (seed, candidate) pairs of the dataset's "
+                           "corpus: give the pipeline a dataset, or dataset='irds:...'")
+    engine = dict(backend=backend, precision=precision, calibration=dataset if precision == "int8" else None,
+                  work=context.workdir() if context is not None else None)
+
+    def default_path(f):
+        if context is None:
+            raise ValueError(f"facet_rerank needs the {f} model's path (model=... / {f}_model=...)")
+        p = Path(context.workdir()) / "facet" / f
+        if not p.exists():
+            raise FileNotFoundError(f"no {f} facet model at {p}; pass {f}_model=PATH or train one "
+                                    "(pyterrier_sci.plugins.sciface.train_facet_cross_encoder)")
+        return str(p)
+
+    if weights is None:
+        if facet is not None and facet not in FACETS:
+            raise ValueError(f"facet must be one of {FACETS}, not {facet!r}")
+        want = facet or "method"
+        m = model or (method_model if want == "method" else background_model) or default_path(want)
+        rr: pt.Transformer = FacetReranker(m, batch_size=batch_size, verbose=verbose, **engine)
+        if facet is not None and rr.facet != facet:
+            raise ValueError(f"model {m} is a {rr.facet} model, not {facet}")
+    else:
+        rr = FacetControl(background_model or default_path("background"), method_model or default_path("method"),
+                          weights=weights, normalise=normalise, batch_size=batch_size, verbose=verbose, **engine)
+    if dataset and add_text:
+        ds = pt.get_dataset(pt_dataset_id(dataset))
+        rr = SeedText(dataset) >> pt.text.get_text(ds, ["title", "abstract"]) >> rr
+    if len(inputs) > 1:
+        raise ValueError("facet_rerank takes at most one input pipeline")
+    return inputs[0] >> rr if inputs else rr
+
+
+@params(FacetLabeller, llm=Param(dict, optional=True), on_error=Param(str, choices=("raise", "flag")),
+        max_abstract_tokens=Param(int, min=1, max=1_000_000), max_tokens=Param(int, min=1, max=1_000_000))
+def facet_label_component(*inputs, context=None, llm: Optional[dict] = None, **params) -> pt.Transformer:
+    """``facet_label``: LLM facet labels (SciFACE) of the input's (seed, candidate) rows; the
+    ``llm`` section of the config is the client's settings (a component's ``llm=`` overrides)."""
+    t = FacetLabeller(llm=pipeline_settings(context, {"llm": llm}), **params)
+    if len(inputs) > 1:
+        raise ValueError("facet_label takes at most one input pipeline")
+    return inputs[0] >> t if inputs else t
