@@ -175,8 +175,6 @@ IMPORT_ALLOWLIST = {
         "plugins.mir.training -> datasets.mir_multicite",
         "plugins.mir.training -> plugins.dense",
         "plugins.mir.training -> plugins.mir.measures",
-        "plugins.prism.components -> llm",
-        "plugins.prism.components -> plugins.fusion",
         "report -> artifacts",
         "report -> artifacts",
         "report -> evaluation",

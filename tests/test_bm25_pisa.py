@@ -129,3 +129,11 @@ class TestBM25Transformer(conftest.TransformerTestCase):
         if not (DATA / "csfcube").exists():
             pytest.skip("no CSFCube data")
         return bm25_component(context=Context(dataset="irds:sci/csfcube"))
+
+
+def test_the_factory_lives_in_components_and_keeps_its_old_path():
+    from pyterrier_sci.plugins.bm25 import components, retriever
+
+    assert retriever.bm25_component is components.bm25_component is bm25_component
+    with pytest.raises(AttributeError, match="bm25.retriever' has no attribute 'nothing'"):
+        retriever.nothing  # noqa: B018

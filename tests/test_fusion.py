@@ -55,3 +55,12 @@ class TestRRFusion(conftest.TransformerTestCase):
     @staticmethod
     def get_transformer():
         return RRFusion(Fixed(["a", "b"]), Fixed(["b"]))
+
+
+def test_the_factory_lives_in_components_and_keeps_its_old_path():
+    from pyterrier_sci.plugins import fusion
+    from pyterrier_sci.plugins.fusion import components, rrf
+
+    assert rrf.rrf_component is components.rrf_component is fusion.rrf_component
+    with pytest.raises(AttributeError, match="fusion.rrf' has no attribute 'nothing'"):
+        rrf.nothing  # noqa: B018

@@ -1,13 +1,12 @@
 """Rank fusion: reciprocal rank fusion (Cormack et al., SIGIR 2009), as PRISM and Pyserini use it."""
 from __future__ import annotations
 
+import importlib
 from typing import Optional, Sequence
 
 import pandas as pd
 import pyterrier as pt
 import pyterrier_alpha as pta
-
-from pyterrier_sci.registry import MAX_RESULTS, Param, params
 
 
 def rrf_scores(results: Sequence[pd.DataFrame], k: float = 60, weights: Optional[Sequence[float]] = None,
@@ -91,11 +90,7 @@ class RRFusion(pt.Transformer):
         return f"RRFusion({', '.join(map(repr, self.transformers))}, k={self.k})"
 
 
-@params(k=Param(float, min=0, max=1e6), weights=Param(list, item=Param(float, min=-1e6, max=1e6), optional=True),
-        num_results=Param(int, min=1, max=MAX_RESULTS, optional=True), rank_base=Param(int, min=0, max=1))
-def rrf_component(*inputs: pt.Transformer, context=None, k: float = 60, weights: Optional[Sequence[float]] = None,
-                  num_results: Optional[int] = 1000, rank_base: int = 1) -> RRFusion:
-    """``rrf(a, b, ...)``: reciprocal rank fusion of the input pipelines (k=60, 1-based ranks)."""
-    if not inputs:
-        raise ValueError("rrf needs the pipelines to fuse as arguments, e.g. rrf(bm25, dense)")
-    return RRFusion(*inputs, k=k, weights=weights, num_results=num_results, rank_base=rank_base)
+def __getattr__(name: str):  # PEP 562: moved to .components (which imports this module); the old import path works
+    if name == "rrf_component":
+        return importlib.import_module(f"{__package__}.components").rrf_component
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

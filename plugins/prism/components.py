@@ -10,6 +10,8 @@ from typing import Any, Dict, Optional, Sequence
 import pyterrier as pt
 
 from pyterrier_sci.corpus import dataset_of
+from pyterrier_sci.llm import pipeline_settings
+from pyterrier_sci.plugins.fusion import RRFusion
 from pyterrier_sci.registry import DATASET, MAX_RESULTS, Param, params
 
 from .aggregate import AGGREGATIONS, FUSIONS, AspectScoreFusion, ChunkToPaper, ExcludeQueryPaper  # noqa: F401
@@ -45,7 +47,6 @@ def prism_pipeline(optimiser: pt.Transformer, abstract_retriever: Optional[pt.Tr
     papers (``agg``); every branch drops the query paper before fusion (``exclude_column``: see
     :class:`ExcludeQueryPaper`).  Reciprocal rank fusion with 1-based ranks, ``k`` = 60 (PRISM B.3).
     """
-    from pyterrier_sci.plugins.fusion import RRFusion
     unknown = [a for a in aspects if a not in ASPECT_COLUMNS]
     if unknown:
         raise ValueError(f"unknown aspects {unknown}: use some of {', '.join(ASPECTS)}")
@@ -69,7 +70,6 @@ def prism_pipeline(optimiser: pt.Transformer, abstract_retriever: Optional[pt.Tr
 def _llm(context, params: Dict[str, Any]):
     """The agents' LLM settings: the config's ``llm:`` section updated by ``llm={...}``, confined as
     every pipeline-built LLM component is (docs/llm.md, "Trust")."""
-    from pyterrier_sci.llm import pipeline_settings
     return pipeline_settings(context, {"llm": params.pop("llm", None)})
 
 
