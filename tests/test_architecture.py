@@ -167,7 +167,6 @@ IMPORT_ALLOWLIST = {
         "plugins.doris_mae.maxsim -> datasets.doris_mae",
         "plugins.doris_mae.training -> datasets.doris_mae",
         "plugins.hlm_cite.curriculum -> plugins.dense",
-        "plugins.llm.listwise -> llm",
         "plugins.mir.experiments -> plugins.mir.training",
         "plugins.mir.mag -> datasets.mir_multicite",
         "plugins.mir.mag -> datasets.mir_multicite",

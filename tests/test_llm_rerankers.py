@@ -453,3 +453,45 @@ def test_inspect_io(cls):
     t = cls({"base_url": "http://127.0.0.1:9/v1", "cache_dir": ""})
     outputs = pt.inspect.transformer_outputs(t, ["qid", "query", "docno", "text", "score", "rank"])
     assert {"qid", "docno", "score", "rank", "llm_unusable"} <= set(outputs)
+
+
+def test_declare_llm_params_takes_a_papers_own_ranges():
+    """The generic plugin ranges the generic parameters (``window``, ``*_tokens``, ...); a paper's own
+    parameters are ranged by the paper's plugin (issue 32 item 3), and a name the class does not take
+    is refused."""
+    from pyterrier_sci.plugins.llm import declare_llm_params
+    from pyterrier_sci.registry import Param, declared_params
+
+    class Judge:
+        def __init__(self, llm=None, *, window: int = 20, per_label: int = 1, max_doc_tokens: int = 10):
+            pass
+
+    @declare_llm_params(Judge, per_label=Param(int, min=1, max=5))
+    def factory(*inputs, context=None, **params):
+        return params
+
+    decl = declared_params(factory)
+    assert decl.check("judge", {"per_label": 3, "window": 5, "max_doc_tokens": 7}) == \
+        {"per_label": 3, "window": 5, "max_doc_tokens": 7}
+    for bad in ({"per_label": 6}, {"window": 1}, {"max_doc_tokens": 0}):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            decl.check("judge", bad)
+
+    @declare_llm_params(Judge)
+    def unranged(*inputs, context=None, **params):
+        return params
+
+    assert declared_params(unranged).check("judge", {"per_label": 1000}) == {"per_label": 1000}
+    with pytest.raises(TypeError, match="takes no parameter guider_task"):
+        declare_llm_params(Judge, guider_task=Param(str))
+
+
+def test_paper_plugins_range_their_own_llm_parameters():
+    from pyterrier_sci.plugins.hlm_cite import hlm_agents_component
+    from pyterrier_sci.plugins.mir import mir_pointwise_component
+    from pyterrier_sci.registry import declared_params
+
+    with pytest.raises(ValueError, match="per_label"):
+        declared_params(mir_pointwise_component).check("mir_pointwise", {"per_label": 0})
+    with pytest.raises(ValueError, match="keep_top"):
+        declared_params(hlm_agents_component).check("hlm_agents", {"keep_top": -1})

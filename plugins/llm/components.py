@@ -4,8 +4,10 @@ the two helpers every LLM component factory uses (:func:`declare_llm_params`,
 """
 from __future__ import annotations
 
+import inspect
+
 from pyterrier_sci.llm.trust import pipeline_settings
-from pyterrier_sci.registry import MAX_RESULTS, PATH, Param, params
+from pyterrier_sci.registry import Param, params
 
 from .listwise import Listwise, PairwiseTournament
 
@@ -13,23 +15,25 @@ __all__ = ["declare_llm_params", "build_llm_component", "listwise_component", "p
 
 
 _TOKENS = Param(int, min=1, max=1_000_000, optional=True)
-#: ranges of the re-rankers' numeric and choice parameters (the types come from their signatures)
+#: ranges of the parameters every LLM re-ranker may take (the types come from their signatures); a
+#: paper's own parameters are declared by its plugin (``declare_llm_params(cls, name=Param(...))``)
 _RANGES = {"llm": Param(dict, optional=True), "on_error": Param(str, choices=("raise", "flag")),
-           "num_shots": Param(int, min=0, max=100), "per_label": Param(int, min=1, max=100),
-           "relevance_threshold": Param(int, min=0, max=10), "window": Param(int, min=2, max=1000),
-           "stride": Param(int, min=1, max=1000), "passes": Param(int, min=1, max=100),
-           "rounds": Param(int, min=1, max=100),
-           "keep_top": Param(int, min=0, max=MAX_RESULTS), "example_path": Param(PATH, optional=True),
-           "guider_task": Param(PATH, optional=True)}
+           "window": Param(int, min=2, max=1000), "stride": Param(int, min=1, max=1000),
+           "passes": Param(int, min=1, max=100), "rounds": Param(int, min=1, max=100)}
 
 
-def declare_llm_params(cls):
-    """``@params`` for a factory passing its parameters on to ``cls``."""
-    import inspect
+def declare_llm_params(cls, **ranges: Param):
+    """``@params`` for a factory passing its parameters on to ``cls``: the generic re-rankers' ranges
+    (``window``, ``on_error``, ..., every ``*_tokens`` a positive count) for the parameters ``cls`` takes, and
+    ``ranges``, the ranges of ``cls``'s own parameters (a name ``cls`` does not take is an error)."""
     names = inspect.signature(cls.__init__).parameters
-    ranges = {k: v for k, v in _RANGES.items() if k in names}
-    ranges.update({k: _TOKENS for k in names if k.endswith("_tokens")})
-    return params(cls, **ranges)
+    unknown = sorted(set(ranges) - set(names))
+    if unknown:
+        raise TypeError(f"declare_llm_params: {cls.__name__} takes no parameter {', '.join(unknown)}")
+    declared = {k: v for k, v in _RANGES.items() if k in names}
+    declared.update({k: _TOKENS for k in names if k.endswith("_tokens")})
+    declared.update(ranges)
+    return params(cls, **declared)
 
 
 def build_llm_component(cls, inputs, context, params):

@@ -5,6 +5,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import pandas as pd
 
+from pyterrier_sci.llm import LLMError
 from pyterrier_sci.llm.text import one_line, render
 
 from .base import Failed, LLMReranker, is_repaired, parse_permutation
@@ -87,9 +88,8 @@ class Listwise(LLMReranker):
                 ids = order[start:end]
                 try:
                     perm, stats = self._rank_window(query, [docs[i] for i in ids])
-                except Exception as e:  # noqa: BLE001 - LLMError handled per on_error
-                    from pyterrier_sci.llm import LLMError
-                    if not isinstance(e, LLMError) or self.on_error == "raise":
+                except LLMError:
+                    if self.on_error == "raise":
                         raise
                     perm = list(range(len(ids)))
                     stats = {"valid": 0, "duplicates": 0, "unknown": 0, "missing": len(ids)}
