@@ -1,4 +1,6 @@
+import importlib.util
 import pickle
+from pathlib import Path
 
 import conftest
 import numpy as np
@@ -229,3 +231,118 @@ def test_each_query_text_is_encoded_once_per_retriever(dense, tiny_dataset, monk
     fresh(half.assign(query=half["query"] + " once more"))  # over the bound: the memo starts again
     assert sorted(fresh._query_memo) == sorted(half["query"].unique() + " once more")
     assert pickle.loads(pickle.dumps(fresh))._query_memo == {}
+
+
+# ------------------------------------------------------------- self-describing indexes (issue 32, item 5)
+
+def test_a_flat_index_records_its_encoder_and_the_retriever_takes_it_from_there(dense, tiny_dataset, tmp_path):
+    """The corpus index built by ``dense`` records its encoder (model, weights, backend, precision, maximum
+    length), fields, corpus and vectors; ``dense(index=path)`` / ``DenseRetriever(index=path)`` need none of
+    them repeated, and a setting that contradicts the index is one error naming it, the index's value and
+    the path."""
+    import json
+
+    from pyterrier_sci.models import weights_sha256
+    from pyterrier_sci.plugins.dense.index_meta import IndexSettingsError
+    topics = tiny_dataset.get_topics()
+    before = dense(topics)
+    meta = json.loads((Path(dense.index) / "pt_meta.json").read_text())
+    assert (meta["type"], meta["format"]) == ("dense_index", "flex")  # still pyterrier_dr's FlexIndex
+    enc = meta["encoder"]
+    assert (enc["model"], enc["model_id"]) == ("default", resolve_model("default"))
+    assert enc["weights_sha256"] == weights_sha256("default") and len(enc["weights_sha256"]) == 64
+    assert (enc["backend"], enc["precision"], enc["max_seq_length"]) == ("torch", "fp32", dense.encoder.max_seq_length)
+    assert meta["fields"] is None and meta["corpus"] == "sci-test/tiny" and meta["vectors"] == "fp32"
+
+    again = dense_component(index=dense.index, verbose=False)
+    assert (again.model, again.backend, again.precision, again.fields) == ("default", "torch", "fp32", None)
+    pd.testing.assert_frame_equal(again(topics), before)
+    pd.testing.assert_frame_equal(DenseRetriever(index=dense.index, verbose=False)(topics), before)
+    # fp32 backends give the same vectors: OpenVINO fp32 queries are not a contradiction
+    assert DenseRetriever(index=dense.index, backend="openvino", verbose=False).precision == "fp32"
+
+    other = tmp_path / "other-model"
+    other.mkdir()
+    (other / "modules.json").write_text("[]")
+    for kwargs, setting, value in [(dict(model=str(other)), "model", repr(str(other))),
+                                   (dict(precision="int8", backend="openvino"), "precision", "'int8'"),
+                                   (dict(fields=["title"]), "fields", "['title']")]:
+        with pytest.raises(IndexSettingsError) as e:
+            dense_component(index=dense.index, **kwargs)
+        msg = str(e.value)
+        assert msg.startswith(f"{setting}={value} contradicts the dense index {dense.index!r}"), msg
+        recorded = {"model": "'default'", "precision": "'fp32'", "fields": "None"}[setting]
+        assert f"encoded with {setting}={recorded}" in msg and f"leave {setting} out" in msg
+        assert len(msg.splitlines()) == 1
+
+
+def test_a_flat_index_of_the_old_layout_still_loads(dense, tiny_dataset, tmp_path):
+    """Indexes written before this version (no encoder record) load, with the settings given or the defaults."""
+    import json
+    import shutil
+
+    from pyterrier_sci.plugins.dense.index_meta import RECORD_KEYS
+    topics = tiny_dataset.get_topics()
+    before = dense(topics)
+    old = tmp_path / "old"
+    shutil.copytree(dense.index, old)
+    meta = json.loads((old / "pt_meta.json").read_text())
+    for k in RECORD_KEYS:
+        del meta[k]
+    (old / "pt_meta.json").write_text(json.dumps(meta))
+    for retriever in (DenseRetriever(index=str(old), verbose=False),
+                      dense_component(index=str(old), model="default", verbose=False),
+                      DenseRetriever("default", index=pt.Artifact.load(str(old)), verbose=False)):
+        assert (retriever.model, retriever.backend, retriever.precision) == ("default", "torch", "fp32")
+        got = retriever(topics)
+        assert got["docno"].tolist() == before["docno"].tolist()
+        np.testing.assert_allclose(got["score"], before["score"], atol=1e-6)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("openvino") is None or importlib.util.find_spec("nncf") is None,
+                    reason="OpenVINO / NNCF not installed")
+def test_an_int8_flat_index_takes_its_encoder_and_calibration_from_its_record(tiny_dataset, tmp_path, monkeypatch):
+    """An OpenVINO int8 index calibrated on texts given by the caller: opened with no setting repeated, its
+    queries are encoded by the same export (the cached one; in another work directory, one rebuilt from the
+    index's calibration.json, the same settings); another calibration or backend is one error."""
+    import json
+
+    from pyterrier_sci.corpus import corpus_texts
+    from pyterrier_sci.plugins.dense.index_meta import CALIBRATION_FILE, IndexSettingsError
+    topics = tiny_dataset.get_topics()
+    texts = [d["text"] for d in corpus_texts("irds:sci-test/tiny", ["title"])][:12]
+    path = tmp_path / "int8"
+    built = DenseRetriever("default", index=str(path), corpus="irds:sci-test/tiny", fields=["title"],
+                           backend="openvino", precision="int8", calibration=texts, verbose=False)
+    before = built(topics)
+    meta = json.loads((path / "pt_meta.json").read_text())
+    enc = meta["encoder"]
+    assert (enc["backend"], enc["precision"], meta["fields"]) == ("openvino", "int8", ["title"])
+    assert enc["settings_hash"] == built.encoder.meta["settings_hash"]
+    assert meta["vectors"] == f"openvino-int8-{enc['settings_hash']}"
+    assert enc["calibration"]["documents"] == 12 and enc["calibration"]["source"] == "texts given by the caller"
+    assert json.loads((path / CALIBRATION_FILE).read_text())["texts"] == texts
+
+    again = DenseRetriever(index=str(path), verbose=False)
+    assert (again.model, again.backend, again.precision, again.fields) == ("default", "openvino", "int8", ("title",))
+    pd.testing.assert_frame_equal(again(topics), before)
+    assert again.encoder.path == built.encoder.path
+    same_texts = DenseRetriever(index=str(path), calibration=list(texts), verbose=False)
+    assert same_texts.encoder.path == built.encoder.path  # the same texts given again: no contradiction
+
+    with pytest.raises(IndexSettingsError, match=r"^calibration \(texts SHA-256 .* contradicts the dense index"):
+        _ = DenseRetriever(index=str(path), calibration=texts[:6], verbose=False).encoder
+    with pytest.raises(IndexSettingsError, match=rf"^backend='onnx' contradicts the dense index '{path}', whose "
+                                                 r"vectors were encoded with backend='openvino' \(int8"):
+        DenseRetriever(index=str(path), backend="onnx", verbose=False)
+    with pytest.raises(IndexSettingsError, match=r"^precision='fp32' contradicts"):
+        dense_component(index=str(path), precision="fp32")
+
+    # another work directory, without the export: rebuilt from calibration.json, with the same settings
+    monkeypatch.setenv("PYTERRIER_SCI_HOME", str(tmp_path / "elsewhere"))
+    fresh = DenseRetriever(index=str(path), verbose=False)
+    assert fresh.encoder.path != built.encoder.path and str(tmp_path / "elsewhere") in str(fresh.encoder.path)
+    assert fresh.encoder.meta["settings_hash"] == enc["settings_hash"]
+    got = fresh(topics)
+    assert got["docno"].tolist() == before["docno"].tolist()
+    np.testing.assert_allclose(got["score"], before["score"], atol=1e-6)

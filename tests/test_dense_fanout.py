@@ -236,10 +236,13 @@ def test_malformed_shards_entry_is_one_error(small, entry):
 
 def test_query_model_must_be_the_index_model(small):
     idx, vecs = small
-    with pytest.raises(ShardedIndexError, match=r"built with the model 'tfidf-projection'.*'default'"):
+    from pyterrier_sci.plugins.dense.index_meta import IndexSettingsError
+    with pytest.raises(IndexSettingsError, match=rf"^model='default' contradicts the dense index '{idx.path}', whose "
+                                                 r"vectors were encoded with model='tfidf-projection'"):
         dense_component(index=str(idx.path), model="default")
-    with pytest.raises(ShardedIndexError, match="built with the model"):
+    with pytest.raises(IndexSettingsError, match="encoded with model='tfidf-projection'"):
         DenseRetriever("default", index=idx)
+    assert dense_component(index=str(idx.path)).model == ENCODER  # left out: the index's
     r = dense_component(index=str(idx.path), model=ENCODER, num_results=5, verbose=False)
     r._encoder = type("Fixed", (), {"encode": lambda self, t, **kw: vecs[:len(t)] * 1.0,
                                     "get_sentence_embedding_dimension": lambda self: 8})()

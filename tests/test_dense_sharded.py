@@ -249,8 +249,10 @@ N_INT8 = 160
 
 @pytest.fixture(scope="module")
 def int8_calibration():
-    from pyterrier_sci.plugins.dense.backends import calibration_from_corpus
-    return calibration_from_corpus(CORPUS, FIELDS, size=16)
+    """16 titles given as texts (the build gets the list): what the index records is all that can find them."""
+    from pyterrier_sci.corpus import corpus_texts
+    from pyterrier_sci.plugins.dense.backends import calibration_from_texts
+    return calibration_from_texts([d["text"] for d in itertools.islice(corpus_texts(CORPUS, FIELDS), 100, 116)])
 
 
 @pytest.fixture(scope="module")
@@ -279,7 +281,7 @@ def built_int8(tmp_path_factory, ray_local, int8_calibration):
     mp.setattr(sharded, "_encoder_spec", spy)
     try:
         build_sharded_index(CORPUS, "default", path, 2, workers=2, fields=FIELDS, limit=N_INT8, verbose=False,
-                            backend="openvino", precision="int8", calibration=int8_calibration,
+                            backend="openvino", precision="int8", calibration=list(int8_calibration.texts),
                             on_shard=reports.append)
     finally:
         mp.undo()
@@ -339,20 +341,92 @@ def test_int8_and_fp32_shards_are_not_mixed(built_int8, built, int8_calibration)
 
 
 def test_queries_must_be_encoded_like_the_shards(built_int8, built):
-    """The query side: a retriever whose precision (or int8 backend) is not the index's is refused
-    when it opens the index, not answered with scores of two different encoders."""
-    from pyterrier_sci.plugins.dense import DenseRetriever, ShardedIndexError, dense_component
-    with pytest.raises(ShardedIndexError,
-                       match=r"holds openvino int8 vectors .* Use precision='int8', backend='openvino'"):
-        DenseRetriever("default", index=str(built_int8[0]), verbose=False).flex_index()
-    with pytest.raises(ShardedIndexError, match=r"holds openvino int8 vectors .*backend='onnx', precision='int8'"):
-        dense_component(model="default", index=str(built_int8[0]), backend="onnx", precision="int8")
-    with pytest.raises(ShardedIndexError, match=r"holds fp32 vectors .* Use precision='fp32'"):
-        DenseRetriever("default", index=str(built[0]), backend="openvino", precision="int8", verbose=False).flex_index()
+    """The query side: a setting given that contradicts the index (its precision, its int8 backend) is refused
+    when the retriever is made, not answered with scores of two different encoders."""
+    from pyterrier_sci.plugins.dense import DenseRetriever, dense_component
+    from pyterrier_sci.plugins.dense.index_meta import IndexSettingsError
+    q8 = str(built_int8[0])
+    with pytest.raises(IndexSettingsError, match=rf"^precision='fp32' contradicts the dense index '{q8}', whose "
+                                                 r"vectors were encoded with precision='int8' \(backend 'openvino'\)"):
+        DenseRetriever("default", index=q8, precision="fp32", verbose=False)
+    with pytest.raises(IndexSettingsError, match=r"^backend='onnx' contradicts .* encoded with backend='openvino'"):
+        dense_component(model="default", index=q8, backend="onnx", precision="int8")
+    with pytest.raises(IndexSettingsError, match=r"^precision='int8' contradicts .* encoded with precision='fp32'"):
+        DenseRetriever("default", index=str(built[0]), backend="openvino", precision="int8", verbose=False)
     # fp32 backends give the same vectors: OpenVINO fp32 queries may search a torch-built index
     assert DenseRetriever("default", index=str(built[0]), backend="openvino", verbose=False).flex_index().num_docs
-    assert DenseRetriever("default", index=str(built_int8[0]), backend="openvino", precision="int8",
+    assert DenseRetriever("default", index=q8, backend="openvino", precision="int8",
                           verbose=False).flex_index().num_docs == N_INT8
+
+
+def _same_results(a, b):
+    assert a["qid"].tolist() == b["qid"].tolist() and a["docno"].tolist() == b["docno"].tolist()
+    np.testing.assert_allclose(a["score"].to_numpy(), b["score"].to_numpy(), atol=1e-6, rtol=0)
+
+
+def test_a_sharded_int8_index_needs_no_setting_repeated(built_int8, int8_calibration):
+    """Issue 32: ``ShardedDenseIndex.retriever()`` of an ``--backend openvino --precision int8`` build failed
+    ("queries encoded with backend='torch', precision='fp32' would not be comparable"), then, with both given,
+    again ("give calibration="), although pt_meta.json records them.  Now ``retriever()``,
+    ``pt.Artifact.load(path).retriever()`` and ``dense(index=path)`` take them all from the manifest, and
+    encode the queries with the very export that encoded the documents."""
+    import pyterrier as pt
+
+    from pyterrier_sci.plugins.dense import ShardedDenseIndex, dense_component
+    from pyterrier_sci.plugins.dense.backends import load_encoder
+    from pyterrier_sci.plugins.dense.index_meta import CALIBRATION_FILE, IndexSettingsError
+    path, _, export = built_int8[:3]
+    meta = json.loads((path / "pt_meta.json").read_text())
+    enc = meta["encoder"]
+    assert (enc["model"], enc["backend"], enc["precision"], enc["max_seq_length"]) == ("default", "openvino", "int8",
+                                                                                        256)
+    assert enc["weights_sha256"] and enc["calibration"]["source"] == "texts given by the caller"
+    assert json.loads((path / CALIBRATION_FILE).read_text())["texts"] == int8_calibration.texts
+    topics = pt.get_dataset(CORPUS).get_topics().head(4)
+    index = ShardedDenseIndex(path)
+    first = index.retriever(num_results=20, verbose=False)
+    assert (first.model, first.backend, first.precision, first.fields) == ("default", "openvino", "int8",
+                                                                           tuple(FIELDS))
+    res = first(topics)
+    assert first.encoder.path == export  # the documents' export, found by its record
+    _same_results(pt.Artifact.load(str(path)).retriever(num_results=20, verbose=False)(topics), res)
+    _same_results(dense_component(index=str(path), num_results=20, verbose=False)(topics), res)
+    # the scores are those of the build's encoder's query vectors against the stored vectors
+    q = load_encoder("default", backend="openvino", precision="int8", calibration=int8_calibration)
+    qv = q.encode(topics["query"].tolist())
+    top = res[res["rank"] == 0]
+    stored = index.vectors(index.positions_of(top["docno"].tolist()))
+    np.testing.assert_allclose(top["score"].to_numpy(), (qv * stored).sum(1), atol=1e-5)
+    with pytest.raises(IndexSettingsError, match=r"^precision='fp32' contradicts the dense index .*"
+                                                 r"leave precision out to use the index's"):
+        index.retriever(precision="fp32")
+    with pytest.raises(IndexSettingsError, match=r"^fields=\['abstract'\] contradicts .*fields=\['title'\]"):
+        index.retriever(fields=["abstract"])
+
+
+def test_a_sharded_int8_index_of_the_old_layout_still_loads(built_int8, tmp_path):
+    """A manifest written before the encoder record (its ``encoder`` only the export's record, no
+    calibration.json, shards without max_seq_length) still gives the same retriever."""
+    import pyterrier as pt
+
+    from pyterrier_sci.plugins.dense import ShardedDenseIndex
+    from pyterrier_sci.plugins.dense.index_meta import CALIBRATION_FILE
+    old = tmp_path / "old"
+    shutil.copytree(built_int8[0], old)
+    (old / CALIBRATION_FILE).unlink()
+    meta = json.loads((old / "pt_meta.json").read_text())
+    meta["encoder"] = {k: meta["encoder"][k] for k in ("backend", "precision", "settings_hash", "weights_sha256",
+                                                       "calibration", "check")}
+    (old / "pt_meta.json").write_text(json.dumps(meta))
+    for f in old.glob("shard-*/shard.json"):
+        info = json.loads(f.read_text())
+        del info["max_seq_length"]
+        f.write_text(json.dumps(info))
+    topics = pt.get_dataset(CORPUS).get_topics().head(4)
+    got = ShardedDenseIndex(old).retriever(num_results=20, verbose=False)
+    assert (got.backend, got.precision) == ("openvino", "int8") and got.encoder.path == built_int8[2]
+    _same_results(got(topics), ShardedDenseIndex(built_int8[0]).retriever(num_results=20, verbose=False)(topics))
+
 
 def test_index_paths_follow_the_dense_components_rule():
     from pyterrier_sci.plugins.dense import default_index_path
@@ -375,6 +449,9 @@ def test_indexes_built_before_backends_were_recorded_are_fp32(built, tmp_path):
     before = (old / "pt_meta.json").read_text()
     assert build_sharded_index(CORPUS, "default", old, N_SHARDS, fields=FIELDS, limit=N_DOCS, verbose=False) == old
     assert (old / "pt_meta.json").read_text() == before  # accepted as it is
+    from pyterrier_sci.plugins.dense import ShardedDenseIndex
+    dense = ShardedDenseIndex(old).retriever(verbose=False)  # read as torch fp32 vectors of its model
+    assert (dense.model, dense.backend, dense.precision, dense.fields) == ("default", "torch", "fp32", tuple(FIELDS))
 
 
 @pytest.mark.parametrize("kwargs, match", [

@@ -48,10 +48,12 @@ from pyterrier_sci.models import (
 )
 from pyterrier_sci.progress import announce, phase
 
+from .index_meta import texts_sha256
+
 __all__ = ["BACKENDS", "PRECISIONS", "BackendError", "check_backend", "INT8_MIN_COSINE", "CALIBRATION_SIZE",
            "CHECK_SIZE", "settings_hash",
-           "ENCODER_TYPE", "Calibration", "check_threads", "calibration_from_corpus", "calibration_from_texts",
-           "encoder_path",
+           "ENCODER_TYPE", "Calibration", "RecordedCalibration", "check_threads", "calibration_from_corpus",
+           "calibration_from_texts", "encoder_path",
            "load_encoder", "ExportedEncoder", "CROSS_ENCODER_TYPE", "CE_INT8_MIN_PEARSON", "CE_FP32_RTOL",
            "calibration_from_pairs", "load_cross_encoder", "ExportedCrossEncoder"]
 
@@ -76,11 +78,6 @@ CHECK_TEXTS = ("Dense retrieval of scientific papers.", "A second, somewhat long
 _MODEL_FILES = {"openvino": ("model.xml", "model.bin"), "onnx": ("model.onnx",)}
 
 
-def _text_key(text) -> str:
-    """A calibration text as hashed: a string itself, a text pair its two texts joined by U+001F."""
-    return text if isinstance(text, str) else "\x1f".join(map(str, text))
-
-
 @dataclass
 class Calibration:
     """Texts (for a cross-encoder: text pairs) that calibrate an int8 quantisation, and how they were
@@ -93,7 +90,7 @@ class Calibration:
 
     def record(self) -> dict:
         rec = {"source": self.source, "documents": len(self.texts),
-               "texts_sha256": hashlib.sha256("\0".join(map(_text_key, self.texts)).encode()).hexdigest()}
+               "texts_sha256": texts_sha256(self.texts)}
         if self.docnos is not None:
             rec["selection"] = f"the first {len(self.texts)} non-empty documents in corpus order"
             rec["docnos_sha256"] = hashlib.sha256("\n".join(self.docnos).encode()).hexdigest()
@@ -114,6 +111,53 @@ def calibration_from_corpus(corpus: str, fields: Optional[Sequence[str]] = None,
     if not docs:
         raise BackendError(f"int8 calibration: corpus {corpus} has no non-empty documents")
     return Calibration([d["text"] for d in docs], corpus, [str(d["docno"]) for d in docs], fields)
+
+
+class RecordedCalibration:
+    """The calibration of an int8 export known by its record (an index's ``pt_meta.json``): enough to find
+    the cached export (its settings hash covers the record's source, count and texts' SHA-256).  Its texts
+    are needed only when the export must be built again: they are read from ``texts_file`` (an index's
+    ``calibration.json``) or, for a corpus selection, from the corpus itself, and checked against the
+    record's SHA-256; where neither gives them, one :class:`BackendError` asks for ``calibration=``."""
+
+    def __init__(self, record: dict, texts_file: Union[None, str, Path] = None,
+                 fields: Optional[Sequence[str]] = None):
+        self._record = dict(record)
+        self.texts_file = None if texts_file is None else Path(texts_file)
+        self.fields = list(record.get("fields") or fields or []) or None
+        self.source = self._record.get("source")
+        self.docnos = None
+        self._texts = None
+
+    def record(self) -> dict:
+        return dict(self._record)
+
+    def _matches(self, texts) -> bool:
+        return texts_sha256(texts) == self._record.get("texts_sha256")
+
+    @property
+    def texts(self) -> list:
+        if self._texts is None:
+            self._texts = self._find_texts()
+        return self._texts
+
+    def _find_texts(self) -> list:
+        if self.texts_file is not None and self.texts_file.exists():
+            stored = json.loads(self.texts_file.read_text(encoding="utf-8")).get("texts") or []
+            if self._matches(stored):
+                return stored
+        if self._record.get("docnos_sha256") and self.source:  # the first documents of a corpus
+            try:
+                found = calibration_from_corpus(self.source, self.fields, size=int(self._record["documents"]))
+            except Exception:  # noqa: BLE001 - not a corpus of this machine: the error below says what to do
+                found = None
+            if found is not None and self._matches(found.texts):
+                return found.texts
+        raise BackendError(
+            f"the int8 export calibrated on {self._record.get('documents')} texts of {self.source!r} (SHA-256 "
+            f"{str(self._record.get('texts_sha256'))[:16]}...) is not in the work directory's cache, and those texts "
+            f"are not at hand{f' (no intact {self.texts_file})' if self.texts_file else ''}: give calibration= "
+            "with the same texts, or point PYTERRIER_SCI_HOME at the work directory that built it")
 
 
 def calibration_from_texts(texts: Sequence[str], source: str = "texts given by the caller") -> Calibration:
@@ -417,7 +461,7 @@ def load_encoder(model: str, device: Optional[str] = None, backend: str = "torch
         if calibration is None:
             raise BackendError("precision 'int8' calibrates on documents: give calibration= (a dataset whose first "
                                f"{CALIBRATION_SIZE} documents are used, or a list of texts)")
-        if not isinstance(calibration, Calibration):
+        if not isinstance(calibration, (Calibration, RecordedCalibration)):
             calibration = calibration_from_texts(calibration)
     else:
         calibration = None

@@ -19,6 +19,8 @@ import pyterrier_alpha as pta
 
 from pyterrier_sci.filesums import damaged_file, record_files
 
+from .index_meta import IndexRecord, vectors_label
+
 # one error class for building and reading sharded indexes
 from .sharded import SHARD_FILE, ShardedIndexError, shard_name
 
@@ -183,30 +185,18 @@ class ShardedDenseIndex(pta.Artifact):
     def __len__(self) -> int:
         return self.num_docs
 
-    def check_model(self, model: str, backend: Optional[str] = None, precision: Optional[str] = None) -> None:
-        """One :class:`ShardedIndexError` unless ``model`` is the model the index was built with
-        (the same name, or a name resolving to the same path or hub id) and, when given, ``precision``
-        its vectors' precision and (for int8) ``backend`` its backend: int8 queries against fp32 vectors,
-        or the reverse, would compare vectors of two encoders (fp32 backends all give the same vectors)."""
-        from pyterrier_sci.models import resolve_model
-        built_precision = self.manifest.get("precision") or "fp32"
-        built_backend = self.manifest.get("backend") or "torch"
-        if precision is not None and (precision != built_precision or
-                                      precision == "int8" and backend not in (None, built_backend)):
-            built = f"{built_backend} int8" if built_precision == "int8" else "fp32"
-            self._fail(f"holds {built} vectors (built with backend={built_backend!r}, precision={built_precision!r}); "
-                       f"queries encoded with backend={backend!r}, precision={precision!r} would not be comparable. "
-                       f"Use precision={built_precision!r}" + (f", backend={built_backend!r}"
-                                                              if built_precision == "int8" else ""))
-        if model in (self.model, self.model_id):
-            return
-        try:
-            same = resolve_model(model) in (self.model_id, resolve_model(self.model))
-        except Exception:  # a default-model alias without its package: compare names only
-            same = False
-        if not same:
-            self._fail(f"was built with the model {self.model!r} ({self.model_id}); queries encoded with "
-                       f"{model!r} would be compared with vectors of another model. Use model={self.model!r}")
+    @property
+    def record(self) -> IndexRecord:
+        """What the manifest records about the encoder of the vectors (:mod:`.index_meta`)."""
+        return IndexRecord.from_meta(self.manifest, self.index_path)
+
+    def check_model(self, model: Optional[str] = None, backend: Optional[str] = None,
+                    precision: Optional[str] = None) -> None:
+        """One :class:`~.index_meta.IndexSettingsError` unless queries encoded with ``model``, ``backend``
+        and ``precision`` (each None: the index's own) are comparable with the index's vectors: the same
+        model (name, resolved path or hub id, or weights), the same precision and, for int8, the same backend
+        (fp32 backends all give the same vectors)."""
+        self.record.resolve(model, backend, precision)
 
     # -- search ----------------------------------------------------------------------------------
     def _map(self, fn, items):
@@ -278,7 +268,9 @@ class ShardedDenseIndex(pta.Artifact):
 
     # -- transformers ----------------------------------------------------------------------------
     def retriever(self, model: Optional[str] = None, **kwargs):
-        """The ``dense`` transformer over this index (the index's own model unless ``model``)."""
+        """The ``dense`` transformer over this index: its model, backend, precision, calibration and fields
+        are the ones the manifest records (:mod:`.index_meta`); a keyword given that contradicts them is one
+        :class:`~.index_meta.IndexSettingsError`."""
         from .retriever import DenseRetriever
         return DenseRetriever(model or self.model, index=self, **kwargs)
 
@@ -295,10 +287,12 @@ class ShardedDenseIndex(pta.Artifact):
 
 def write_sharded_flex(path: Union[str, os.PathLike], docnos: Iterable[str], vectors, num_shards: int, *,
                        model: str, model_id: Optional[str] = None, corpus: Optional[str] = None,
-                       fields: Optional[Sequence[str]] = None, sim_fn: str = "dot") -> ShardedDenseIndex:
+                       fields: Optional[Sequence[str]] = None, sim_fn: str = "dot",
+                       encoder: Optional[dict] = None) -> ShardedDenseIndex:
     """Writes a sharded dense index from vectors already at hand (``vectors[i]`` is ``docnos[i]``'s,
     in corpus order), in the format that ``plugins/dense/sharded.py`` builds: each shard atomically,
-    the manifest last.  Returns the loaded index."""
+    the manifest last.  ``encoder``: what encoded the vectors (:func:`.index_meta.encoder_record`), recorded
+    in the manifest (default: only ``model``, fp32 vectors).  Returns the loaded index."""
     from pyterrier_dr import FlexIndex
 
     from pyterrier_sci.artifacts import build_atomically, write_pt_meta
@@ -326,7 +320,11 @@ def write_sharded_flex(path: Union[str, os.PathLike], docnos: Iterable[str], vec
                                                 encoding="utf-8")
         build_atomically(path / shard_name(i), build)
         entries.append({"name": shard_name(i), "start": start, "end": end, "num_docs": end - start})
+    encoder = dict(encoder) if encoder else {"model": model, "model_id": model_id, "backend": "torch",
+                                            "precision": "fp32"}
     write_pt_meta(path, type=ARTIFACT_TYPE, format=ARTIFACT_FORMAT, package_hint="pyterrier-sci",  # last: complete
                   version=FORMAT_VERSION, model=model, model_id=model_id, dim=dim, sim_fn=sim_fn, corpus=corpus,
-                  fields=fields, num_docs=n, num_shards=num_shards, shards=entries)
+                  fields=fields, num_docs=n, num_shards=num_shards, shards=entries, backend=encoder.get("backend"),
+                  precision=encoder.get("precision"), encoder=encoder,
+                  vectors=vectors_label(encoder.get("backend"), encoder.get("precision"), encoder.get("settings_hash")))
     return ShardedDenseIndex(path)

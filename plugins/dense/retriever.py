@@ -18,13 +18,33 @@ import pandas as pd
 import pyterrier as pt
 import pyterrier_alpha as pta
 
-from pyterrier_sci.corpus import corpus_id, corpus_size, dataset_of, doc_texts
+from pyterrier_sci.artifacts import build_atomically, write_pt_meta
+from pyterrier_sci.corpus import corpus_id, corpus_size, corpus_texts, dataset_of, doc_texts, index_path
+from pyterrier_sci.data import work_dir
 from pyterrier_sci.progress import Estimate, announce
 from pyterrier_sci.protocol import ModelRef
 from pyterrier_sci.registry import DATASET, MAX_RESULTS, PATH, Param, check_artifact, check_fields, params
 
 from .ann import ANN_METHODS, ann_search, check_ann
+from .backends import (
+    Calibration,
+    ExportedEncoder,
+    RecordedCalibration,
+    calibration_from_corpus,
+    calibration_from_texts,
+    load_encoder,
+)
+from .encoding import encode_stream
 from .fanout import ShardedDenseIndex, is_sharded
+from .index_meta import (
+    IndexSettingsError,
+    describe_index,
+    encoder_record,
+    read_pt_meta,
+    texts_sha256,
+    vectors_label,
+    write_calibration_texts,
+)
 from .models import BACKENDS, DEFAULT_MODEL, PRECISIONS, ModelNotFoundError, check_backend, model_slug, resolve_model
 
 #: a re-ranker without a built corpus index builds it when its input (with the documents it encoded
@@ -42,9 +62,14 @@ _DOC_VECS: dict = {}
 class DenseRetriever(pt.Transformer):
     """A sentence-transformers bi-encoder over a flat or a sharded index.
 
+    An index this plugin wrote records its encoder in ``pt_meta.json`` (:mod:`.index_meta`): ``model``,
+    ``backend``, ``precision``, ``fields`` and the int8 calibration left out (``None``) are the index's, and
+    one given that contradicts the index is one :class:`~.index_meta.IndexSettingsError`.  Without an index,
+    or over one that records nothing (written by an earlier version), they default to ``"default"``,
+    ``torch``, ``fp32`` and the dataset's text.
+
     Args:
-        model: a sentence-transformers hub id, a local path, or ``"default"`` (offline MiniLM); with a
-            sharded index it must be the index's model (its manifest names it).
+        model: a sentence-transformers hub id, a local path, or ``"default"`` (offline MiniLM).
         index: path of a :class:`pyterrier_dr.FlexIndex` (built from ``corpus`` on first use if missing)
             or of a :class:`~.fanout.ShardedDenseIndex` (shards searched in parallel), or either artifact.
         corpus: an ir_datasets id whose documents fill the index (when it is not built yet).
@@ -58,29 +83,34 @@ class DenseRetriever(pt.Transformer):
         ann: approximate retrieval (``"hnsw"``, ``"ivf"``, ``"voyager"``; default ``None``: exact), with
             ``ann_params`` its settings (:data:`~.ann.ANN_DEFAULTS`); re-scoring stays exact.
         backend, precision: the encoder's engine (``torch``, ``openvino``, ``onnx``) and precision
-            (``fp32``, ``int8``; :mod:`.backends`, docs/dense.md); int8 calibrates on ``calibration`` (an
-            ir_datasets id, default ``corpus``: its first documents).
+            (``fp32``, ``int8``; :mod:`.backends`, docs/dense.md).
+        calibration: what int8 calibrates on: an ir_datasets id (its first documents), a list of texts or a
+            :class:`~.backends.Calibration`; default the index's own calibration, else ``corpus``.
         build_index: when re-scoring a first stage while the corpus index is not built yet: ``None``
             (default) encodes only the documents it re-scores (their vectors kept for later calls) unless
             they cover at least :data:`INDEX_COVERAGE` of the corpus, then builds the index; ``True``
             builds the corpus index first.  Retrieval always needs the index.
     """
 
-    def __init__(self, model: str = DEFAULT_MODEL, index=None, corpus: Optional[str] = None,
+    def __init__(self, model: Optional[str] = None, index=None, corpus: Optional[str] = None,
                  fields: Optional[Sequence[str]] = None, num_results: int = 1000, batch_size: int = 32,
                  verbose: bool = True, device: Optional[str] = None, rank_cutoff: Optional[int] = None,
-                 ann: Optional[str] = None, ann_params: Optional[dict] = None, backend: str = "torch",
-                 precision: str = "fp32", calibration: Optional[str] = None, build_index: Optional[bool] = None):
-        self.model = model
-        self.build_index = build_index
-        self.backend, self.precision = check_backend(backend, precision)
-        self.calibration = calibration
+                 ann: Optional[str] = None, ann_params: Optional[dict] = None, backend: Optional[str] = None,
+                 precision: Optional[str] = None, calibration=None, build_index: Optional[bool] = None):
         artifact = None
         if isinstance(index, pt.Artifact):
             artifact, index = index, index.path
         self.index = None if index is None else str(index)
-        self.corpus = corpus
+        # what the index records about its encoder (None: no index, not built yet, or an earlier version's)
+        self._record = None if self.index is None else describe_index(self.index)
+        if self._record is not None:
+            model, backend, precision, fields = self._record.resolve(model, backend, precision, fields)
+        self.model = model if model is not None else DEFAULT_MODEL
+        self.backend, self.precision = check_backend(backend or "torch", precision or "fp32")
         self.fields = tuple(fields) if fields else None
+        self.calibration = list(calibration) if isinstance(calibration, (list, tuple)) else calibration
+        self.build_index = build_index
+        self.corpus = corpus
         self.num_results = num_results
         self.batch_size = batch_size
         self.verbose = verbose
@@ -88,6 +118,7 @@ class DenseRetriever(pt.Transformer):
         self.rank_cutoff = rank_cutoff
         self.ann, self.ann_params = check_ann(ann, ann_params)  # plugins/dense/ann.py
         self._encoder = None
+        self._cal = None  # the int8 calibration the encoder was loaded with
         self._flex = None
         self._query_memo = {}
         if artifact is not None:
@@ -96,15 +127,44 @@ class DenseRetriever(pt.Transformer):
     # -- the pieces, loaded lazily so that building a pipeline costs nothing ----------------------
     @property
     def encoder(self):
-        """The ``SentenceTransformer``."""
+        """The ``SentenceTransformer`` (or exported encoder): the index's, where it records one."""
         if self._encoder is None:
-            from .backends import calibration_from_corpus, load_encoder
-            cal = self.calibration or self.corpus
-            if self.precision == "int8" and cal:
-                cal = calibration_from_corpus(cal, self.fields)
-            self._encoder = load_encoder(self.model, self.device, self.backend, self.precision, cal,
-                                         verbose=self.verbose)
+            record = self.__dict__.get("_record")  # unpickled from an older version: none
+            if record is not None:
+                record.check_weights(self.model)
+            self._cal = self._calibration() if self.precision == "int8" else None
+            encoder = load_encoder(self.model, self.device, self.backend, self.precision, self._cal,
+                                   verbose=self.verbose)
+            if record is not None and record.max_seq_length and \
+                    getattr(encoder, "max_seq_length", None) not in (None, record.max_seq_length):
+                encoder.max_seq_length = record.max_seq_length  # truncate queries as the documents were
+            self._encoder = encoder
         return self._encoder
+
+    def _calibration(self):
+        """What int8 calibrates on: ``calibration`` as given (checked against the index's), else the
+        index's own (:class:`~.backends.RecordedCalibration`: its cached export), else ``corpus``'s first
+        documents; None when there is nothing (``load_encoder`` then says what to give)."""
+        record = self.__dict__.get("_record")
+        recorded = record.calibration if record is not None else None
+        if self.calibration is None and recorded:
+            return RecordedCalibration(recorded, record.calibration_file, self.fields)
+        cal = self.calibration if self.calibration is not None else self.corpus
+        if cal is None:
+            return None
+        if isinstance(cal, str):
+            cal = calibration_from_corpus(cal, self.fields)
+        elif not isinstance(cal, (Calibration, RecordedCalibration)):
+            cal = calibration_from_texts(cal)
+        if recorded and self.calibration is not None and \
+                cal.record().get("texts_sha256") != recorded.get("texts_sha256"):
+            raise IndexSettingsError(
+                f"calibration (texts SHA-256 {cal.record().get('texts_sha256', '')[:16]}..., "
+                f"{len(cal.texts)} texts of {cal.source!r}) contradicts the dense index {record.path!r}, whose int8 "
+                f"vectors were encoded with calibration {recorded.get('texts_sha256', '')[:16]}... "
+                f"({recorded.get('documents')} texts of {recorded.get('source')!r}); leave calibration out to use "
+                "the index's")
+        return cal
 
     def encode(self, texts: Sequence[str], desc: Optional[str] = None):
         """Embeddings (float32 rows) of ``texts``; one progress bar when ``desc`` is given and verbose."""
@@ -119,7 +179,6 @@ class DenseRetriever(pt.Transformer):
     def _encode_docs(self, docs):
         """Adds ``doc_vec`` to a stream of ``{'docno', 'text'}`` under one progress bar that moves per
         encoded batch (:func:`.encoding.encode_stream`)."""
-        from .encoding import encode_stream
         encoder = self.encoder  # exported, calibrated and compiled first, each phase with its own bar
         name = corpus_id(self.corpus) if self.corpus else "documents"
         total = corpus_size(self.corpus, exact=False) if self.corpus else None  # never read the corpus for it
@@ -145,32 +204,50 @@ class DenseRetriever(pt.Transformer):
         return _DOC_VECS.setdefault(self.index, {}) if self.index is not None else {}
 
     def _use_index(self, index):
-        if isinstance(index, ShardedDenseIndex):
-            index.check_model(self.model, self.backend, self.precision)
+        """Uses the opened ``index``, whose record (if this retriever was made before it existed) must
+        agree with this retriever's settings."""
+        if self.__dict__.get("_record") is None:
+            record = describe_index(index)
+            if record is not None:
+                record.resolve(self.model, self.backend, self.precision, self.fields)
+                self._record = record
         self._flex = index
+
+    def index_record(self) -> dict:
+        """What a flat index built by this retriever records in its ``pt_meta.json`` (:mod:`.index_meta`)."""
+        encoder = self.encoder
+        export = encoder.meta if isinstance(encoder, ExportedEncoder) else None
+        return {"encoder": encoder_record(self.model, self.backend, self.precision, export,
+                                          getattr(encoder, "max_seq_length", None)),
+                "fields": list(self.fields) if self.fields else None,
+                "corpus": corpus_id(self.corpus) if self.corpus else None,
+                "vectors": vectors_label(self.backend, self.precision, export.get("settings_hash") if export else None)}
 
     def flex_index(self):
         """The index: a FlexIndex (built from ``corpus`` first if needed, atomically) or a
-        :class:`~.fanout.ShardedDenseIndex` (whose model must be this retriever's)."""
+        :class:`~.fanout.ShardedDenseIndex`."""
         if self.index is None:
             return None
         if self._flex is None and is_sharded(self.index):
             self._use_index(ShardedDenseIndex(self.index))
         if self._flex is None:
             from pyterrier_dr import FlexIndex
-
-            from pyterrier_sci.artifacts import build_atomically
-            from pyterrier_sci.corpus import corpus_texts
             path = Path(self.index)
             if not (path / "pt_meta.json").exists():
                 if not self.corpus:
                     raise FileNotFoundError(f"dense index not found: {path} (and no corpus given to build it)")
+
                 def build(tmp):
                     docs = self._encode_docs(corpus_texts(self.corpus, self.fields))
                     FlexIndex(str(tmp), verbose=False).indexer().index(docs)
+                    meta = read_pt_meta(tmp)
+                    meta.update(self.index_record())  # self-describing: the encoder, its settings, the fields
+                    write_pt_meta(tmp, **meta)
+                    if self.precision == "int8":
+                        write_calibration_texts(tmp, self._cal)
                 build_atomically(path, build)
             _DOC_VECS.pop(self.index, None)  # in the index now
-            self._flex = FlexIndex(str(path), verbose=False)
+            self._use_index(FlexIndex(str(path), verbose=False))
         return self._flex
 
     def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
@@ -285,8 +362,11 @@ class DenseRetriever(pt.Transformer):
                          "revision at download time)")]
 
     def _key(self):
+        cal = self.calibration
+        if cal is not None and not isinstance(cal, str):  # texts or a Calibration: by what they hold
+            cal = cal.record()["texts_sha256"] if hasattr(cal, "record") else texts_sha256(list(cal))
         return (self.model, self.index, self.corpus, self.fields, self.num_results, self.rank_cutoff, self.ann,
-                tuple(sorted(self.ann_params.items())), self.backend, self.precision, self.calibration)
+                tuple(sorted(self.ann_params.items())), self.backend, self.precision, cal)
 
     def __eq__(self, other) -> bool:
         return isinstance(other, DenseRetriever) and self._key() == other._key()
@@ -297,6 +377,7 @@ class DenseRetriever(pt.Transformer):
     def __getstate__(self):
         state = dict(self.__dict__)
         state["_encoder"] = None  # reloaded where it is unpickled
+        state["_cal"] = None
         state["_flex"] = None
         state["_query_memo"] = {}
         return state
@@ -475,48 +556,52 @@ def _ranked(inp: pd.DataFrame, scores) -> pd.DataFrame:
     return out
 
 
-@params(model=Param(str, min_len=1), index=Param(bool, PATH, optional=True), dataset=Param(DATASET, optional=True),
-        fields=Param(list, item=str, min_len=1, optional=True), num_results=Param(int, min=1, max=MAX_RESULTS),
-        batch_size=Param(int, min=1, max=65536), device=Param(str, min_len=1, optional=True),
-        ann=Param(str, choices=ANN_METHODS, optional=True), ann_params=Param(dict, optional=True),
-        backend=Param(str, choices=BACKENDS), precision=Param(str, choices=PRECISIONS))
-def dense_component(*, context=None, model: str = DEFAULT_MODEL, index: Union[None, bool, str] = None,
+@params(model=Param(str, min_len=1, optional=True), index=Param(bool, PATH, optional=True),
+        dataset=Param(DATASET, optional=True), fields=Param(list, item=str, min_len=1, optional=True),
+        num_results=Param(int, min=1, max=MAX_RESULTS), batch_size=Param(int, min=1, max=65536),
+        device=Param(str, min_len=1, optional=True), ann=Param(str, choices=ANN_METHODS, optional=True),
+        ann_params=Param(dict, optional=True), backend=Param(str, choices=BACKENDS, optional=True),
+        precision=Param(str, choices=PRECISIONS, optional=True))
+def dense_component(*, context=None, model: Optional[str] = None, index: Union[None, bool, str] = None,
                     dataset: Optional[str] = None, fields: Optional[Sequence[str]] = None, num_results: int = 1000,
                     batch_size: int = 32, verbose: bool = True, device: Optional[str] = None,
-                    ann: Optional[str] = None, ann_params: Optional[dict] = None, backend: str = "torch",
-                    precision: str = "fp32") -> DenseRetriever:
+                    ann: Optional[str] = None, ann_params: Optional[dict] = None, backend: Optional[str] = None,
+                    precision: Optional[str] = None) -> DenseRetriever:
     """``dense``: a sentence-transformers bi-encoder (default: offline all-MiniLM-L6-v2) over a flat index
-    or a sharded one (``pyterrier-sci index --shards N``; searched shard-parallel, ``model`` must be its own).
+    or a sharded one (``pyterrier-sci index --shards N``; searched shard-parallel).
 
     ``index``: a FlexIndex or sharded index path (built there when needed); by default the dataset's corpus
     index, built on first retrieval, or when re-scoring a first stage that covers a quarter of the corpus
     (a smaller one, ``pool % 30 >> dense``, has only its own documents encoded, each once); ``true``: the
     corpus index is built on first use either way; ``false``: no index, the input's ``text`` column is
-    encoded.  ``backend`` / ``precision``: the encoder's engine and precision
-    (docs/dense.md); int8 calibrates on the dataset's first documents and gets its own corpus index."""
-    check_backend(backend, precision)
+    encoded.  ``backend`` / ``precision``: the encoder's engine and precision (docs/dense.md; default
+    ``torch``, ``fp32``); int8 calibrates on the dataset's first documents and gets its own corpus index.
+    An index path that holds an index takes ``model``, ``backend``, ``precision``, ``fields`` and the int8
+    calibration from its ``pt_meta.json`` where they are left out; one that contradicts it is one
+    :class:`~.index_meta.IndexSettingsError`."""
     corpus = dataset_of(dataset, context, "dense", required=False)
-    fast = dict(backend=backend, precision=precision, calibration=corpus)
-    if isinstance(index, str):  # built there on first use when missing
-        if is_sharded(index):  # a finished sharded index (its model must be the query model) or an unfinished build
-            ShardedDenseIndex(index).check_model(model, backend, precision)
+    common = dict(num_results=num_results, batch_size=batch_size, verbose=verbose, device=device, ann=ann,
+                  ann_params=ann_params)
+    if isinstance(index, str):  # an index there (its settings where left out), or built there on first use
+        if is_sharded(index):  # a finished sharded index (opened: checked against its shards) or an unfinished build
+            index = ShardedDenseIndex(index)
         else:
             check_artifact(index, {"dense_index": ["flex", "sharded_flex"]}, "dense", must_exist=False)
-    elif fields and index is not False:
+        return DenseRetriever(model, index=index, corpus=corpus, fields=fields, backend=backend, precision=precision,
+                              build_index=True, **common)
+    model, backend = model or DEFAULT_MODEL, backend or "torch"
+    check_backend(backend, precision or "fp32")
+    precision = precision or "fp32"
+    if fields and index is not False:
         check_fields(corpus, fields, "dense")
+    fast = dict(backend=backend, precision=precision, calibration=corpus)
     if index is False:
-        return DenseRetriever(model, index=None, corpus=None, fields=fields, num_results=num_results,
-                              batch_size=batch_size, verbose=verbose, device=device, ann=ann, ann_params=ann_params,
-                              **fast)
-    build_index = True if index is True or isinstance(index, str) else None  # asked for: built when needed
-    if index is True:
-        index = None
-    if index is None and corpus:
-        from pyterrier_sci.corpus import index_path
+        return DenseRetriever(model, index=None, corpus=None, fields=fields, **common, **fast)
+    build_index = True if index is True else None  # asked for: built when needed
+    if corpus:
         work = context.workdir() if context is not None else None
-        from pyterrier_sci.data import work_dir
         kind = "dense-" + model_slug(model) + (f"-{backend}-int8" if precision == "int8" else "")  # fp32 exports match
         index = str(index_path(work or work_dir(), corpus, kind, fields))
-    return DenseRetriever(model, index=index, corpus=corpus, fields=fields, num_results=num_results,
-                          batch_size=batch_size, verbose=verbose, device=device, ann=ann, ann_params=ann_params,
-                          build_index=build_index, **fast)
+    else:
+        index = None
+    return DenseRetriever(model, index=index, corpus=corpus, fields=fields, build_index=build_index, **common, **fast)

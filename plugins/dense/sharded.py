@@ -245,7 +245,8 @@ class _ShardEncoder:
             info = {"shard": i, "num_shards": spec["num_shards"], **info, "dim": meta["vec_size"],
                     "corpus": spec["corpus_key"], "fields": spec["fields"], "start": start, "end": end,
                     "num_docs": end - start, "vectors": spec["vectors"], "backend": spec["backend"],
-                    "precision": spec["precision"], "files": record_files(tmp)}
+                    "precision": spec["precision"], "max_seq_length": getattr(self.model, "max_seq_length", None),
+                    "files": record_files(tmp)}
             (tmp / SHARD_FILE).write_text(json.dumps(info, indent=2), encoding="utf-8")
             built.append(True)
 
@@ -415,11 +416,16 @@ def _discard_shard(index: Path, path: Path, problem: str) -> None:
         shutil.rmtree(path)
 
 
-def _write_manifest(index: Path, spec: dict, bounds: List[Tuple[int, int]]) -> dict:
+def _write_manifest(index: Path, spec: dict, bounds: List[Tuple[int, int]], calibration=None) -> dict:
+    """The manifest, last (it marks the index complete): the shards and what encoded them (the model, its
+    weights, backend, precision, maximum sequence length, the export and its calibration: ``encoder``,
+    :mod:`.index_meta`), beside ``calibration.json`` for int8."""
     from pyterrier_dr import FlexIndex
 
     from pyterrier_sci.artifacts import write_pt_meta
-    shards, dims = [], set()
+
+    from .index_meta import encoder_record, write_calibration_texts
+    shards, dims, lengths = [], set(), set()
     for i, (start, end) in enumerate(bounds):
         path = index / shard_name(i)
         info = json.loads((path / SHARD_FILE).read_text())
@@ -427,15 +433,20 @@ def _write_manifest(index: Path, spec: dict, bounds: List[Tuple[int, int]]) -> d
         if bad:
             raise ShardedIndexError(f"{path} does not belong to this build: {'; '.join(bad)}", where="index")
         dims.add(info["dim"])
+        lengths.add(info.get("max_seq_length"))
         shards.append({"name": shard_name(i), "start": start, "end": end, "num_docs": end - start})
     if len(dims) != 1:
         raise ShardedIndexError(f"the shards of {index} have different dimensions {sorted(dims)}", where="index")
     sim_fn = FlexIndex(str(index / shard_name(0)), verbose=False).sim_fn.value
+    encoder = encoder_record(spec["model"], spec["backend"], spec["precision"], spec["encoder"],
+                             lengths.pop() if len(lengths) == 1 else None)
+    if calibration is not None:
+        write_calibration_texts(index, calibration)
     return write_pt_meta(index, type=MANIFEST_TYPE, format=MANIFEST_FORMAT, version=FORMAT_VERSION,
                          model=spec["model"], model_id=spec["model_id"], dim=dims.pop(), sim_fn=sim_fn,
                          corpus=spec["corpus_key"], fields=spec["fields"], num_docs=bounds[-1][1],
                          num_shards=len(bounds), shards=shards, vectors=spec["vectors"], backend=spec["backend"],
-                         precision=spec["precision"], encoder=spec["encoder"])
+                         precision=spec["precision"], encoder=encoder)
 
 
 def _cause(e: BaseException) -> BaseException:
@@ -544,7 +555,7 @@ def build_sharded_index(corpus: str, model: str = "default", index_path=None, nu
     encoder = _encoder_spec(model, device, backend, precision, cal, work)
     spec["encoder"] = encoder["encoder"]
     if not todo:
-        _write_manifest(index, spec, bounds)
+        _write_manifest(index, spec, bounds, cal)
         if verbose:
             print(f"{index}: all {num_shards} shards are built; manifest written", file=sys.stderr)
         return index
@@ -611,7 +622,7 @@ def build_sharded_index(corpus: str, model: str = "default", index_path=None, nu
                 bar.update(count - bar.n)
         bar.update(n - bar.n)
         bar.close()
-        _write_manifest(index, spec, bounds)
+        _write_manifest(index, spec, bounds, cal)
         return index
     finally:
         for a in actors + ([progress] if progress is not None else []):
