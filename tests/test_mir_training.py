@@ -9,6 +9,7 @@ import pandas as pd
 import pyterrier as pt
 import pytest
 
+from pyterrier_sci.plugins.mir import components
 from pyterrier_sci.plugins.mir import training as mir
 from pyterrier_sci.plugins.mir.mag import MethodologyAdjacencyGraph
 
@@ -249,7 +250,7 @@ def test_train_save_load_and_retrieve(graph, tmp_path):
     base = load_sentence_transformer("default", "cpu").encode(["graph parsing"])
     tuned = loaded.sentence_transformer().encode(["graph parsing"])
     assert not np.allclose(base, tuned)
-    t = mir.mir_dense_component(model=str(out))
+    t = components.mir_dense_component(model=str(out))
     frame = pd.DataFrame(
         {
             "qid": ["1", "1"],
@@ -260,12 +261,15 @@ def test_train_save_load_and_retrieve(graph, tmp_path):
     )
     res = t(frame)
     assert list(res["docno"]) == ["a", "b"] and list(res["rank"]) == [0, 1]
+    assert loaded.retriever() == t  # the artifact hands out the mir_dense retriever
+    # the factory moved to components.py (issue 32); its old path in training.py still works
+    assert mir.mir_dense_component is components.mir_dense_component
     with pytest.raises(FileExistsError):
         mir.train_mir(graph, out, epochs=1, max_steps=1)
     with pytest.raises(FileNotFoundError):
-        mir.mir_dense_component(model=str(tmp_path / "nothing"))
+        components.mir_dense_component(model=str(tmp_path / "nothing"))
     with pytest.raises(TypeError):
-        mir.mir_dense_component(model=str(out), epochs=2)
+        components.mir_dense_component(model=str(out), epochs=2)
 
 
 def test_lora_training_merges_the_adapters(graph, tmp_path):

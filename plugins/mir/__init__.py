@@ -6,12 +6,12 @@ from pyterrier_sci.lazy import lazy_exports
 _MODULES = {  # module -> the public names it defines, imported on first use
     "mag": ("Edge", "Sample", "MethodologyAdjacencyGraph"),
     "training": ("KeywordExtractor", "DomainIndex", "MAGSampler", "JointTripletLoss", "EpochBatchSampler",
-                "MIRTrainingConfig", "MIRModel", "train_mir", "mir_dense_component", "TRIPLET_SETS",
-                "evaluate_part", "table2_figures"),
+                "MIRTrainingConfig", "MIRModel", "train_mir", "mir_retriever", "TRIPLET_SETS", "evaluate_part",
+                "table2_figures"),
     "judges": ("MIRPointwise", "MIRAgent"),
     "exemplars": ("REQUIRED", "load_training_set", "ExemplarSelector"),
     "proposals": ("OWNED", "METHODOLOGICAL_INTENTS", "parse_proposal", "ProposalExtractor", "build_mir_data"),
-    "components": ("mir_pointwise_component", "mir_agent_component"),
+    "components": ("mir_dense_component", "mir_pointwise_component", "mir_agent_component"),
     "experiments": ("add_training_arguments", "parse_training_arguments", "training_config"),
     "measures": ("MIRMeasure", "PAPER_MEASURES", "measure", "evaluate"),
 }

@@ -2,11 +2,16 @@
 ``mir_agent`` (the LLM judges of MIR §5.2)."""
 from __future__ import annotations
 
+from typing import Optional, Sequence
+
+import pyterrier as pt
+
+from pyterrier_sci.models import BACKENDS, PRECISIONS
 from pyterrier_sci.plugins.llm.components import build_llm_component, declare_llm_params
-from pyterrier_sci.registry import Param
+from pyterrier_sci.registry import DATASET, MAX_RESULTS, PATH, Param, params
 
 from .judges import MIRAgent, MIRPointwise
-from .training import mir_dense_component
+from .training import MIRTrainingConfig, mir_retriever, train_mir, trained_model_path
 
 __all__ = ["mir_dense_component", "mir_pointwise_component", "mir_agent_component"]
 
@@ -22,3 +27,48 @@ def mir_pointwise_component(*inputs, context=None, **params):
 def mir_agent_component(*inputs, context=None, **params):
     """``mir_agent``: MIR-Agent - proposal analysis, paper analysis, judgement."""
     return build_llm_component(MIRAgent, inputs, context, params)
+
+
+@params(MIRTrainingConfig, model=Param(PATH, optional=True), dataset=Param(DATASET, optional=True),
+        train_dataset=Param(DATASET, optional=True), num_results=Param(int, min=1, max=MAX_RESULTS),
+        batch_size=Param(int, min=1, max=65536), fields=Param(list, item=str, min_len=1, optional=True),
+        device=Param(str, min_len=1, optional=True), triplets=Param(str, min_len=1), alpha=Param(float, min=0, max=1),
+        margin=Param(float, min=0, max=100), epochs=Param(int, min=1, max=1000),
+        learning_rate=Param(float, min=1e-12, max=1),
+        warmup_ratio=Param(float, min=0, max=1), max_seq_length=Param(int, min=1, max=100_000),
+        hard_top=Param(int, min=0, max=MAX_RESULTS), n_keywords=Param(int, min=1, max=100_000),
+        seed=Param(int, min=0, max=2 ** 32 - 1), max_steps=Param(int, min=1, max=10 ** 9, optional=True),
+        frozen_layers=Param(int, min=0, max=1000), backend=Param(str, choices=BACKENDS),
+        precision=Param(str, choices=PRECISIONS))
+def mir_dense_component(*inputs, context=None, model: Optional[str] = None, dataset: Optional[str] = None,
+                        train: bool = False, train_dataset: Optional[str] = None, num_results: int = 1000,
+                        batch_size: int = 32, fields: Optional[Sequence[str]] = None, verbose: bool = False,
+                        device: Optional[str] = None, backend: str = "torch", precision: str = "fp32",
+                        **training) -> pt.Transformer:
+    """``mir_dense``: dense retrieval with a MIR fine-tuned model (a saved model path, or trained on
+    ``train_dataset`` with ``train=True`` and the training settings of ``MIRTrainingConfig``); ``backend``
+    and ``precision`` choose the encoder's engine as for ``dense`` (docs/dense.md)."""
+    if train:
+        if not train_dataset:
+            raise ValueError("mir_dense(train=True) needs train_dataset='irds:sci/mir-multicite/...' "
+                             "(a training split)")
+        unknown = set(training) - set(MIRTrainingConfig.__dataclass_fields__)
+        if unknown:
+            raise TypeError(f"mir_dense: unknown training settings {sorted(unknown)}")
+        cfg = MIRTrainingConfig(**training)
+        if model:
+            cfg.base_model = model
+        path = trained_model_path(train_dataset, cfg, context.workdir() if context is not None else None)
+        if not (path / "pt_meta.json").exists():
+            train_mir(train_dataset, path, cfg, overwrite=True, verbose=verbose)
+        model = str(path)
+    elif training:
+        raise TypeError(f"mir_dense: training settings {sorted(training)} need train=True")
+    if not model:
+        raise ValueError("mir_dense needs model=<path of a MIR model> (train_mir / MIRModel) or train=True with "
+                         "train_dataset=...")
+    t = mir_retriever(model, context=context, dataset=dataset, fields=fields, num_results=num_results,
+                      batch_size=batch_size, verbose=verbose, device=device, backend=backend, precision=precision)
+    if len(inputs) > 1:
+        raise ValueError("mir_dense takes at most one input pipeline")
+    return inputs[0] >> t if inputs else t

@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 from typing import List, Optional
 
+from .training import MIRTrainingConfig
+
 
 def add_training_arguments(ap: argparse.ArgumentParser) -> None:
     """Adds the fine-tuning settings (defaults: the example's, i.e. the validated pick) and --seeds/--threads."""
@@ -36,7 +38,6 @@ def parse_training_arguments(ap: argparse.ArgumentParser, argv: Optional[List[st
 
 def training_config(args: argparse.Namespace, seed: int):
     """The :class:`~pyterrier_sci.plugins.mir.training.MIRTrainingConfig` of the parsed settings for one seed."""
-    from .training import MIRTrainingConfig
     return MIRTrainingConfig(epochs=args.epochs, samples=args.samples, triplets=args.triplets,
                              sampling=args.sampling == "on", batch_size=args.batch_size, learning_rate=args.lr,
                              margin=args.margin, alpha=args.alpha, max_seq_length=args.max_seq_length,

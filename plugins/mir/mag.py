@@ -10,6 +10,7 @@ from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import pandas as pd
 
+from pyterrier_sci.datasets import mir_multicite as mir_data
 from pyterrier_sci.datasets.mir_multicite import MI_INTENTS  # noqa: F401 (re-exported)
 
 __all__ = ["Edge", "Sample", "MethodologyAdjacencyGraph"]
@@ -91,8 +92,7 @@ class MethodologyAdjacencyGraph:
     def from_dataset(cls, dataset: str) -> "MethodologyAdjacencyGraph":
         """The graph of a ``sci/mir-multicite`` id's proposals (its citation contexts and cited papers).
         For a training graph use a training id (``sci/mir-multicite/train``, ``.../dev/chrono-train``)."""
-        from pyterrier_sci.datasets import mir_multicite as mir_data
-        v = mir_data._view_of(dataset)
+        v = mir_data.view_of(dataset)
         data = v.data()
         props = mir_data.proposals(dataset)
         cites = mir_data.citations(dataset)
@@ -106,7 +106,6 @@ class MethodologyAdjacencyGraph:
     @classmethod
     def from_csv(cls, path, proposals: Optional[Iterable[str]] = None) -> "MethodologyAdjacencyGraph":
         """The graph of a file with the release's columns (optionally only some proposals)."""
-        from pyterrier_sci.datasets import mir_multicite as mir_data
         data = mir_data.read_csv(path)
         keep = set(data.proposals) if proposals is None else {str(p) for p in proposals}
         cites = [c for c in data.citations if c.query_id in keep]

@@ -73,7 +73,7 @@ def evaluate(runs: Mapping[str, object], dataset: str, measures: Sequence[str] =
     over the proposals of ``dataset`` that have ground truth, and ``n`` (how many)."""
     import numpy as np
     import pandas as pd
-    v = mir_multicite._view_of(dataset)
+    v = mir_multicite.view_of(dataset)
     relevant = {q: {d for d, r in docs.items() if r} for q, docs in v.judged().items()}
     for q in v.qids():
         relevant.setdefault(q, set())

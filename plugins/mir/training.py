@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import importlib
 import json
 import random
 import re
@@ -18,14 +19,19 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import pandas as pd
-import pyterrier as pt
 from torch import Tensor, nn
 
 from pyterrier_sci.artifacts import build_atomically
-from pyterrier_sci.models import BACKENDS, PRECISIONS
-from pyterrier_sci.plugins.dense import DEFAULT_MODEL, DenseRetriever, load_sentence_transformer, model_slug
+from pyterrier_sci.data import work_dir
+from pyterrier_sci.datasets import mir_multicite
+from pyterrier_sci.plugins.dense import (
+    DEFAULT_MODEL,
+    DenseRetriever,
+    dense_component,
+    load_sentence_transformer,
+    model_slug,
+)
 from pyterrier_sci.plugins.dense.models import SentenceTransformerModel
-from pyterrier_sci.registry import DATASET, MAX_RESULTS, PATH, Param, params
 from pyterrier_sci.training import (
     freeze_lower_layers,
     run_trainer,
@@ -36,10 +42,11 @@ from pyterrier_sci.training import (
 )
 
 from .mag import MethodologyAdjacencyGraph
+from .measures import measure
 
 __all__ = ["KeywordExtractor", "DomainIndex", "MAGSampler", "JointTripletLoss", "EpochBatchSampler",
-           "MIRTrainingConfig", "MIRModel", "train_mir", "mir_dense_component", "TRIPLET_SETS", "evaluate_part",
-           "table2_figures"]
+           "MIRTrainingConfig", "MIRModel", "train_mir", "TRIPLET_SETS", "evaluate_part", "table2_figures",
+           "trained_model_path", "mir_retriever"]
 
 TRIPLET_SETS = {"T1": ("T1",), "T1+T2": ("T1", "T2"), "T1+T3": ("T1", "T3"), "all": ("T1", "T2", "T3"),
                 "T1+T2+T3": ("T1", "T2", "T3")}
@@ -426,8 +433,9 @@ class MIRModel(SentenceTransformerModel):
         return json.loads(p.read_text()) if p.exists() else {}
 
     def retriever(self, dataset: Optional[str] = None, **kwargs) -> DenseRetriever:
-        """``mir_dense`` with this model over ``dataset``'s corpus (or re-scoring a first stage)."""
-        return mir_dense_component(model=str(self.path), dataset=dataset, **kwargs)
+        """``mir_dense`` with this model over ``dataset``'s corpus (or re-scoring a first stage);
+        ``kwargs`` are those of :func:`mir_retriever`."""
+        return mir_retriever(str(self.path), dataset=dataset, **kwargs)
 
     def __repr__(self) -> str:
         return f"MIRModel({str(self.path)!r})"
@@ -527,8 +535,6 @@ def evaluate_part(model, split, train_q: Sequence[str], test_q: Sequence[str],
     :func:`~pyterrier_sci.datasets.mir_multicite.candidate_pools`).  One row per (corpus, measure,
     proposal with ground truth): columns ``corpus``, ``measure``, ``qid``, ``value`` (x100).  Each paper
     and proposal is encoded once; ties keep the pool order."""
-    from pyterrier_sci.datasets import mir_multicite
-    from pyterrier_sci.plugins.mir.measures import measure
     judged = split.cited(test_q)
     relevant = {q: {d for d, r in judged.get(q, {}).items() if r} for q in test_q}
     qids = [q for q in test_q if relevant[q]]
@@ -566,61 +572,29 @@ def table2_figures(per_query: pd.DataFrame) -> Dict[str, float]:
 
 
 # ------------------------------------------------------------------------------------------------
-# the component
+# the retriever of a trained model (the mir_dense component: components.py)
 # ------------------------------------------------------------------------------------------------
 
 def trained_model_path(train_dataset: str, config: MIRTrainingConfig, work: Optional[Path] = None) -> Path:
     """Where ``mir_dense(train=True)`` keeps the model trained on ``train_dataset`` with ``config``."""
-    from pyterrier_sci.data import work_dir
     base = Path(work) if work else work_dir()
     ds = (train_dataset[5:] if train_dataset.startswith("irds:") else train_dataset).replace("/", "__")
     return base / "models" / "mir" / f"{ds}-{config.key()}"
 
 
-@params(MIRTrainingConfig, model=Param(PATH, optional=True), dataset=Param(DATASET, optional=True),
-        train_dataset=Param(DATASET, optional=True), num_results=Param(int, min=1, max=MAX_RESULTS),
-        batch_size=Param(int, min=1, max=65536), fields=Param(list, item=str, min_len=1, optional=True),
-        device=Param(str, min_len=1, optional=True), triplets=Param(str, min_len=1), alpha=Param(float, min=0, max=1),
-        margin=Param(float, min=0, max=100), epochs=Param(int, min=1, max=1000),
-        learning_rate=Param(float, min=1e-12, max=1),
-        warmup_ratio=Param(float, min=0, max=1), max_seq_length=Param(int, min=1, max=100_000),
-        hard_top=Param(int, min=0, max=MAX_RESULTS), n_keywords=Param(int, min=1, max=100_000),
-        seed=Param(int, min=0, max=2 ** 32 - 1), max_steps=Param(int, min=1, max=10 ** 9, optional=True),
-        frozen_layers=Param(int, min=0, max=1000), backend=Param(str, choices=BACKENDS),
-        precision=Param(str, choices=PRECISIONS))
-def mir_dense_component(*inputs, context=None, model: Optional[str] = None, dataset: Optional[str] = None,
-                        train: bool = False, train_dataset: Optional[str] = None, num_results: int = 1000,
-                        batch_size: int = 32, fields: Optional[Sequence[str]] = None, verbose: bool = False,
-                        device: Optional[str] = None, backend: str = "torch", precision: str = "fp32",
-                        **training) -> pt.Transformer:
-    """``mir_dense``: dense retrieval with a MIR fine-tuned model (a saved model path, or trained on
-    ``train_dataset`` with ``train=True`` and the training settings of ``MIRTrainingConfig``); ``backend``
-    and ``precision`` choose the encoder's engine as for ``dense`` (docs/dense.md)."""
-    from pyterrier_sci.plugins.dense import dense_component
-    if train:
-        if not train_dataset:
-            raise ValueError("mir_dense(train=True) needs train_dataset='irds:sci/mir-multicite/...' "
-                             "(a training split)")
-        unknown = set(training) - set(MIRTrainingConfig.__dataclass_fields__)
-        if unknown:
-            raise TypeError(f"mir_dense: unknown training settings {sorted(unknown)}")
-        cfg = MIRTrainingConfig(**training)
-        if model:
-            cfg.base_model = model
-        path = trained_model_path(train_dataset, cfg, context.workdir() if context is not None else None)
-        if not (path / "pt_meta.json").exists():
-            train_mir(train_dataset, path, cfg, overwrite=True, verbose=verbose)
-        model = str(path)
-    elif training:
-        raise TypeError(f"mir_dense: training settings {sorted(training)} need train=True")
-    if not model:
-        raise ValueError("mir_dense needs model=<path of a MIR model> (train_mir / MIRModel) or train=True with "
-                         "train_dataset=...")
+def mir_retriever(model: Union[str, Path], *, context=None, dataset: Optional[str] = None, num_results: int = 1000,
+                  batch_size: int = 32, fields: Optional[Sequence[str]] = None, verbose: bool = False,
+                  device: Optional[str] = None, backend: str = "torch", precision: str = "fp32") -> DenseRetriever:
+    """Dense retrieval with the MIR model at ``model`` (a sentence-transformers directory), as ``dense``
+    retrieves (``backend`` and ``precision``: the encoder's engine, docs/dense.md)."""
     if not (Path(model) / "modules.json").exists():
         raise FileNotFoundError(f"mir_dense: {model} is not a sentence-transformers model directory "
                                 f"(train one with pyterrier_sci.plugins.mir.training.train_mir)")
-    t = dense_component(context=context, model=str(model), dataset=dataset, fields=fields, num_results=num_results,
-                        batch_size=batch_size, verbose=verbose, device=device, backend=backend, precision=precision)
-    if len(inputs) > 1:
-        raise ValueError("mir_dense takes at most one input pipeline")
-    return inputs[0] >> t if inputs else t
+    return dense_component(context=context, model=str(model), dataset=dataset, fields=fields, num_results=num_results,
+                           batch_size=batch_size, verbose=verbose, device=device, backend=backend, precision=precision)
+
+
+def __getattr__(name: str):  # PEP 562: moved to .components (which imports this module); the old import path works
+    if name == "mir_dense_component":
+        return importlib.import_module(f"{__package__}.components").mir_dense_component
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
