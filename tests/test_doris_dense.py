@@ -239,3 +239,9 @@ def test_fine_tune_changes_the_model_and_is_atomic(tmp_path, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         fine_tune(TRIPLETS, tmp_path / "new", max_steps=1, batch_size=2, max_seq_length=32)
     assert not (tmp_path / "new").exists() and not list(tmp_path.glob("new.partial-*"))
+
+
+def test_the_factory_lives_in_components_and_keeps_its_old_path():
+    from pyterrier_sci.plugins.doris_mae import components
+
+    assert doris.maxsim_component is components.maxsim_component is maxsim_component

@@ -4,7 +4,8 @@ from pyterrier_sci.lazy import lazy_exports
 
 _MODULES = {  # module -> the public names it defines, imported on first use
     "maxsim": ("QUERY_MODES", "DOC_MODES", "split_sentences", "SentenceEncoder", "shared_encoder",
-              "MaxSimScorer", "maxsim_component"),
+              "MaxSimScorer"),
+    "components": ("maxsim_component",),
     "training": ("make_triplets", "TRAINING_FILE", "ContrastiveModel", "fine_tune"),
     "anno_gpt": ("TEMPLATE_PACKAGE", "LABEL_SCORES", "MODES", "PAIR_KEY", "parse_label", "question_pairs",
                 "CostEstimate", "AnnoGPT", "read_annotations", "compile_scores", "subquery_scores", "rankings",

@@ -22,9 +22,12 @@ import pandas as pd
 
 from pyterrier_sci.artifacts import atomic_file
 from pyterrier_sci.corpus import irds_id
+from pyterrier_sci.datasets import doris_mae
+from pyterrier_sci.datasets.doris_mae import subquery_of
 from pyterrier_sci.llm import LLMClient, LLMError, LLMSettings, Usage, settings_from
 from pyterrier_sci.llm.client import UsesLLM
 from pyterrier_sci.llm.text import estimate_tokens, load_template, render, truncate
+from pyterrier_sci.pipeline import load_config
 
 TEMPLATE_PACKAGE = __package__
 #: the four labels of the prompt and their 0-2 scores (DISPUTE and AGREE are both level 1)
@@ -52,7 +55,6 @@ def question_pairs(dataset: str, qids: Optional[Iterable[str]] = None, limit: Op
     (aspect id, abstract); ``qids`` restricts the queries, ``limit`` keeps the first pairs."""
     import ir_datasets
 
-    from pyterrier_sci.datasets import doris_mae
     queries = doris_mae.aspect_queries(dataset)
     pools = doris_mae.scores_frame(dataset).groupby("qid", sort=False)["docno"].apply(list).to_dict()
     keep = None if qids is None else {str(q) for q in qids}
@@ -345,7 +347,6 @@ def subquery_scores(annotations: pd.DataFrame, queries, k: int = 2,
     """Eq. 2 for every combination of ``k`` aspects of each query (sub-query ids ``<qid>_<i>_<j>``, 1-based
     aspect positions; each aspect brings its sub-aspects).  Unlike the release's ``subquery-k`` ids, no
     combination is left out here: which query sentences belong to which aspect is not needed."""
-    from pyterrier_sci.datasets.doris_mae import subquery_of
     qs = list(queries.values()) if isinstance(queries, Mapping) else list(queries)
     subs = [subquery_of(q, comb) for q in qs for comb in itertools.combinations(range(len(q.aspects)), k)]
     return compile_scores(annotations, subs, pools=pools, missing=missing)
@@ -583,7 +584,6 @@ def _read_table(path: str, annotations: bool = False) -> pd.DataFrame:
 def _settings(args) -> LLMSettings:
     config = {}
     if getattr(args, "config", None):
-        from pyterrier_sci.pipeline import load_config
         config = dict(load_config(args.config).settings.get("llm") or {})
     overrides = {k: v for k, v in (("model", args.model), ("base_url", args.base_url),
                                    ("concurrency", args.concurrency)) if v is not None}
@@ -624,7 +624,6 @@ def _cmd_run(args) -> int:
 
 
 def _cmd_compile(args) -> int:
-    from pyterrier_sci.datasets import doris_mae
     ann = _read_table(args.annotations, annotations=True)
     ann["aspect_id"], ann["docno"] = ann["aspect_id"].astype(str), ann["docno"].astype(str)
     queries = doris_mae.aspect_queries(args.dataset)

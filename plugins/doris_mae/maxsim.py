@@ -6,6 +6,7 @@ sentence-transformers model, run by any encoder backend and precision
 from __future__ import annotations
 
 import hashlib
+import importlib
 import re
 import threading
 from pathlib import Path
@@ -16,19 +17,17 @@ import pandas as pd
 import pyterrier as pt
 import pyterrier_alpha as pta
 
-from pyterrier_sci.corpus import dataset_of, irds_id
+from pyterrier_sci.corpus import irds_id
+from pyterrier_sci.datasets import doris_mae
 from pyterrier_sci.plugins.dense.backends import Calibration, calibration_from_corpus, load_encoder
 from pyterrier_sci.plugins.dense.models import (
-    BACKENDS,
     DEFAULT_MODEL,
-    PRECISIONS,
     BackendError,
     ModelNotFoundError,
     check_backend,
     resolve_model,
 )
 from pyterrier_sci.protocol import ModelRef
-from pyterrier_sci.registry import DATASET, Param, params
 
 QUERY_MODES = ("whole", "sentences", "aspects", "aspects_concat")
 DOC_MODES = ("whole", "sentences")
@@ -271,7 +270,6 @@ class MaxSimScorer(pt.Transformer):
             if not self.dataset:
                 self._aspects = {}
             else:
-                from pyterrier_sci.datasets import doris_mae
                 self._aspects = {q: tuple(a.aspect_texts()) for q, a in doris_mae.aspect_queries(self.dataset).items()}
         return self._aspects
 
@@ -340,20 +338,7 @@ class MaxSimScorer(pt.Transformer):
         return state
 
 
-@params(model=Param(str, min_len=1), query_mode=Param(str, min_len=1), doc_mode=Param(str, min_len=1),
-        dataset=Param(DATASET, optional=True), batch_size=Param(int, min=1, max=65536),
-        max_seq_length=Param(int, min=1, max=100_000, optional=True), backend=Param(str, choices=BACKENDS),
-        precision=Param(str, choices=PRECISIONS), calibration=Param(DATASET, optional=True))
-def maxsim_component(*, context=None, model: str = DEFAULT_MODEL, query_mode: str = "sentences",
-                     doc_mode: str = "sentences", dataset: Optional[str] = None, text_field: str = "text",
-                     doc_field: Optional[str] = None, batch_size: int = 32, device: Optional[str] = None,
-                     max_seq_length: Optional[int] = None, verbose: bool = False, backend: str = "torch",
-                     precision: str = "fp32", calibration: Optional[str] = None) -> MaxSimScorer:
-    """``doris_maxsim``: DORIS-MAE's multi-vector scorer (Eq. 4) over sentences or aspects, any
-    sentence-transformers model.  ``backend`` / ``precision``: the encoder's engine and precision
-    (docs/dense.md); int8 calibrates on ``calibration`` (an ir_datasets id), default the dataset's corpus."""
-    check_backend(backend, precision)
-    dataset = dataset_of(dataset, context, "doris_maxsim", required=False)
-    return MaxSimScorer(model, query_mode, doc_mode, dataset=dataset, text_field=text_field, doc_field=doc_field,
-                        batch_size=batch_size, device=device, max_seq_length=max_seq_length, verbose=verbose,
-                        backend=backend, precision=precision, calibration=calibration)
+def __getattr__(name: str):  # PEP 562: moved to .components (which imports this module); the old import path works
+    if name == "maxsim_component":
+        return importlib.import_module(f"{__package__}.components").maxsim_component
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

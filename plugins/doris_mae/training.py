@@ -11,6 +11,7 @@ from typing import Iterable, Optional, Union
 import pandas as pd
 
 from pyterrier_sci.artifacts import build_atomically
+from pyterrier_sci.datasets import doris_mae
 from pyterrier_sci.plugins.dense.models import (
     ARTIFACT_FORMAT,
     ARTIFACT_TYPE,
@@ -34,7 +35,6 @@ def make_triplets(dataset: str, qids: Optional[Iterable[str]] = None, per_query:
     ``anchor``, ``positive``, ``negative``, ``pos_docno``, ``neg_docno``, ``pos_score``, ``neg_score``."""
     import ir_datasets
 
-    from pyterrier_sci.datasets import doris_mae
     scores = doris_mae.scores_frame(dataset)
     queries = doris_mae.aspect_queries(dataset)
     if qids is not None:
