@@ -541,3 +541,11 @@ def test_faiss_codes_are_colbert_ais_codes(monkeypatch):
             fn(gpu, embs[:10], out_device="cpu")
         errors.append((type(err.value), str(err.value)))
     assert errors[0] == errors[1]
+
+
+def test_the_factory_lives_in_components_and_keeps_its_old_path():
+    from pyterrier_sci.plugins.colbert import components, plaid
+
+    assert plaid.colbert_component is components.colbert_component is colbert_component
+    with pytest.raises(AttributeError, match="colbert.plaid' has no attribute 'nothing'"):
+        plaid.nothing  # noqa: B018

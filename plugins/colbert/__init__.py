@@ -3,9 +3,10 @@
 from pyterrier_sci.lazy import lazy_exports
 
 _MODULES = {  # module -> the public names it defines, imported on first use
-    "plaid": ("ColBERTIndex", "ColBERTIndexer", "ColBERTRetriever", "colbert_component", "build_checkpoint",
-             "resolve_checkpoint", "ColBERTError", "ColBERTTimeoutError", "ColBERTWorkerError",
-             "CheckpointNotFoundError", "COLBERTV2", "DEFAULT_CHECKPOINT"),
+    "plaid": ("ColBERTIndex", "ColBERTIndexer", "ColBERTRetriever", "build_checkpoint", "resolve_checkpoint",
+              "ColBERTError", "ColBERTTimeoutError", "ColBERTWorkerError", "CheckpointNotFoundError", "COLBERTV2",
+              "DEFAULT_CHECKPOINT"),
+    "components": ("colbert_component",),
     "checkpoint": ("PROVENANCE_FILE", "default_checkpoint_path", "is_default", "checkpoint_slug"),
 }
 __getattr__, __dir__, __all__ = lazy_exports(__name__, _MODULES)

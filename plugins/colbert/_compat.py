@@ -163,10 +163,10 @@ def ensure_extensions(timeout: Optional[float] = EXTENSION_BUILD_TIMEOUT) -> Non
         hint = (f"; an interrupted earlier build leaves a lock file that makes every later build wait: "
                 f"remove {', '.join(locks)} and retry") if locks else ""
         raise ColBERTTimeoutError(f"building colbert-ai's C++ extensions did not finish in {timeout:.0f} s "
-                                  f"(in {extensions_dir()}){hint}. Output: {_tail(e.stderr)}") from None
+                                  f"(in {extensions_dir()}){hint}. Output: {output_tail(e.stderr)}") from None
     if proc.returncode != 0:
         raise ColBERTError(f"building colbert-ai's C++ extensions failed (exit {proc.returncode}; they need a "
-                           f"C++ compiler and ninja): {_tail(proc.stderr or proc.stdout)}")
+                           f"C++ compiler and ninja): {output_tail(proc.stderr or proc.stdout)}")
 
 
 def build_extensions_here() -> None:
@@ -190,7 +190,8 @@ def worker_env() -> dict:
     return env
 
 
-def _tail(text, n: int = 2000) -> str:
+def output_tail(text, n: int = 2000) -> str:
+    """The last ``n`` characters of a process's output (bytes or text), or ``"(no output)"``."""
     if text is None:
         return "(no output)"
     if isinstance(text, bytes):

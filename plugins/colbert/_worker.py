@@ -12,6 +12,8 @@ import os
 import sys
 import traceback
 
+from pyterrier_sci.plugins.colbert._compat import build_extensions_here, import_colbert
+
 
 def sample_size(n: int) -> int:
     """How many passages colbert-ai's ``CollectionIndexer._sample_pids`` encodes for k-means before
@@ -156,7 +158,6 @@ def index_main(args_path: str) -> int:
         import torch
         if args.get("threads"):
             torch.set_num_threads(int(args["threads"]))
-        from pyterrier_sci.plugins.colbert._compat import import_colbert
         import_colbert()
         import colbert.modeling.checkpoint as checkpoint_module
         from colbert import Indexer
@@ -203,7 +204,6 @@ def index_main(args_path: str) -> int:
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["extensions"]:
-        from pyterrier_sci.plugins.colbert._compat import build_extensions_here
         build_extensions_here()
         return 0
     if len(argv) == 2 and argv[0] == "index":

@@ -12,6 +12,12 @@ import re
 from pathlib import Path
 from typing import Optional
 
+from pyterrier_sci.artifacts import build_atomically
+from pyterrier_sci.data import work_dir as default_work_dir
+from pyterrier_sci.models import resolve_model
+
+from ._compat import import_colbert, quiet
+
 DEFAULT_CHECKPOINT = "default"
 COLBERTV2 = "colbert-ir/colbertv2.0"
 _DEFAULT_ALIASES = {"default", "minilm", "all-MiniLM-L6-v2"}
@@ -33,11 +39,6 @@ def build_checkpoint(model: str, out: os.PathLike, dim: int = 128, seed: int = 0
     import torch
     from safetensors.torch import save_file
     from transformers import AutoModel, AutoTokenizer
-
-    from pyterrier_sci.artifacts import build_atomically
-    from pyterrier_sci.models import resolve_model
-
-    from ._compat import import_colbert, quiet
     src = resolve_model(model)
     out = Path(out)
 
@@ -71,7 +72,7 @@ def build_checkpoint(model: str, out: os.PathLike, dim: int = 128, seed: int = 0
 
 
 def default_checkpoint_path(work_dir: Optional[os.PathLike] = None, dim: int = 128) -> Path:
-    from pyterrier_sci.data import work_dir as default_work_dir
+    """Where the ``"default"`` checkpoint of dimension ``dim`` is built: ``<work dir>/models/``."""
     return Path(work_dir or default_work_dir()) / "models" / f"colbert-minilm-l6-d{dim}"
 
 

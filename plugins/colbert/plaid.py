@@ -5,6 +5,7 @@ and the ``colbert`` pipeline component.  Details: ``docs/colbert.md``.
 """
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import select
@@ -24,30 +25,29 @@ import pyterrier as pt
 import pyterrier_alpha as pta
 
 from pyterrier_sci.artifacts import build_atomically, write_pt_meta
-from pyterrier_sci.corpus import dataset_of, sorted_results
+from pyterrier_sci.corpus import corpus_texts, sorted_results
 from pyterrier_sci.protocol import ModelRef
-from pyterrier_sci.registry import DATASET, MAX_RESULTS, PATH, Param, check_artifact, check_fields, params  # noqa: E402
 
 from ._compat import (
     ColBERTError,
     ColBERTTimeoutError,
     ColBERTWorkerError,
-    _tail,
     ensure_extensions,
     import_colbert,
+    output_tail,
     quiet,
     worker_env,
 )
+from ._worker import sample_size
 from .checkpoint import (
     COLBERTV2,
     DEFAULT_CHECKPOINT,
     CheckpointNotFoundError,
     build_checkpoint,
-    checkpoint_slug,
     resolve_checkpoint,
 )
 
-__all__ = ["ColBERTIndex", "ColBERTIndexer", "ColBERTRetriever", "colbert_component", "build_checkpoint",
+__all__ = ["ColBERTIndex", "ColBERTIndexer", "ColBERTRetriever", "build_checkpoint",
            "resolve_checkpoint", "ColBERTError", "ColBERTTimeoutError", "ColBERTWorkerError",
            "CheckpointNotFoundError", "COLBERTV2", "DEFAULT_CHECKPOINT"]
 
@@ -217,7 +217,6 @@ class ColBERTIndexer(pt.Indexer):
         return [["docno"] + fields]
 
     def index(self, it: Iterable[Dict[str, Any]]) -> ColBERTIndex:
-        from ._worker import sample_size
         target = Path(self.index_ref.path)
         if target.exists() and (not target.is_dir() or any(target.iterdir())) and not self.overwrite:
             raise FileExistsError(f"{target} already exists; pass overwrite=True to replace it")
@@ -566,14 +565,14 @@ def _run_worker(args: Dict[str, Any], tmp: Path, n: int, sample: int, desc: str,
     if errors:
         e = errors[0]
         raise ColBERTWorkerError(f"building the ColBERT index failed: {e['type']}: {e['message']}\n"
-                                 f"{_tail(e.get('traceback'), 1500)}")
+                                 f"{output_tail(e.get('traceback'), 1500)}")
     if proc.returncode != 0 or not any(e["event"] == "done" for e in events):
         code = proc.returncode
         oom = " (often the out-of-memory killer)" if code == -9 else ""
         how = (f"was killed by {signal.Signals(-code).name}{oom}" if code is not None and code < 0
                else f"exited with status {code}")
         raise ColBERTWorkerError(f"the ColBERT indexing worker {how} before finishing; the end of its log:\n"
-                                 f"{_tail(log_path.read_bytes() if log_path.exists() else None)}")
+                                 f"{output_tail(log_path.read_bytes() if log_path.exists() else None)}")
     total = time.monotonic() - timings["start"]
     kmeans = timings.get("kmeans_end", 0.0) - timings.get("kmeans_start", 0.0)
     reused = sum(e["n"] for e in events if e["event"] == "reused")
@@ -634,7 +633,6 @@ class ColBERTRetriever(pt.Transformer):
         if not self.index.built():
             if not self.corpus:
                 raise FileNotFoundError(f"no ColBERT index at {self.index.path} (and no corpus to build it from)")
-            from pyterrier_sci.corpus import corpus_texts
             opts = dict(self.index_options)
             self.index.indexer(text_field="text", **opts).index(corpus_texts(self.corpus, self.fields))
         return self.index
@@ -737,41 +735,7 @@ class ColBERTRetriever(pt.Transformer):
         return hash(("ColBERTRetriever",) + self._key())
 
 
-@params(dataset=Param(DATASET, optional=True), checkpoint=Param(str, min_len=1), index=Param(PATH, optional=True),
-        num_results=Param(int, min=1, max=MAX_RESULTS), fields=Param(list, item=str, min_len=1, optional=True),
-        doc_maxlen=Param(int, min=1, max=100_000), nbits=Param(int, choices=None, min=1, max=8),
-        kmeans_niters=Param(int, min=1, max=1000), query_maxlen=Param(int, min=1, max=100_000),
-        ncells=Param(int, min=1, max=1_000_000, optional=True),
-        centroid_score_threshold=Param(float, min=-1, max=1, optional=True),
-        ndocs=Param(int, min=1, max=10_000_000, optional=True), threads=Param(int, min=1, max=1024, optional=True),
-        timeout=Param(float, min=0.001, max=1e7, optional=True))
-def colbert_component(*, context=None, dataset: Optional[str] = None, checkpoint: str = DEFAULT_CHECKPOINT,
-                      index: Optional[str] = None, num_results: int = 1000, fields: Optional[Sequence[str]] = None,
-                      doc_maxlen: int = 300, nbits: int = 2, kmeans_niters: int = 4, query_maxlen: int = 32,
-                      ncells: Optional[int] = None, centroid_score_threshold: Optional[float] = None,
-                      ndocs: Optional[int] = None, threads: Optional[int] = None, timeout: Optional[float] = None,
-                      verbose: bool = True) -> ColBERTRetriever:
-    """``colbert``: ColBERT late interaction over a PLAID index (colbert-ai) of the dataset's corpus.
-
-    The checkpoint is ``"default"`` (built from the offline all-MiniLM-L6-v2: untrained ColBERT, for
-    tests), ``"colbert-ir/colbertv2.0"`` (the standard ColBERTv2, from the hub) or a local checkpoint
-    directory.  The index of ``dataset`` (or the pipeline's dataset; ``fields`` joined, default the
-    documents' ``default_text()``) lives under the work directory and is built on first use; the other
-    parameters are those of :meth:`ColBERTIndex.indexer` and :class:`ColBERTRetriever`."""
-    corpus = dataset_of(dataset, context, "colbert", required=False)
-    if index is not None:  # built there on first use when missing
-        check_artifact(index, {"multi_vector_index": ["plaid"]}, "colbert", must_exist=False)
-    check_fields(corpus, fields, "colbert")
-    if index is None:
-        if not corpus:
-            raise ValueError("colbert needs a corpus: dataset=... (an ir_datasets id), the pipeline's dataset, "
-                             "or index=<path of a built ColBERT index>")
-        from pyterrier_sci.corpus import index_path
-        from pyterrier_sci.data import work_dir
-        work = context.workdir() if context is not None else work_dir()
-        index = str(index_path(work, corpus, f"colbert-{checkpoint_slug(checkpoint)}-l{doc_maxlen}-b{nbits}", fields))
-    options = {"doc_maxlen": doc_maxlen, "nbits": nbits, "kmeans_niters": kmeans_niters, "threads": threads,
-               "timeout": timeout, "verbose": verbose}
-    return ColBERTRetriever(ColBERTIndex(index, checkpoint=checkpoint, verbose=verbose), num_results=num_results,
-                            query_maxlen=query_maxlen, ncells=ncells, centroid_score_threshold=centroid_score_threshold,
-                            ndocs=ndocs, corpus=corpus, fields=fields, index_options=options)
+def __getattr__(name: str):  # PEP 562: moved to .components (which imports this module); the old import path works
+    if name == "colbert_component":
+        return importlib.import_module(f"{__package__}.components").colbert_component
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -14,6 +14,7 @@ import torch
 from torch import Tensor, nn
 
 from pyterrier_sci.artifacts import build_atomically
+from pyterrier_sci.plugins.dense import load_sentence_transformer
 from pyterrier_sci.plugins.dense.models import ARTIFACT_FORMAT, ARTIFACT_TYPE
 from pyterrier_sci.plugins.dense.neural_ndcg import neural_ndcg_loss
 from pyterrier_sci.training import (
@@ -146,7 +147,6 @@ def train_curriculum(base_model: str, queries: Sequence[str], candidates: Dict[s
 
     ``max_seq_length`` caps the tokens per text *while training* (a cost knob); the saved model keeps
     its base's ``max_seq_length`` for encoding, so it reads as much of a paper as the base does."""
-    from pyterrier_sci.plugins.dense import load_sentence_transformer
     output = Path(output)
     device = "cuda" if torch.cuda.is_available() else None
     seed_everything(seed)
