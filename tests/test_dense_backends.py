@@ -12,7 +12,7 @@ import pytest
 import pyterrier_sci as ps
 from pyterrier_sci.artifacts import DamagedFileWarning
 from pyterrier_sci.corpus import corpus_texts
-from pyterrier_sci.plugins.dense import backends
+from pyterrier_sci.plugins.dense import backends, encoders, exports, openvino_engine
 from pyterrier_sci.plugins.dense.backends import BackendError, calibration_from_corpus, encoder_path, load_encoder
 from pyterrier_sci.plugins.dense.retriever import DenseRetriever
 
@@ -91,7 +91,7 @@ def test_int8_close_to_fp32_and_records_calibration(ov_int8, torch_model, titles
 def test_second_load_builds_nothing(ov_fp32, work, monkeypatch):
     def no_export(*a, **k):
         raise AssertionError("exported again")
-    monkeypatch.setattr(backends, "_export_openvino", no_export)
+    monkeypatch.setattr(openvino_engine.OpenVINOEngine, "export", no_export)
     again = load_encoder("default", backend="openvino", work=work)
     assert again.path == ov_fp32.path
 
@@ -99,7 +99,7 @@ def test_second_load_builds_nothing(ov_fp32, work, monkeypatch):
 def test_interrupted_build_leaves_nothing(tmp_path, monkeypatch):
     def interrupted(*a, **k):  # after the model files are written
         raise KeyboardInterrupt
-    monkeypatch.setattr(backends, "_quality_check", interrupted)
+    monkeypatch.setattr(encoders, "_quality_check", interrupted)
     with pytest.raises(KeyboardInterrupt):
         load_encoder("default", backend="openvino", work=tmp_path)
     path = encoder_path("default", "openvino", "fp32", None, tmp_path)
@@ -190,12 +190,12 @@ def test_int8_check_reference_is_the_fp32_graph(ov_int8, torch_model, calibratio
 
 def test_int8_check_refuses_a_reference_unlike_torch(tmp_path, calibration, monkeypatch):
     """A reference graph that does not reproduce torch fails the build (nothing cached)."""
-    real = backends._run_compiled
+    real = openvino_engine.run_compiled
 
     def skewed(compiled):
         run = real(compiled)
         return lambda inputs: run(inputs) * np.linspace(0.5, 1.5, 384, dtype=np.float32)
-    monkeypatch.setattr(backends, "_run_compiled", skewed)
+    monkeypatch.setattr(openvino_engine, "run_compiled", skewed)
     with pytest.raises(BackendError, match="fp32 openvino graph does not reproduce the torch model"):
         load_encoder("default", backend="openvino", precision="int8", calibration=calibration, work=tmp_path)
     assert not encoder_path("default", "openvino", "int8", calibration, tmp_path).exists()
@@ -206,15 +206,15 @@ def test_engine_threads_and_sharing(ov_fp32, work, abstracts):
     gives the same embeddings, and encoders of one export and thread count share one compiled model."""
     one = load_encoder("default", backend="openvino", work=work, threads=1)
     assert one.threads == 1 and "threads=1" in repr(one)
-    compiled = backends._compiled(one.path, "openvino", 1)
+    compiled = exports.compiled_engine(one.path, "openvino", 1)
     assert compiled.get_property("INFERENCE_NUM_THREADS") == 1 and one.engine_threads == 1
-    assert backends._compiled(ov_fp32.path, "openvino", None).get_property("INFERENCE_NUM_THREADS") >= 1
+    assert exports.compiled_engine(ov_fp32.path, "openvino", None).get_property("INFERENCE_NUM_THREADS") >= 1
     again = load_encoder("default", backend="openvino", work=work, threads=1)
-    assert backends._compiled(again.path, "openvino", 1) is compiled
+    assert exports.compiled_engine(again.path, "openvino", 1) is compiled
     assert np.abs(one.encode(abstracts[:8]) - ov_fp32.encode(abstracts[:8])).max() < 1e-5
     if importlib.util.find_spec("onnxruntime") and importlib.util.find_spec("onnx"):
         onnx = load_encoder("default", backend="onnx", work=work, threads=1)
-        assert backends._compiled(onnx.path, "onnx", 1).get_session_options().intra_op_num_threads == 1
+        assert exports.compiled_engine(onnx.path, "onnx", 1).get_session_options().intra_op_num_threads == 1
 
 
 @pytest.mark.parametrize("threads", [0, -2, 1.5, True, "2"])
@@ -241,12 +241,28 @@ def test_export_prints_nothing_of_transformers(tmp_path):
 def test_shared_engines_are_bounded(ov_fp32, work, monkeypatch, abstracts):
     """At most MAX_ENGINES compiled engines are kept (least recently used first out); an encoder keeps working
     with its own after its entry is dropped."""
-    monkeypatch.setattr(backends, "_ENGINES", backends.OrderedDict())
-    monkeypatch.setattr(backends, "MAX_ENGINES", 2)
+    monkeypatch.setattr(exports, "_ENGINES", exports.OrderedDict())
+    monkeypatch.setattr(exports, "MAX_ENGINES", 2)
     one = load_encoder("default", backend="openvino", work=work, threads=1)
-    first = backends._compiled(one.path, "openvino", 1)
+    first = exports.compiled_engine(one.path, "openvino", 1)
     load_encoder("default", backend="openvino", work=work, threads=2)
-    assert backends._compiled(one.path, "openvino", 1) is first  # still kept, and now the most recent
+    assert exports.compiled_engine(one.path, "openvino", 1) is first  # still kept, and now the most recent
     load_encoder("default", backend="openvino", work=work, threads=3)  # evicts threads=2, the least recent
-    assert len(backends._ENGINES) == 2 and [k[2] for k in backends._ENGINES] == [1, 3]
+    assert len(exports._ENGINES) == 2 and [k[2] for k in exports._ENGINES] == [1, 3]
     assert np.abs(one.encode(abstracts[:2]) - ov_fp32.encode(abstracts[:2])).max() < 1e-5
+
+
+def test_one_engine_per_backend():
+    """The engines' registry (plugins/dense/engines.py): one engine for each backend the core names; what
+    differs between backends is asked of the engine, not found by comparing names."""
+    from pyterrier_sci.models import BACKENDS
+    from pyterrier_sci.plugins.dense.engines import ENGINES, engine_for
+    assert tuple(ENGINES) == BACKENDS and all(ENGINES[b].name == b for b in BACKENDS)
+    assert [b for b in BACKENDS if ENGINES[b].exported] == ["openvino", "onnx"]
+    assert engine_for("openvino", "int8").model_files == ("model.xml", "model.bin")
+    assert engine_for("onnx").model_files == ("model.onnx",)
+    with pytest.raises(BackendError, match="needs backend 'openvino' or 'onnx'"):
+        engine_for("torch", "int8")
+    with pytest.raises(BackendError, match="runs on the CPU; device 'cuda' needs backend='torch'"):
+        ENGINES["onnx"].check_device("cuda")
+    ENGINES["torch"].check_device("cuda")  # torch runs anywhere

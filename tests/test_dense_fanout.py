@@ -18,7 +18,8 @@ import pytest
 from conftest import DATA
 
 from pyterrier_sci.plugins.dense import DenseRetriever, ShardedDenseIndex, ShardedIndexError, write_sharded_flex
-from pyterrier_sci.plugins.dense.retriever import _topk, dense_component
+from pyterrier_sci.plugins.dense.components import dense_component
+from pyterrier_sci.plugins.dense.search import topk
 
 ENCODER = "tfidf-projection"
 
@@ -131,7 +132,7 @@ def test_ties_go_to_the_lower_position_in_flat_and_fanout(tmp_path, num_shards):
     s = qvecs @ vecs.T
     for k in (1, 37, 3000):
         ref = np.lexsort((np.broadcast_to(np.arange(3000), s.shape), -s), axis=1)[:, :k]
-        flat_s, flat_i = _topk(vecs, qvecs, k, batch_size=512)
+        flat_s, flat_i = topk(vecs, qvecs, k, batch_size=512)
         shard_s, shard_i = idx.search(qvecs, k)
         assert (flat_i == ref).all() and (shard_i == ref).all()
         np.testing.assert_allclose(shard_s, np.take_along_axis(s, ref, 1), atol=1e-5)
@@ -296,7 +297,8 @@ def test_scores_are_bit_identical_in_every_sharding(cuts, cos):
     """Exact search scores every (query, document) pair with the same product shape at the same place
     (blocks aligned to global positions): a flat index's scores and any sharding's are equal bit for bit.
     (With blocks starting at each shard's start, 2-4 % of them differed in the last bits on a Zen 5 CPU.)"""
-    from pyterrier_sci.plugins.dense.retriever import SCORE_ALIGN, _scores
+    from pyterrier_sci.plugins.dense.search import SCORE_ALIGN
+    from pyterrier_sci.plugins.dense.search import aligned_scores as _scores
     rng = np.random.default_rng(1)
     d = rng.standard_normal((30001, 96)).astype(np.float32)
     q = rng.standard_normal((37, 96)).astype(np.float32)
@@ -308,3 +310,12 @@ def test_scores_are_bit_identical_in_every_sharding(cuts, cos):
     ref = (q @ (d / np.linalg.norm(d, axis=1, keepdims=True) if cos else d).T)
     np.testing.assert_allclose(flat, ref, atol=1e-4, rtol=0)  # and they are the products
     assert SCORE_ALIGN >= 256
+
+
+def test_the_search_helpers_keep_their_old_import_paths():
+    """The benchmarks (and earlier code) import the search helpers and the factory from retriever.py."""
+    from pyterrier_sci.plugins.dense import components, retriever, search
+    from pyterrier_sci.plugins.dense.retriever import _merge_topk, _prepare_queries, _scores, _search, _topk
+    assert (_topk, _merge_topk, _prepare_queries, _scores) == (search.topk, search.merge_topk,
+                                                               search.prepare_queries, search.aligned_scores)
+    assert retriever.dense_component is components.dense_component and callable(_search)

@@ -146,10 +146,11 @@ def test_killed_build_resumes_only_unfinished_shards(built, tmp_path, ray_local)
 
 def test_rerun_of_a_complete_index_builds_nothing(built, capsys, monkeypatch):
     from pyterrier_sci.cli import main
-    from pyterrier_sci.plugins.dense import backends
+    from pyterrier_sci.plugins.dense import sharded
     path = built[0]
     # returns before any model is loaded (the 23 s rerun loaded and exported the encoder first)
-    monkeypatch.setattr(backends, "load_encoder", lambda *a, **k: pytest.fail("the rerun loaded the encoder"))
+    monkeypatch.setattr(sharded, "load_encoder", lambda *a, **k: pytest.fail("the rerun loaded the encoder"))
+    monkeypatch.setattr(sharded, "load_sentence_transformer", lambda *a, **k: pytest.fail("the rerun loaded it"))
     before = {p.name: file_stamps(p) for p in path.glob("shard-?????")}
     meta = (path / "pt_meta.json").read_text()
     rc = main(["index", CORPUS, "--shards", "4", "--fields", "title", "--limit", str(N_DOCS), "--output", str(path)])

@@ -8,8 +8,9 @@ could read a half-written file; here it is built by pyterrier_dr in a private mi
 directory (symbolic links to its vectors), under :func:`pyterrier_sci.artifacts.lock`, and renamed
 into place.  Searching uses the retriever's native index with per-call search parameters
 (thread-safe, and ``% k`` fetches only ``k``: pyterrier_dr's ANN retrievers disable rank-cutoff
-fusion and loop per query).  A sharded index is searched shard by shard (each shard its own ANN
-structure) and the per-shard top-k lists are merged by score.  Re-scoring stays exact.
+fusion and loop per query).  A flat index (:class:`~.flat.FlatIndex`) searches its structure; a sharded
+one (:meth:`.fanout.ShardedDenseIndex.ann_search`) searches each shard's own and merges the per-shard top-k
+lists by score.  Re-scoring stays exact.
 """
 from __future__ import annotations
 
@@ -24,7 +25,10 @@ from typing import Any, Dict, Optional, Tuple
 import numpy as np
 import pandas as pd
 
+from pyterrier_sci.artifacts import atomic_file, host_tag, lock, process_alive
 from pyterrier_sci.registry import Param, ParameterError, ParamSet
+
+from .search import VectorIndex, prepare_queries, results_frame
 
 #: the ``ann`` values of ``dense``
 ANN_METHODS = ("hnsw", "ivf", "voyager")
@@ -138,7 +142,6 @@ _MIRRORED = ("pt_meta.json", "vecs.f4", "docnos.npids")
 
 
 def _remove_stale_mirrors(directory: Path) -> None:
-    from pyterrier_sci.artifacts import host_tag, process_alive
     for entry in directory.iterdir():
         m = _MIRROR_RE.match(entry.name)
         if m and m.group(2) == host_tag() and int(m.group(1)) != os.getpid() and not process_alive(int(m.group(1))):
@@ -150,7 +153,6 @@ def _build_structure(flex, ann: str, kwargs: Dict[str, Any], name: str) -> None:
     index directory: under the structure's lock, so a second process waits and then reads it."""
     from pyterrier_dr import FlexIndex
 
-    from pyterrier_sci.artifacts import host_tag, lock
     target = flex.index_path / name
     with lock(target, what=f"the {ann} structure of {flex.index_path}"):
         if target.exists():
@@ -177,7 +179,6 @@ def _build(flex, ann: str, kwargs: Dict[str, Any], path: Path):
     returns the native index."""
     import faiss
 
-    from pyterrier_sci.artifacts import atomic_file
     if ann == "voyager":
         _build_structure(flex, ann, kwargs, path.name)
         return _load(flex, ann, kwargs, path)
@@ -211,7 +212,6 @@ def ann_index(flex, ann: str, settings: Dict[str, Any]):
     index directory a FAISS structure is built in memory for this process."""
     from pyterrier_dr import SimFn
 
-    from pyterrier_sci.artifacts import lock
     if ann in ("hnsw", "ivf") and flex.sim_fn == SimFn.cos:
         raise ParameterError(f"component 'dense': ann={ann!r} (FAISS) searches by inner product, but the index "
                              f"{flex.index_path} uses cosine similarity; use ann='voyager' or an index of "
@@ -264,44 +264,15 @@ def ann_topk(native, ann: str, settings: Dict[str, Any], qvecs, k: int, num_docs
     return np.take_along_axis(scores, order, 1), np.take_along_axis(ids, order, 1)
 
 
-def _sharded_topk(index, ann: str, settings: Dict[str, Any], qvecs, k: int):
-    """Each shard's ANN top-k (positions made global), merged by score then position."""
-    from .retriever import _merge_topk
-
-    def one(i):
-        shard = index.shards[i]
-        s, ids = ann_topk(ann_index(shard, ann, settings), ann, settings, qvecs, k, len(shard))
-        return s, np.where(ids < 0, -1, ids + int(index.starts[i]))
-    parts = index._map(one, list(range(index.num_shards)))
-    return _merge_topk([p[0] for p in parts], [p[1] for p in parts], min(k, index.num_docs))
-
-
-def ann_search(index, inp: pd.DataFrame, qvecs, k: int, ann: str, settings: Dict[str, Any]) -> pd.DataFrame:
-    """The result frame of ANN top-``k`` retrieval for each row of the query frame ``inp``
-    (``qvecs`` its encoded queries), over a FlexIndex or a sharded index; like the exact search's
-    frame, ranks from 0, ties by index position."""
-    from .fanout import ShardedDenseIndex
-    from .retriever import _prepare_queries
-    nq = len(qvecs)
+def ann_search(index: VectorIndex, inp: pd.DataFrame, qvecs, k: int, ann: str,
+               settings: Dict[str, Any]) -> pd.DataFrame:
+    """The result frame of ANN top-``k`` retrieval for each row of the query frame ``inp`` (``qvecs`` its
+    encoded queries) over a flat or a sharded index (its ``ann_search``: a sharded index searches each shard's
+    own structure and merges the lists by score); like the exact search's frame, ranks from 0, ties by index
+    position."""
     if ann == "voyager":  # voyager's Cosine space normalises itself
         qvecs = np.asarray(qvecs, dtype=np.float32)
     else:
-        qvecs = _prepare_queries(qvecs, index.sim_fn)
-    if isinstance(index, ShardedDenseIndex):
-        best_s, best_i = _sharded_topk(index, ann, settings, qvecs, k)
-        docno_of = index.docnos_of
-    else:
-        best_s, best_i = ann_topk(ann_index(index, ann, settings), ann, settings, qvecs, k, len(index))
-        docnos = index.payload(return_dvecs=False)[0]
-
-        def docno_of(ids):
-            return np.asarray(docnos.fwd[ids], dtype=object)
-    valid = (best_i >= 0) & np.isfinite(best_s)  # a prefix of each row
-    counts = valid.sum(axis=1)
-    out = inp.iloc[np.repeat(np.arange(nq), counts)].reset_index(drop=True)
-    ids = best_i[valid]
-    uniq, inverse = np.unique(ids, return_inverse=True)
-    out["docno"] = docno_of(uniq)[inverse] if len(uniq) else np.empty(0, dtype=object)
-    out["score"] = best_s[valid]
-    out["rank"] = np.broadcast_to(np.arange(best_s.shape[1]), best_s.shape)[valid]
-    return out
+        qvecs = prepare_queries(qvecs, index.sim_fn)
+    best_s, best_i = index.ann_search(ann, settings, qvecs, k)
+    return results_frame(inp, best_s, best_i, index.docnos_of, padded=True)

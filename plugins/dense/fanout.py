@@ -17,35 +17,26 @@ from typing import Iterable, List, Optional, Sequence, Union
 import numpy as np
 import pyterrier_alpha as pta
 
+from pyterrier_sci.artifacts import build_atomically, write_pt_meta
 from pyterrier_sci.filesums import damaged_file, record_files
 
+from .ann import ann_index, ann_topk
 from .index_meta import IndexRecord, vectors_label
-
-# one error class for building and reading sharded indexes
-from .sharded import SHARD_FILE, ShardedIndexError, shard_name
+from .retriever import DenseRetriever
+from .search import merge_topk, prepare_queries, topk
+from .shards import (
+    ARTIFACT_FORMAT,
+    ARTIFACT_TYPE,
+    FORMAT_VERSION,
+    SHARD_FILE,
+    ShardedIndexError,
+    check_finished,
+    is_sharded,
+    shard_name,
+)
 
 __all__ = ["ShardedDenseIndex", "ShardedIndexError", "write_sharded_flex", "is_sharded", "shard_name",
            "ARTIFACT_TYPE", "ARTIFACT_FORMAT"]
-
-ARTIFACT_TYPE = "dense_index"
-ARTIFACT_FORMAT = "sharded_flex"
-FORMAT_VERSION = 1
-
-
-
-
-def is_sharded(path: Union[str, os.PathLike]) -> bool:
-    """Whether ``path`` holds a sharded dense index, finished (its manifest says so) or not (shard
-    directories but no ``pt_meta.json`` yet)."""
-    p = Path(path).expanduser()
-    meta = p / "pt_meta.json"
-    if meta.exists():
-        try:
-            data = json.loads(meta.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return False
-        return isinstance(data, dict) and data.get("format") == ARTIFACT_FORMAT
-    return p.is_dir() and any(c.name.startswith("shard-") and c.is_dir() for c in p.iterdir())
 
 
 class ShardedDenseIndex(pta.Artifact):
@@ -90,10 +81,9 @@ class ShardedDenseIndex(pta.Artifact):
         p = self.index_path
         if not p.is_dir():
             raise FileNotFoundError(f"sharded dense index not found: {p}")
+        check_finished(p)
         try:
             m = json.loads((p / "pt_meta.json").read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            self._fail("has no pt_meta.json: an unfinished build (run the build again to resume it)")
         except (OSError, ValueError) as e:
             self._fail(f"has an unreadable pt_meta.json ({e})")
         if not isinstance(m, dict) or m.get("type") != ARTIFACT_TYPE or m.get("format") != ARTIFACT_FORMAT:
@@ -211,15 +201,24 @@ class ShardedDenseIndex(pta.Artifact):
         """``(scores, positions)``, each ``(len(qvecs), min(k, num_docs))``: the top-``k`` documents of
         each query over all shards, by score (descending) then global position (ascending), exactly
         as a flat search; positions are global (shard start + FlexIndex docid)."""
-        from .retriever import _merge_topk, _prepare_queries, _topk
-        qvecs = _prepare_queries(qvecs, self.sim_fn)
+        qvecs = prepare_queries(qvecs, self.sim_fn)
         cos = self.sim_fn_name == "cos"
 
         def one(i):
             dvecs, _ = self.shards[i].payload(return_docnos=False)
-            return _topk(dvecs, qvecs, k, offset=int(self.starts[i]), cos=cos)
+            return topk(dvecs, qvecs, k, offset=int(self.starts[i]), cos=cos)
         parts = self._map(one, list(range(self.num_shards)))
-        return _merge_topk([p[0] for p in parts], [p[1] for p in parts], min(k, self.num_docs))
+        return merge_topk([p[0] for p in parts], [p[1] for p in parts], min(k, self.num_docs))
+
+    def ann_search(self, ann: str, settings: dict, qvecs, k: int):
+        """Each shard's ANN top-k (:mod:`.ann`; each shard its own structure, positions made global),
+        merged by score then position."""
+        def one(i):
+            shard = self.shards[i]
+            s, ids = ann_topk(ann_index(shard, ann, settings), ann, settings, qvecs, k, len(shard))
+            return s, np.where(ids < 0, -1, ids + int(self.starts[i]))
+        parts = self._map(one, list(range(self.num_shards)))
+        return merge_topk([p[0] for p in parts], [p[1] for p in parts], min(k, self.num_docs))
 
     def docnos_of(self, positions) -> np.ndarray:
         """The docnos (an object array) at global ``positions``."""
@@ -267,11 +266,10 @@ class ShardedDenseIndex(pta.Artifact):
         return out
 
     # -- transformers ----------------------------------------------------------------------------
-    def retriever(self, model: Optional[str] = None, **kwargs):
+    def retriever(self, model: Optional[str] = None, **kwargs) -> DenseRetriever:
         """The ``dense`` transformer over this index: its model, backend, precision, calibration and fields
         are the ones the manifest records (:mod:`.index_meta`); a keyword given that contradicts them is one
         :class:`~.index_meta.IndexSettingsError`."""
-        from .retriever import DenseRetriever
         return DenseRetriever(model or self.model, index=self, **kwargs)
 
     dense = retriever
@@ -294,8 +292,6 @@ def write_sharded_flex(path: Union[str, os.PathLike], docnos: Iterable[str], vec
     the manifest last.  ``encoder``: what encoded the vectors (:func:`.index_meta.encoder_record`), recorded
     in the manifest (default: only ``model``, fp32 vectors).  Returns the loaded index."""
     from pyterrier_dr import FlexIndex
-
-    from pyterrier_sci.artifacts import build_atomically, write_pt_meta
     docnos = list(docnos)
     vectors = np.asarray(vectors, dtype=np.float32)
     n, dim = vectors.shape

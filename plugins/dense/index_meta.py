@@ -19,7 +19,6 @@ index's value and the index's path.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,8 +27,10 @@ from typing import Any, Dict, Optional, Sequence, Tuple, Union
 from pyterrier_sci.models import DEFAULT_MODEL, check_backend, resolve_model, weights_sha256
 from pyterrier_sci.registry import PipelineError
 
+from .calibration import Calibration
+
 __all__ = ["IndexSettingsError", "IndexRecord", "CALIBRATION_FILE", "RECORD_KEYS", "vectors_label",
-           "encoder_record", "describe_index", "read_pt_meta", "write_calibration_texts", "texts_sha256"]
+           "encoder_record", "describe_index", "read_pt_meta", "write_calibration_texts"]
 
 #: the keys of ``pt_meta.json`` that this version adds to describe a dense index's encoder
 RECORD_KEYS = ("encoder", "fields", "corpus", "vectors")
@@ -49,13 +50,6 @@ def vectors_label(backend: str, precision: str, settings_hash: Optional[str] = N
     return "fp32" if precision == "fp32" else f"{backend}-int8-{settings_hash}"
 
 
-def texts_sha256(texts: Sequence) -> str:
-    """The SHA-256 a calibration record gives its texts (``Calibration.record()['texts_sha256']``)."""
-    def key(t):
-        return t if isinstance(t, str) else "\x1f".join(map(str, t))
-    return hashlib.sha256("\0".join(map(key, texts)).encode()).hexdigest()
-
-
 def encoder_record(model: str, backend: str, precision: str, export: Optional[dict] = None,
                    max_seq_length: Optional[int] = None, weights: Optional[str] = None) -> dict:
     """The ``encoder`` entry of an index's ``pt_meta.json``: the model (as named, and resolved), the
@@ -70,9 +64,9 @@ def encoder_record(model: str, backend: str, precision: str, export: Optional[di
     return rec
 
 
-def write_calibration_texts(directory: Union[str, Path], calibration) -> None:
+def write_calibration_texts(directory: Union[str, Path], calibration: Calibration) -> None:
     """``calibration.json`` in an index directory: the texts an int8 encoder was calibrated on and their
-    record (what :class:`~.backends.RecordedCalibration` reads to rebuild an export no longer cached)."""
+    record (what :class:`~.calibration.RecordedCalibration` reads to rebuild an export no longer cached)."""
     texts = [t if isinstance(t, str) else list(t) for t in calibration.texts]
     (Path(directory) / CALIBRATION_FILE).write_text(json.dumps({"record": calibration.record(), "texts": texts}),
                                                     encoding="utf-8")

@@ -21,6 +21,8 @@ from pyterrier_sci.models import (  # noqa: F401
     resolve_model,
 )
 
+from .retriever import DenseRetriever
+
 ARTIFACT_TYPE = "dense_model"
 ARTIFACT_FORMAT = "sentence_transformers"
 #: files in which earlier versions recorded how a model was trained (read by ``training``)
@@ -56,9 +58,8 @@ class SentenceTransformerModel(pt.Artifact):
     def sentence_transformer(self, device: Optional[str] = None):
         return load_sentence_transformer(str(self.path), device or "cpu")
 
-    def dense(self, **kwargs):
+    def dense(self, **kwargs) -> DenseRetriever:
         """The ``dense`` component's transformer with this model."""
-        from .retriever import DenseRetriever
         return DenseRetriever(str(self.path), **kwargs)
 
     def __repr__(self) -> str:

@@ -1,51 +1,54 @@
-"""Dense bi-encoder retrieval with sentence-transformers models over a ``pyterrier_dr.FlexIndex``
-(built on first use under the work directory, one per dataset, model and fields): the ``dense``
-component retrieves given a query frame and re-scores a result frame (``first_stage >> dense``) with
-the stored vectors, or, without an index, by encoding the frame's ``text`` column.
+"""The ``dense`` transformer: a sentence-transformers bi-encoder that retrieves given a query frame and
+re-scores a result frame (``first_stage >> dense``) with the vectors of a flat index (a
+``pyterrier_dr.FlexIndex``, built on first use under the work directory, one per dataset, model and fields:
+:mod:`.flat`) or of a sharded one (:mod:`.fanout`, searched shard-parallel), or, without an index, by encoding
+the frame's ``text`` column.  Search is :mod:`.search`'s (exact, blocks without a per-query loop; a sharded
+index returns the flat index's results) or :mod:`.ann`'s; the encoder is :func:`.encoders.load_encoder`'s.
 
-Search and re-scoring read the index through pyterrier_dr's public API (``payload()``, ``docnos()``,
-``sim_fn``) and do the numpy work here in blocks, without a per-query loop: the results of
-``FlexIndex.np_retriever()`` / ``scorer()``, faster on many queries.  The same code searches each
-shard of a sharded index (:mod:`.fanout`, in parallel) and merges them exactly: ties go to the lower
-global position in both, so a sharded index returns the flat index's results.
+An index this plugin wrote describes its encoder (:mod:`.index_meta`): the retriever takes from it every
+setting left out and refuses one that contradicts it.
 """
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
-from typing import Optional, Sequence, Union
+from typing import Optional, Sequence
 
 import pandas as pd
 import pyterrier as pt
 import pyterrier_alpha as pta
 
-from pyterrier_sci.artifacts import build_atomically, write_pt_meta
-from pyterrier_sci.corpus import corpus_id, corpus_size, corpus_texts, dataset_of, doc_texts, index_path
-from pyterrier_sci.data import work_dir
+from pyterrier_sci.artifacts import build_atomically
+from pyterrier_sci.corpus import corpus_id, corpus_size, corpus_texts, doc_texts
+from pyterrier_sci.models import DEFAULT_MODEL, ModelNotFoundError, check_backend, resolve_model
 from pyterrier_sci.progress import Estimate, announce
 from pyterrier_sci.protocol import ModelRef
-from pyterrier_sci.registry import DATASET, MAX_RESULTS, PATH, Param, check_artifact, check_fields, params
 
-from .ann import ANN_METHODS, ann_search, check_ann
-from .backends import (
+from .ann import ann_search, check_ann
+from .calibration import (
     Calibration,
-    ExportedEncoder,
     RecordedCalibration,
     calibration_from_corpus,
     calibration_from_texts,
-    load_encoder,
-)
-from .encoding import encode_stream
-from .fanout import ShardedDenseIndex, is_sharded
-from .index_meta import (
-    IndexSettingsError,
-    describe_index,
-    encoder_record,
-    read_pt_meta,
     texts_sha256,
-    vectors_label,
-    write_calibration_texts,
 )
-from .models import BACKENDS, DEFAULT_MODEL, PRECISIONS, ModelNotFoundError, check_backend, model_slug, resolve_model
+from .encoders import ExportedEncoder, load_encoder
+from .encoding import encode_stream
+from .flat import FlatIndex, as_vector_index, open_index, write_flat_index
+from .index_meta import IndexSettingsError, describe_index, encoder_record, vectors_label
+from .search import (
+    SCORE_ALIGN,
+    aligned_scores,
+    merge_topk,
+    prepare_queries,
+    ranked,
+    results_frame,
+    rowwise_dot,
+    topk,
+)
+from .shards import is_sharded
+
+__all__ = ["DenseRetriever", "INDEX_COVERAGE", "QUERY_MEMO", "SCORE_ALIGN"]
 
 #: a re-ranker without a built corpus index builds it when its input (with the documents it encoded
 #: before) covers at least this share of the corpus; below it, only the documents it re-scores are
@@ -204,14 +207,14 @@ class DenseRetriever(pt.Transformer):
         return _DOC_VECS.setdefault(self.index, {}) if self.index is not None else {}
 
     def _use_index(self, index):
-        """Uses the opened ``index``, whose record (if this retriever was made before it existed) must
-        agree with this retriever's settings."""
+        """Uses the opened ``index`` (a FlexIndex or a :class:`~.search.VectorIndex`), whose record (if this
+        retriever was made before the index existed) must agree with this retriever's settings."""
         if self.__dict__.get("_record") is None:
             record = describe_index(index)
             if record is not None:
                 record.resolve(self.model, self.backend, self.precision, self.fields)
                 self._record = record
-        self._flex = index
+        self._flex = as_vector_index(index)
 
     def index_record(self) -> dict:
         """What a flat index built by this retriever records in its ``pt_meta.json`` (:mod:`.index_meta`)."""
@@ -224,30 +227,28 @@ class DenseRetriever(pt.Transformer):
                 "vectors": vectors_label(self.backend, self.precision, export.get("settings_hash") if export else None)}
 
     def flex_index(self):
-        """The index: a FlexIndex (built from ``corpus`` first if needed, atomically) or a
-        :class:`~.fanout.ShardedDenseIndex`."""
+        """The index: a ``pyterrier_dr.FlexIndex`` (built from ``corpus`` first if needed, atomically, with the
+        record of its encoder) or a :class:`~.fanout.ShardedDenseIndex`."""
         if self.index is None:
             return None
-        if self._flex is None and is_sharded(self.index):
-            self._use_index(ShardedDenseIndex(self.index))
         if self._flex is None:
-            from pyterrier_dr import FlexIndex
             path = Path(self.index)
-            if not (path / "pt_meta.json").exists():
+            if not is_sharded(path) and not (path / "pt_meta.json").exists():
                 if not self.corpus:
                     raise FileNotFoundError(f"dense index not found: {path} (and no corpus given to build it)")
 
                 def build(tmp):
                     docs = self._encode_docs(corpus_texts(self.corpus, self.fields))
-                    FlexIndex(str(tmp), verbose=False).indexer().index(docs)
-                    meta = read_pt_meta(tmp)
-                    meta.update(self.index_record())  # self-describing: the encoder, its settings, the fields
-                    write_pt_meta(tmp, **meta)
-                    if self.precision == "int8":
-                        write_calibration_texts(tmp, self._cal)
+                    write_flat_index(tmp, docs, lambda: (self.index_record(), self._cal))
                 build_atomically(path, build)
             _DOC_VECS.pop(self.index, None)  # in the index now
-            self._use_index(FlexIndex(str(path), verbose=False))
+            self._use_index(open_index(path))
+        return self._flex.flex if isinstance(self._flex, FlatIndex) else self._flex  # a flat index: its FlexIndex
+
+    def _vector_index(self):
+        """The index as the search asks it (:class:`~.search.VectorIndex`), opened (built) when needed."""
+        if self.flex_index() is None:
+            return None
         return self._flex
 
     def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
@@ -258,27 +259,27 @@ class DenseRetriever(pt.Transformer):
             cols = list(inp.columns) + [c for c in ("docno", "score", "rank") if c not in inp.columns]
             if len(inp) == 0:
                 return pd.DataFrame(columns=cols)
-            flex = self.flex_index()
-            if flex is None:
+            index = self._vector_index()
+            if index is None:
                 raise ValueError("dense retrieval needs an index (index=... or a dataset); "
                                  "to re-score a first stage, write first_stage >> dense")
             inp = inp.drop(columns=[c for c in ("docno", "score", "rank") if c in inp.columns]).reset_index(drop=True)
             qvecs = self.encode(inp["query"].astype(str).tolist(), desc="queries")
             k = self.num_results if self.rank_cutoff is None else min(self.num_results, self.rank_cutoff)
             if self.ann:
-                return ann_search(flex, inp, qvecs, k, self.ann, self.ann_params)
-            return _search(flex, inp, qvecs, k)
+                return ann_search(index, inp, qvecs, k, self.ann, self.ann_params)
+            return _search(index, inp, qvecs, k)
         if len(inp) == 0:
             return inp.assign(score=pd.Series(dtype=float), rank=pd.Series(dtype=int))
-        flex = self._rescoring_index(inp)
+        index = self._rescoring_index(inp)
         qvecs, pos = self._query_vecs(inp)
-        if flex is not None:
-            scores = _score_with_index(flex, inp, qvecs, pos)
+        if index is not None:
+            scores = _score_with_index(index, inp, qvecs, pos)
         elif self.index is not None and self.corpus:  # a small first stage: its documents only, from the corpus
-            scores = _rowwise_dot(qvecs, pos, self._corpus_doc_vecs(inp["docno"].astype(str).tolist()))
+            scores = rowwise_dot(qvecs, pos, self._corpus_doc_vecs(inp["docno"].astype(str).tolist()))
         else:
-            scores = _rowwise_dot(qvecs, pos, self.encode(self._frame_texts(inp), desc="documents"))
-        out = _ranked(inp, scores)
+            scores = rowwise_dot(qvecs, pos, self.encode(self._frame_texts(inp), desc="documents"))
+        out = ranked(inp, scores)
         if self.rank_cutoff is not None:
             out = out[out["rank"] < self.rank_cutoff].reset_index(drop=True)
         return out
@@ -288,12 +289,12 @@ class DenseRetriever(pt.Transformer):
         index is built for re-scoring only when asked (``build_index``) or when ``inp`` covers at
         least :data:`INDEX_COVERAGE` of the corpus; a built one is always used."""
         if self._flex is not None or self.index is None or self.build_index or not self.corpus:
-            return self.flex_index()
+            return self._vector_index()
         if is_sharded(self.index) or (Path(self.index) / "pt_meta.json").exists():
-            return self.flex_index()
+            return self._vector_index()
         wanted = set(inp["docno"].astype(str)) - set(self._doc_vecs)
         if len(wanted) + len(self._doc_vecs) >= INDEX_COVERAGE * corpus_size(self.corpus):
-            return self.flex_index()
+            return self._vector_index()
         return None
 
     def _corpus_doc_vecs(self, docnos: Sequence[str]):
@@ -383,124 +384,14 @@ class DenseRetriever(pt.Transformer):
         return state
 
 
-def _prepare_queries(qvecs, sim_fn):
-    """Query vectors as float32, normalised for cosine similarity."""
-    import numpy as np
-    from pyterrier_dr import SimFn
-    qvecs = np.asarray(qvecs, dtype=np.float32)
-    if SimFn(sim_fn) == SimFn.cos:
-        qvecs = qvecs / np.linalg.norm(qvecs, axis=1, keepdims=True)
-    return qvecs
-
-
-def _select(s, i, k: int):
-    """Per row the ``k`` largest scores of ``s`` (ids ``i``), equal scores by lower id: argpartition,
-    then an exact sort of the (rare) rows where ties straddle the cut."""
-    import numpy as np
-    top = np.argpartition(-s, k - 1, axis=1)[:, :k]
-    ts, ti = np.take_along_axis(s, top, 1), np.take_along_axis(i, top, 1)
-    kth = ts.min(axis=1, keepdims=True)
-    split = (s == kth).sum(axis=1) > (ts == kth).sum(axis=1)
-    for r in np.flatnonzero(split):
-        order = np.lexsort((i[r], -s[r]))[:k]
-        ts[r], ti[r] = s[r, order], i[r, order]
-    return ts, ti
-
-
-#: rows of one matrix product in exact search, at global positions aligned to multiples of it (see _scores)
-SCORE_ALIGN = 1024
-
-
-def _scores(qvecs, dvecs, lo: int, hi: int, offset: int = 0, cos: bool = False):
-    """Scores (``len(qvecs) x (hi - lo)``, float32) of rows ``lo:hi`` of ``dvecs`` (global positions
-    ``offset + row``), the same bit for bit however an index is cut into shards.
-
-    A BLAS matrix product's value for one (query, document) pair depends on the product's shape and
-    on where the pair falls in it (OpenBLAS splits the work into tiles and threads by shape, and
-    edge tiles accumulate in another order): with blocks starting at each shard's first row, 2-4 %
-    of the scores differed from a flat index's in the last bits, enough to swap near-ties (the
-    fan-out tests failed on a Zen 5 CPU with OPENBLAS_CORETYPE=Haswell).  So every product here
-    covers :data:`SCORE_ALIGN` rows at global positions ``[j A, (j + 1) A)``; rows of such a block
-    outside ``lo:hi`` (the edges of a shard, the end of the index) are zeros, and their scores are
-    dropped.  Every pair is then computed by the same product shape at the same place in it, in a
-    flat index and in every sharding of it (for the same queries)."""
-    import numpy as np
-    nq, dim = qvecs.shape[0], qvecs.shape[1]
-    out = np.empty((nq, hi - lo), dtype=np.float32)
-    a_glob = offset + lo
-    start = (a_glob // SCORE_ALIGN) * SCORE_ALIGN
-    while start < offset + hi:
-        a, b = max(start, a_glob), min(start + SCORE_ALIGN, offset + hi)  # global rows of this block
-        rows = np.asarray(dvecs[a - offset:b - offset], dtype=np.float32)
-        if cos:
-            rows = rows / np.linalg.norm(rows, axis=1, keepdims=True)
-        if b - a < SCORE_ALIGN:
-            block = np.zeros((SCORE_ALIGN, dim), dtype=np.float32)
-            block[a - start:b - start] = rows
-            out[:, a - a_glob:b - a_glob] = (qvecs @ block.T)[:, a - start:b - start]
-        else:
-            out[:, a - a_glob:b - a_glob] = qvecs @ rows.T
-        start += SCORE_ALIGN
-    return out
-
-
-def _topk(dvecs, qvecs, k: int, offset: int = 0, cos: bool = False, batch_size: int = 8192):
-    """``(scores, ids)`` of the top-``k`` rows of ``dvecs`` for each (prepared) query, ``batch_size``
-    rows scored (:func:`_scores`) and selected at a time; ids are ``offset`` + row, ordered by score
-    (descending) then id (ascending): a flat index and the shards of a sharded one (``offset`` = a
-    shard's start) give the same scores and order ties alike, so their results are identical."""
-    import numpy as np
-    n, nq = dvecs.shape[0], qvecs.shape[0]
-    k = min(k, n)
-    qvecs = np.ascontiguousarray(qvecs, dtype=np.float32)
-    best_s = np.empty((nq, 0), dtype=np.float32)
-    best_i = np.empty((nq, 0), dtype=np.int64)
-    for start in range(0, n, batch_size):
-        end = min(start + batch_size, n)
-        s = np.concatenate([best_s, _scores(qvecs, dvecs, start, end, offset, cos)], axis=1)
-        ids = np.broadcast_to(np.arange(offset + start, offset + end), (nq, end - start))
-        i = np.concatenate([best_i, ids], axis=1)
-        if s.shape[1] > k:
-            s, i = _select(s, i, k)
-        best_s, best_i = s, i
-    order = np.lexsort((best_i, -best_s), axis=1)
-    return np.take_along_axis(best_s, order, 1), np.take_along_axis(best_i, order, 1)
-
-
-def _merge_topk(scores: list, ids: list, k: int):
-    """The exact top-``k`` of per-shard top-k lists (each ordered), by score then id."""
-    import numpy as np
-    s, i = np.concatenate(scores, axis=1), np.concatenate(ids, axis=1)
-    if s.shape[1] > k:
-        s, i = _select(s, i, k)
-    order = np.lexsort((i, -s), axis=1)
-    return np.take_along_axis(s, order, 1), np.take_along_axis(i, order, 1)
-
-
 def _search(index, inp: pd.DataFrame, qvecs, k: int) -> pd.DataFrame:
     """Exhaustive top-``k`` search of the index's stored vectors (its similarity function) for each
     row of the query frame ``inp`` and the result frame built without a per-query loop (the same
-    results as ``FlexIndex.np_retriever()``, ties by docid).  ``index`` is a FlexIndex or a
-    :class:`~.fanout.ShardedDenseIndex` (its shards searched in parallel, merged exactly)."""
-    import numpy as np
-    from pyterrier_dr import SimFn
-    nq = len(qvecs)
-    if isinstance(index, ShardedDenseIndex):
-        best_s, best_i = index.search(qvecs, k)
-        docno_of = index.docnos_of
-    else:
-        docnos, dvecs, _ = index.payload()
-        best_s, best_i = _topk(dvecs, _prepare_queries(qvecs, index.sim_fn), k, cos=index.sim_fn == SimFn.cos)
-
-        def docno_of(ids):
-            return np.asarray(docnos.fwd[ids], dtype=object)
-    k = best_s.shape[1]
-    out = inp.iloc[np.repeat(np.arange(nq), k)].reset_index(drop=True)
-    uniq, inverse = np.unique(best_i.ravel(), return_inverse=True)  # docno lookups are per element
-    out["docno"] = docno_of(uniq)[inverse]
-    out["score"] = best_s.ravel()
-    out["rank"] = np.tile(np.arange(k), nq)
-    return out
+    results as ``FlexIndex.np_retriever()``, ties by docid).  ``index``: a :class:`~.search.VectorIndex` or
+    a ``pyterrier_dr.FlexIndex`` (the benchmarks pass one)."""
+    index = as_vector_index(index)
+    scores, ids = index.search(qvecs, k)
+    return results_frame(inp, scores, ids, index.docnos_of)
 
 
 def _score_with_index(index, inp: pd.DataFrame, qvecs, pos, block: int = 65536):
@@ -510,98 +401,27 @@ def _score_with_index(index, inp: pd.DataFrame, qvecs, pos, block: int = 65536):
     loop, progress bar or per-row vector column.  A sharded index finds each docno's shard."""
     import numpy as np
     from pyterrier_dr import SimFn
-    sharded = isinstance(index, ShardedDenseIndex)
-    docnos = inp["docno"].astype(str).to_numpy()
-    if sharded:
-        docids = index.positions_of(docnos)
-    else:
-        docids = np.asarray(index.docnos().inv[docnos], dtype=np.int64)
+    docids = index.positions_of(inp["docno"].astype(str).to_numpy())
     if (docids < 0).any():
         missing = inp["docno"].to_numpy()[docids < 0][:5].tolist()
         raise KeyError(f"dense re-scoring: docno(s) {missing} are not in the index {index.index_path}")
-    qvecs = _prepare_queries(qvecs, index.sim_fn)
+    qvecs = prepare_queries(qvecs, index.sim_fn)
     cos = index.sim_fn == SimFn.cos
-    if not sharded:
-        dvecs, _ = index.payload(return_docnos=False)
     scores = np.empty(len(docids), dtype=np.float32)
     for start in range(0, len(docids), block):
-        ids = docids[start:start + block]
-        if sharded:
-            d = index.vectors(ids)
-        else:
-            order = np.argsort(ids, kind="stable")  # gathers from the memory map in file order
-            d = np.empty((len(ids), qvecs.shape[1]), dtype=np.float32)
-            d[order] = dvecs[ids[order]]
+        d = index.vectors(docids[start:start + block])
         if cos:
             d /= np.linalg.norm(d, axis=1, keepdims=True)
-        scores[start:start + block] = _rowwise_dot(qvecs, pos[start:start + block], d)
+        scores[start:start + block] = rowwise_dot(qvecs, pos[start:start + block], d)
     return scores
 
 
-def _rowwise_dot(qvecs, pos, dvecs):
-    """Per row i, ``qvecs[pos[i]] . dvecs[i]``."""
-    import numpy as np
-    return np.einsum("ij,ij->i", np.asarray(qvecs, dtype=np.float32)[pos], dvecs).astype(np.float32, copy=False)
+# the names the search helpers had here before :mod:`.search` (benchmarks and earlier code import them)
+_topk, _merge_topk, _prepare_queries, _scores = topk, merge_topk, prepare_queries, aligned_scores
+_rowwise_dot, _ranked = rowwise_dot, ranked
 
 
-def _ranked(inp: pd.DataFrame, scores) -> pd.DataFrame:
-    """``inp`` with ``score``, sorted by qid then score (descending, ties in input order), ranked per qid."""
-    import numpy as np
-    qid_codes, _ = pd.factorize(inp["qid"], sort=True)
-    order = np.lexsort((-np.asarray(scores, dtype=np.float64), qid_codes))  # lexsort is stable
-    out = inp.iloc[order].reset_index(drop=True)
-    out["score"] = np.asarray(scores)[order]
-    starts = np.r_[0, np.flatnonzero(np.diff(qid_codes[order])) + 1]
-    out["rank"] = np.arange(len(out)) - np.repeat(starts, np.diff(np.r_[starts, len(out)]))
-    return out
-
-
-@params(model=Param(str, min_len=1, optional=True), index=Param(bool, PATH, optional=True),
-        dataset=Param(DATASET, optional=True), fields=Param(list, item=str, min_len=1, optional=True),
-        num_results=Param(int, min=1, max=MAX_RESULTS), batch_size=Param(int, min=1, max=65536),
-        device=Param(str, min_len=1, optional=True), ann=Param(str, choices=ANN_METHODS, optional=True),
-        ann_params=Param(dict, optional=True), backend=Param(str, choices=BACKENDS, optional=True),
-        precision=Param(str, choices=PRECISIONS, optional=True))
-def dense_component(*, context=None, model: Optional[str] = None, index: Union[None, bool, str] = None,
-                    dataset: Optional[str] = None, fields: Optional[Sequence[str]] = None, num_results: int = 1000,
-                    batch_size: int = 32, verbose: bool = True, device: Optional[str] = None,
-                    ann: Optional[str] = None, ann_params: Optional[dict] = None, backend: Optional[str] = None,
-                    precision: Optional[str] = None) -> DenseRetriever:
-    """``dense``: a sentence-transformers bi-encoder (default: offline all-MiniLM-L6-v2) over a flat index
-    or a sharded one (``pyterrier-sci index --shards N``; searched shard-parallel).
-
-    ``index``: a FlexIndex or sharded index path (built there when needed); by default the dataset's corpus
-    index, built on first retrieval, or when re-scoring a first stage that covers a quarter of the corpus
-    (a smaller one, ``pool % 30 >> dense``, has only its own documents encoded, each once); ``true``: the
-    corpus index is built on first use either way; ``false``: no index, the input's ``text`` column is
-    encoded.  ``backend`` / ``precision``: the encoder's engine and precision (docs/dense.md; default
-    ``torch``, ``fp32``); int8 calibrates on the dataset's first documents and gets its own corpus index.
-    An index path that holds an index takes ``model``, ``backend``, ``precision``, ``fields`` and the int8
-    calibration from its ``pt_meta.json`` where they are left out; one that contradicts it is one
-    :class:`~.index_meta.IndexSettingsError`."""
-    corpus = dataset_of(dataset, context, "dense", required=False)
-    common = dict(num_results=num_results, batch_size=batch_size, verbose=verbose, device=device, ann=ann,
-                  ann_params=ann_params)
-    if isinstance(index, str):  # an index there (its settings where left out), or built there on first use
-        if is_sharded(index):  # a finished sharded index (opened: checked against its shards) or an unfinished build
-            index = ShardedDenseIndex(index)
-        else:
-            check_artifact(index, {"dense_index": ["flex", "sharded_flex"]}, "dense", must_exist=False)
-        return DenseRetriever(model, index=index, corpus=corpus, fields=fields, backend=backend, precision=precision,
-                              build_index=True, **common)
-    model, backend = model or DEFAULT_MODEL, backend or "torch"
-    check_backend(backend, precision or "fp32")
-    precision = precision or "fp32"
-    if fields and index is not False:
-        check_fields(corpus, fields, "dense")
-    fast = dict(backend=backend, precision=precision, calibration=corpus)
-    if index is False:
-        return DenseRetriever(model, index=None, corpus=None, fields=fields, **common, **fast)
-    build_index = True if index is True else None  # asked for: built when needed
-    if corpus:
-        work = context.workdir() if context is not None else None
-        kind = "dense-" + model_slug(model) + (f"-{backend}-int8" if precision == "int8" else "")  # fp32 exports match
-        index = str(index_path(work or work_dir(), corpus, kind, fields))
-    else:
-        index = None
-    return DenseRetriever(model, index=index, corpus=corpus, fields=fields, build_index=build_index, **common, **fast)
+def __getattr__(name: str):  # PEP 562: moved to .components (which imports this module); the old import path works
+    if name == "dense_component":
+        return importlib.import_module(f"{__package__}.components").dense_component
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

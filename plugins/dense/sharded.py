@@ -26,43 +26,51 @@ import sys
 import time
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Callable, Iterator, List, Optional, Sequence, Tuple, Union
 
-from pyterrier_sci.artifacts import DamagedFileWarning
+import pyterrier as pt
+
+from pyterrier_sci.artifacts import DamagedFileWarning, build_atomically, write_pt_meta
+from pyterrier_sci.corpus import corpus_id, index_path, irds_id
+from pyterrier_sci.data import work_dir
 from pyterrier_sci.filesums import damaged_file, record_files
-from pyterrier_sci.models import BACKENDS, PRECISIONS
+from pyterrier_sci.models import (
+    BACKENDS,
+    PRECISIONS,
+    BackendError,
+    ModelNotFoundError,
+    load_sentence_transformer,
+    model_slug,
+    resolve_model,
+)
 from pyterrier_sci.quiet import quiet_native
-from pyterrier_sci.registry import PipelineError
+from pyterrier_sci.registry import PipelineError, check_dataset, check_fields
+from pyterrier_sci.scale import ScaleError, init_ray
 
-if TYPE_CHECKING:
-    from .backends import Calibration
+from .calibration import CALIBRATION_SIZE, Calibration, calibration_from_corpus, calibration_from_texts
+from .encoders import load_encoder, settings_hash
+from .encoding import encode_stream
+from .engines import engine_for
+from .index_meta import encoder_record, vectors_label, write_calibration_texts
+from .shards import (
+    ARTIFACT_FORMAT,
+    ARTIFACT_TYPE,
+    FORMAT_VERSION,
+    LEGACY_VECTORS,
+    SHARD_FILE,
+    ShardedIndexError,
+    shard_bounds,
+    shard_name,
+)
 
 __all__ = ["ShardedIndexError", "MANIFEST_FORMAT", "FORMAT_VERSION", "SHARD_FILE", "shard_name", "shard_bounds",
            "default_index_path", "build_sharded_index", "add_index_commands", "index_main"]
 
-MANIFEST_TYPE = "dense_index"
-MANIFEST_FORMAT = "sharded_flex"
-FORMAT_VERSION = 1
-#: what shards of an index built before backends were recorded hold
-LEGACY_VECTORS = "fp32"
+MANIFEST_TYPE = ARTIFACT_TYPE
+MANIFEST_FORMAT = ARTIFACT_FORMAT
 #: the corpus fields of a JSONL corpus file when none are given
 JSONL_TEXT = ("text",)
-SHARD_FILE = "shard.json"
 _OFFSET_EVERY = 4096  # a JSONL corpus's byte offset is kept every this many lines (to seek near a shard's start)
-
-
-class ShardedIndexError(PipelineError):
-    """A sharded index cannot be built as asked: bad settings, an unknown corpus, or a target
-    directory holding shards of another build."""
-
-
-def shard_name(i: int) -> str:
-    return f"shard-{i:05d}"
-
-
-def shard_bounds(n: int, num_shards: int) -> List[Tuple[int, int]]:
-    """``[(start, end), ...]``: shard i holds corpus positions ``[i*n//N, (i+1)*n//N)``."""
-    return [(i * n // num_shards, (i + 1) * n // num_shards) for i in range(num_shards)]
 
 
 # ------------------------------------------------------------------------------------------- corpora
@@ -73,7 +81,6 @@ def _is_file_corpus(corpus: str) -> bool:
 
 def _corpus_key(corpus: str) -> str:
     """How the manifest names the corpus: the ir_datasets id, or a JSONL file's absolute path."""
-    from pyterrier_sci.corpus import irds_id
     return str(Path(corpus).resolve()) if _is_file_corpus(corpus) else irds_id(corpus)
 
 
@@ -135,9 +142,6 @@ def _iter_jsonl(path: str, fields: Sequence[str], start: int, end: int, offsets:
 
 def _irds(corpus: str):
     import ir_datasets
-
-    from pyterrier_sci.corpus import irds_id
-    from pyterrier_sci.registry import check_dataset
     try:
         check_dataset(corpus, where="index")
         ds = ir_datasets.load(irds_id(corpus))
@@ -154,7 +158,6 @@ def _count(corpus: str, fields: Optional[Sequence[str]]) -> Tuple[int, List[int]
     if _is_file_corpus(corpus):
         return _scan_jsonl(corpus)
     ds = _irds(corpus)
-    from pyterrier_sci.registry import check_fields
     check_fields(corpus, fields, "index")
     try:
         n = ds.docs_count()
@@ -202,7 +205,6 @@ class _ShardEncoder:
         if threads:
             import torch
             torch.set_num_threads(int(threads))
-        from .backends import load_encoder
         # threads bound the exported engines too (OpenVINO / ONNX Runtime would take every core of the node)
         self.model = load_encoder(model, device, backend, precision, calibration, work=work,
                                   threads=int(threads) if threads else None)
@@ -210,7 +212,6 @@ class _ShardEncoder:
     def _encode(self, docs: Iterator[dict], batch_size: int, report: Callable[[int], None]) -> Iterator[dict]:
         """``docs`` with ``doc_vec`` (:func:`.encoding.encode_stream`); ``report(n)`` after every batch
         with the documents encoded so far."""
-        from .encoding import encode_stream
         done = [0]
 
         def on_batch(n: int) -> None:
@@ -221,8 +222,6 @@ class _ShardEncoder:
     def build(self, spec: dict, progress) -> dict:
         """Builds shard ``spec['shard']`` unless its directory is complete; returns what it did."""
         from pyterrier_dr import FlexIndex
-
-        from pyterrier_sci.artifacts import build_atomically
         i, start, end = spec["shard"], spec["start"], spec["end"]
         path = Path(spec["index"]) / shard_name(i)
         t0, built = time.perf_counter(), []
@@ -271,10 +270,6 @@ def default_index_path(corpus: str, model: str, num_shards: int, fields: Optiona
     """``<work>/indexes/<corpus>/dense-<model slug>-<N>shards[-<backend>-int8][-first<limit>][-<fields>]``
     (a JSONL corpus file is named by its stem and a hash of its path); fp32 backends share a path, as
     their vectors are the same, while int8 gets its own (as the ``dense`` component's corpus index)."""
-    from pyterrier_sci.corpus import index_path
-    from pyterrier_sci.data import work_dir
-
-    from .models import model_slug
     kind = f"dense-{model_slug(model)}-{num_shards}shards" + (f"-{backend}-int8" if precision == "int8" else "") \
         + (f"-first{limit}" if limit else "")
     if _is_file_corpus(corpus):
@@ -311,7 +306,6 @@ def _calibration(corpus: str, fields: Optional[Sequence[str]], calibration):
     ir_datasets id or a JSONL corpus file), by default the corpus itself: its first
     :data:`.backends.CALIBRATION_SIZE` non-empty documents (whatever ``limit`` is, so a trial run
     calibrates as the full build and as the ``dense`` component over the same corpus do)."""
-    from .backends import CALIBRATION_SIZE, Calibration, calibration_from_corpus, calibration_from_texts
     if isinstance(calibration, Calibration):
         return calibration
     if calibration is not None and not isinstance(calibration, str):
@@ -330,17 +324,14 @@ def _vectors(model: str, backend: str, precision: str, calibration) -> str:
     """What the shards of these settings hold: ``fp32`` for every fp32 backend (their exports reproduce
     torch), else ``<backend>-int8-<the export's settings hash>``; known without loading the model (the
     export's cache entry is checked against the same hash when it is loaded)."""
-    if precision == "fp32":
-        return "fp32"
-    from .backends import settings_hash
-    return f"{backend}-int8-{settings_hash(model, backend, precision, calibration)}"
+    return vectors_label(backend, precision,
+                         settings_hash(model, backend, precision, calibration) if precision == "int8" else None)
 
 
 def _encoder_spec(model: str, device: Optional[str], backend: str, precision: str, calibration, work: str) -> dict:
     """Builds the export of ``model`` once, here (its cache entry is locked: concurrent builds wait),
     and returns what the workers need to load it and what the manifest records of it."""
-    from .backends import load_encoder
-    if backend == "torch":
+    if not engine_for(backend, precision).exported:
         return {"backend": backend, "precision": precision, "calibration": None, "encoder": None}
     meta = load_encoder(model, device, backend, precision, calibration, work=work).meta
     return {"backend": backend, "precision": precision, "calibration": calibration,
@@ -421,10 +412,6 @@ def _write_manifest(index: Path, spec: dict, bounds: List[Tuple[int, int]], cali
     weights, backend, precision, maximum sequence length, the export and its calibration: ``encoder``,
     :mod:`.index_meta`), beside ``calibration.json`` for int8."""
     from pyterrier_dr import FlexIndex
-
-    from pyterrier_sci.artifacts import write_pt_meta
-
-    from .index_meta import encoder_record, write_calibration_texts
     shards, dims, lengths = [], set(), set()
     for i, (start, end) in enumerate(bounds):
         path = index / shard_name(i)
@@ -500,18 +487,7 @@ def build_sharded_index(corpus: str, model: str = "default", index_path=None, nu
     shard count or vectors (int8 against fp32, another int8 export) in ``index_path`` are one
     :class:`ShardedIndexError`.
     """
-    from pyterrier_sci.data import work_dir
-    from pyterrier_sci.models import (
-        BackendError,
-        ModelNotFoundError,
-        check_backend,
-        load_sentence_transformer,
-        resolve_model,
-    )
-    from pyterrier_sci.scale import ScaleError, init_ray
-    check_backend(backend, precision)
-    if backend != "torch" and device not in (None, "cpu"):
-        raise BackendError(f"backend {backend!r} runs on the CPU; device {device!r} needs backend='torch'")
+    engine_for(backend, precision).check_device(device)
     num_shards = _check_int(num_shards, "num_shards (--shards)")
     workers = _check_int(workers, "workers (--workers)")
     batch_size = _check_int(batch_size, "batch_size (--batch-size)")
@@ -582,9 +558,7 @@ def build_sharded_index(corpus: str, model: str = "default", index_path=None, nu
             actors = [actor_cls.remote(model, device, cpus, backend, precision, encoder["calibration"], work)
                       for _ in range(workers)]
         already = n - sum(bounds[i][1] - bounds[i][0] for i in todo)
-        from pyterrier_sci.corpus import corpus_id
         name = Path(spec["corpus_key"]).name if _is_file_corpus(corpus) else corpus_id(corpus)
-        import pyterrier as pt
         bar = pt.tqdm(total=n, initial=already, unit="doc", disable=not verbose,
                       desc=f"encoding {name} into {num_shards} shards ({workers} worker{'s' if workers != 1 else ''})")
         queue, inflight = list(todo), {}

@@ -1,0 +1,68 @@
+"""The dense plugin's component factory: ``dense`` (:func:`dense_component`), registered through the
+``pyterrier_sci.components`` entry point."""
+from __future__ import annotations
+
+from typing import Optional, Sequence, Union
+
+from pyterrier_sci.corpus import dataset_of, index_path
+from pyterrier_sci.data import work_dir
+from pyterrier_sci.models import BACKENDS, DEFAULT_MODEL, PRECISIONS, check_backend, model_slug
+from pyterrier_sci.registry import DATASET, MAX_RESULTS, PATH, Param, check_artifact, check_fields, params
+
+from .ann import ANN_METHODS
+from .fanout import ShardedDenseIndex
+from .retriever import DenseRetriever
+from .shards import is_sharded
+
+__all__ = ["dense_component"]
+
+
+@params(model=Param(str, min_len=1, optional=True), index=Param(bool, PATH, optional=True),
+        dataset=Param(DATASET, optional=True), fields=Param(list, item=str, min_len=1, optional=True),
+        num_results=Param(int, min=1, max=MAX_RESULTS), batch_size=Param(int, min=1, max=65536),
+        device=Param(str, min_len=1, optional=True), ann=Param(str, choices=ANN_METHODS, optional=True),
+        ann_params=Param(dict, optional=True), backend=Param(str, choices=BACKENDS, optional=True),
+        precision=Param(str, choices=PRECISIONS, optional=True))
+def dense_component(*, context=None, model: Optional[str] = None, index: Union[None, bool, str] = None,
+                    dataset: Optional[str] = None, fields: Optional[Sequence[str]] = None, num_results: int = 1000,
+                    batch_size: int = 32, verbose: bool = True, device: Optional[str] = None,
+                    ann: Optional[str] = None, ann_params: Optional[dict] = None, backend: Optional[str] = None,
+                    precision: Optional[str] = None) -> DenseRetriever:
+    """``dense``: a sentence-transformers bi-encoder (default: offline all-MiniLM-L6-v2) over a flat index
+    or a sharded one (``pyterrier-sci index --shards N``; searched shard-parallel).
+
+    ``index``: a FlexIndex or sharded index path (built there when needed); by default the dataset's corpus
+    index, built on first retrieval, or when re-scoring a first stage that covers a quarter of the corpus
+    (a smaller one, ``pool % 30 >> dense``, has only its own documents encoded, each once); ``true``: the
+    corpus index is built on first use either way; ``false``: no index, the input's ``text`` column is
+    encoded.  ``backend`` / ``precision``: the encoder's engine and precision (docs/dense.md; default
+    ``torch``, ``fp32``); int8 calibrates on the dataset's first documents and gets its own corpus index.
+    An index path that holds an index takes ``model``, ``backend``, ``precision``, ``fields`` and the int8
+    calibration from its ``pt_meta.json`` where they are left out; one that contradicts it is one
+    :class:`~.index_meta.IndexSettingsError`."""
+    corpus = dataset_of(dataset, context, "dense", required=False)
+    common = dict(num_results=num_results, batch_size=batch_size, verbose=verbose, device=device, ann=ann,
+                  ann_params=ann_params)
+    if isinstance(index, str):  # an index there (its settings where left out), or built there on first use
+        if is_sharded(index):  # a finished sharded index (opened: checked against its shards) or an unfinished build
+            index = ShardedDenseIndex(index)
+        else:
+            check_artifact(index, {"dense_index": ["flex", "sharded_flex"]}, "dense", must_exist=False)
+        return DenseRetriever(model, index=index, corpus=corpus, fields=fields, backend=backend, precision=precision,
+                              build_index=True, **common)
+    model, backend = model or DEFAULT_MODEL, backend or "torch"
+    check_backend(backend, precision or "fp32")
+    precision = precision or "fp32"
+    if fields and index is not False:
+        check_fields(corpus, fields, "dense")
+    fast = dict(backend=backend, precision=precision, calibration=corpus)
+    if index is False:
+        return DenseRetriever(model, index=None, corpus=None, fields=fields, **common, **fast)
+    build_index = True if index is True else None  # asked for: built when needed
+    if corpus:
+        work = context.workdir() if context is not None else None
+        kind = "dense-" + model_slug(model) + (f"-{backend}-int8" if precision == "int8" else "")  # fp32 exports match
+        index = str(index_path(work or work_dir(), corpus, kind, fields))
+    else:
+        index = None
+    return DenseRetriever(model, index=index, corpus=corpus, fields=fields, build_index=build_index, **common, **fast)
