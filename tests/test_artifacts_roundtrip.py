@@ -222,3 +222,61 @@ def test_dense_flex_index(topics, tmp_path):
         a = after[after.qid == qid].sort_values("rank")
         assert list(a.docno) == list(g.sort_values("rank").docno)
         np.testing.assert_allclose(a.score.to_numpy(), g.sort_values("rank").score.to_numpy(), atol=1e-5)
+
+
+def test_the_dense_plugin_knows_no_papers_training_files(tmp_path):
+    """Issue 32, item 3: plugins/dense named DORIS-MAE's and MIR's training files; each paper's artifact
+    class declares its own (``TRAINING_FILE``), and the generic class reads a model saved before
+    ``pt_meta.json`` named its ``training_file`` through them."""
+    from pyterrier_sci.plugins.dense import SentenceTransformerModel
+    from pyterrier_sci.plugins.doris_mae import ContrastiveModel
+    from pyterrier_sci.plugins.mir import MIRModel
+    for source in (Path(__file__).parent.parent / "plugins" / "dense").glob("*.py"):
+        text = source.read_text()
+        assert "doris_contrastive" not in text and "mir_training" not in text, source
+    assert (ContrastiveModel.TRAINING_FILE, MIRModel.TRAINING_FILE) == ("doris_contrastive.json", "mir_training.json")
+    assert {"doris_contrastive.json", "mir_training.json"} <= set(SentenceTransformerModel.training_files())
+    assert ContrastiveModel.training_files()[0] == "doris_contrastive.json"
+    for name in ("doris_contrastive.json", "mir_training.json"):
+        old = tmp_path / name.split(".")[0]
+        old.mkdir()
+        (old / "modules.json").write_text("[]")
+        (old / "pt_meta.json").write_text(json.dumps({"type": "dense_model", "format": "sentence_transformers",
+                                                      "base_model": "default"}))
+        (old / name).write_text(json.dumps({"steps": 3, "file": name}))
+        assert loads_as(old, SentenceTransformerModel).training == {"steps": 3, "file": name}
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    (bare / "modules.json").write_text("[]")
+    (bare / "pt_meta.json").write_text(json.dumps({"type": "dense_model", "format": "sentence_transformers",
+                                                   "stages": [1, 2]}))
+    assert SentenceTransformerModel(bare).training == {"stages": [1, 2]}  # HLM-Cite: pt_meta.json's fields
+
+
+# ------------------------------------------------------------------------------- dense indexes (issue 32)
+
+def test_dense_sharded_index_describes_its_encoder(tmp_path, topics):
+    """A sharded index written from vectors at hand records its encoder; ``pt.Artifact.load(path).retriever()``
+    needs no setting; without the record (the old layout) it loads as torch fp32 vectors of its model."""
+    from pyterrier_sci.plugins.dense import DenseRetriever, ShardedDenseIndex, write_sharded_flex
+    from pyterrier_sci.plugins.dense.index_meta import encoder_record
+    enc = DenseRetriever("default", verbose=False)
+    docs = [(f"d{i}", t) for i, t in enumerate(TEXTS + [c for _, c in CANDS] + [s for _, s in SEEDS])]
+    vecs = enc.encode([t for _, t in docs])
+    record = encoder_record("default", "torch", "fp32", max_seq_length=enc.encoder.max_seq_length)
+    path = tmp_path / "sharded"
+    write_sharded_flex(path, [d for d, _ in docs], vecs, 2, model="default", encoder=record)
+    meta = json.loads((path / "pt_meta.json").read_text())
+    assert meta["encoder"]["weights_sha256"] and meta["encoder"]["max_seq_length"] == 256
+    art = loads_as(path, ShardedDenseIndex)
+    dense = art.retriever(num_results=3, verbose=False)
+    assert (dense.model, dense.backend, dense.precision) == ("default", "torch", "fp32")
+    queries = pd.DataFrame({"qid": ["q1", "q2"], "query": TEXTS})
+    before = dense(queries)
+    assert before.groupby("qid").head(1)["docno"].tolist() == ["d0", "d1"]  # each text finds itself
+    for key in ("encoder", "backend", "precision", "vectors"):
+        del meta[key]
+    (path / "pt_meta.json").write_text(json.dumps(meta))
+    again = pt.Artifact.load(str(path)).retriever(num_results=3, verbose=False)
+    assert (again.model, again.backend, again.precision) == ("default", "torch", "fp32")
+    pd.testing.assert_frame_equal(again(queries), before)

@@ -14,7 +14,7 @@ from pyterrier_sci.lazy import lazy_exports
 
 _MODULES = {  # module -> the public names it defines, imported on first use
     "models": ("DEFAULT_MODEL", "ModelNotFoundError", "resolve_model", "load_sentence_transformer", "model_slug",
-               "ARTIFACT_TYPE", "ARTIFACT_FORMAT", "LEGACY_TRAINING_FILES", "SentenceTransformerModel"),
+               "ARTIFACT_TYPE", "ARTIFACT_FORMAT", "SentenceTransformerModel"),
     "retriever": ("DenseRetriever",),
     "components": ("dense_component",),
     "backends": ("BACKENDS", "PRECISIONS", "BackendError", "check_backend"),

@@ -426,6 +426,7 @@ class MIRModel(SentenceTransformerModel):
 
     ARTIFACT_TYPE = ARTIFACT_TYPE
     ARTIFACT_FORMAT = ARTIFACT_FORMAT
+    TRAINING_FILE = TRAINING_FILE
 
     @property
     def training(self) -> dict:
