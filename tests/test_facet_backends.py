@@ -18,7 +18,7 @@ import pyterrier_sci as ps
 from pyterrier_sci.artifacts import DamagedFileWarning
 from pyterrier_sci.models import BackendError
 from pyterrier_sci.plugins import sciface as F
-from pyterrier_sci.plugins.dense import backends
+from pyterrier_sci.plugins.dense import backends, openvino_engine
 from pyterrier_sci.plugins.sciface import cross_encoder as CE
 from pyterrier_sci.registry import Context
 
@@ -153,7 +153,7 @@ def test_cached_export_is_reused(facet_model, ov_fp32, work, monkeypatch):
 
     def no_export(*a, **k):
         raise AssertionError("exported again")
-    monkeypatch.setattr(backends, "_export_openvino", no_export)
+    monkeypatch.setattr(openvino_engine.OpenVINOEngine, "export", no_export)
     again = F.FacetCrossEncoder(facet_model.path, backend="openvino", work=work)
     assert again.model.path == path
     assert {p.name: p.stat().st_mtime_ns for p in path.iterdir()} == stamps

@@ -302,14 +302,16 @@ class FacetReranker(pt.Transformer):
                          df[self.abstract_field]))
         return self.model.score(self._seeds(df), cands, batch_size=self.batch_size, show_progress_bar=self.verbose)
 
-    def _validate(self, inp: pd.DataFrame) -> None:
+    def validate_input(self, inp: pd.DataFrame) -> None:
+        """``pta.validate.result_frame`` with the columns this re-ranker reads (the seed's abstract, or
+        the query, and the candidate's abstract)."""
         if self.seed_abstract_field in inp.columns:
             pta.validate.result_frame(inp, extra_columns=[self.abstract_field])
         else:
             pta.validate.result_frame(inp, extra_columns=["query", self.abstract_field])
 
     def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
-        self._validate(inp)
+        self.validate_input(inp)
         if len(inp) == 0:
             cols = list(inp.columns) + [c for c in ("score", "rank", self.score_column) if c not in inp.columns]
             return pd.DataFrame(columns=cols)

@@ -78,7 +78,7 @@ class FacetControl(pt.Transformer):
         self.backend, self.precision, self.calibration, self.work = backend, precision, calibration, work
 
     def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
-        self.background._validate(inp)
+        self.background.validate_input(inp)
         cols = ("score", "rank", "background_score", "method_score")
         if len(inp) == 0:
             return pd.DataFrame(columns=list(inp.columns) + [c for c in cols if c not in inp.columns])
