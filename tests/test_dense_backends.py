@@ -266,3 +266,22 @@ def test_one_engine_per_backend():
     with pytest.raises(BackendError, match="runs on the CPU; device 'cuda' needs backend='torch'"):
         ENGINES["onnx"].check_device("cuda")
     ENGINES["torch"].check_device("cuda")  # torch runs anywhere
+
+
+def test_an_export_sends_no_telemetry_and_writes_nothing_in_home(tmp_path, monkeypatch):
+    """OpenVINO's converter sent usage telemetry from a forked process (with no network its DNS lookup hung,
+    and the test process never exited after the last test) and wrote ~/intel/; an export does neither."""
+    import multiprocessing
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("CI", raising=False)   # OpenVINO's own CI opt-out must not be what keeps it quiet
+    monkeypatch.setenv("PYTERRIER_SCI_HOME", str(tmp_path / "work"))
+    enc = load_encoder("default", backend="openvino", precision="fp32")
+    assert enc.encode(["a sentence"]).shape == (1, 384)
+    assert list(home.iterdir()) == []
+    assert multiprocessing.active_children() == []
+    from openvino.tools.ovc import telemetry_utils
+    # the converter's own telemetry is back in place for other code after the export
+    assert telemetry_utils.tm.__name__ != "openvino.tools.ovc.telemetry_stub" or \
+        importlib.util.find_spec("openvino_telemetry") is None

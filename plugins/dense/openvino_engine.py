@@ -18,6 +18,41 @@ __all__ = ["OpenVINOEngine", "run_compiled"]
 
 
 @contextlib.contextmanager
+def no_telemetry():
+    """OpenVINO's converter and NNCF send usage telemetry (Google Analytics) from a forked process and
+    write ``~/intel/``; with no network its DNS lookup can hang, and the interpreter's exit waits for it.
+    The toolkit sends none and writes nothing there: while the block runs, both use the stub OpenVINO
+    ships for installations without ``openvino_telemetry``."""
+    import importlib
+    patches = []
+    try:
+        from openvino.tools.ovc import telemetry_stub
+        stubs = [("openvino.tools.ovc.telemetry_utils", "tm", telemetry_stub),
+                 ("openvino.tools.ovc.convert_impl", "tm", telemetry_stub)]
+    except ImportError:
+        stubs = []
+    try:
+        from nncf.telemetry.wrapper import NNCFTelemetryStub
+        stubs += [(name, "telemetry", NNCFTelemetryStub())
+                  for name in ("nncf.telemetry.wrapper", "nncf.telemetry.decorator")]
+    except ImportError:
+        pass
+    for name, attr, stub in stubs:
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            continue
+        if hasattr(module, attr):
+            patches.append((module, attr, getattr(module, attr)))
+            setattr(module, attr, stub)
+    try:
+        yield
+    finally:
+        for module, attr, old in reversed(patches):
+            setattr(module, attr, old)
+
+
+@contextlib.contextmanager
 def _quiet_nncf():
     """NNCF's progress bars (rich, on stdout) and INFO log lines stay out of the caller's output."""
     import io
@@ -59,7 +94,7 @@ class OpenVINOEngine(Engine):
         import torch
         module = exported_module(st, output)
         example = example_inputs(st, examples)
-        with torch.no_grad(), warnings.catch_warnings(), transformers_quiet(), \
+        with torch.no_grad(), warnings.catch_warnings(), transformers_quiet(), no_telemetry(), \
                 phase(f"exporting {name} to OpenVINO", verbose):
             # tracer warnings about shapes (the exported graph keeps them dynamic), and transformers' log line
             # about an unset loss_type, which tracing provokes by reading every attribute of the model
@@ -80,8 +115,8 @@ class OpenVINOEngine(Engine):
             # SmoothQuant off: on CSFCube it moved NDCG%20 by up to +0.70 points (method facet) against torch
             # fp32, without it at most 0.41 (docs/dense.md, the quality guard)
             advanced = AdvancedQuantizationParameters(smooth_quant_alphas=AdvancedSmoothQuantParameters(matmul=-1))
-            with _quiet_nncf(), phase(f"calibrating int8 on {len(data)} documents", verbose, total=len(data),
-                                      unit="doc") as bar:
+            with _quiet_nncf(), no_telemetry(), \
+                    phase(f"calibrating int8 on {len(data)} documents", verbose, total=len(data), unit="doc") as bar:
                 def seen(item):  # nncf's statistics pass reads each calibration input once
                     if bar.n < bar.total:
                         bar.update(1)
