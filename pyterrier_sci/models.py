@@ -13,8 +13,10 @@ from typing import Optional
 
 from pyterrier_sci.errors import BackendError, ModelNotFoundError  # noqa: F401 - defined there, re-exported
 from pyterrier_sci.hashing import FileHasher, weights_digest
+from pyterrier_sci.protocol import ModelRef
 
-__all__ = ["DEFAULT_MODEL", "ModelNotFoundError", "resolve_model", "load_sentence_transformer", "model_slug",
+__all__ = ["DEFAULT_MODEL", "ModelNotFoundError", "resolve_model", "encoder_ref", "load_sentence_transformer",
+           "model_slug",
            "BACKENDS", "PRECISIONS", "BackendError", "check_backend", "weights_sha256"]
 
 DEFAULT_MODEL = "default"
@@ -37,6 +39,19 @@ def check_backend(backend: str, precision: str) -> tuple:
     if backend == "torch" and precision != "fp32":
         raise BackendError(f"precision {precision!r} needs backend 'openvino' or 'onnx' (backend 'torch' runs 'fp32')")
     return backend, precision
+
+
+def encoder_ref(model: str) -> ModelRef:
+    """The component protocol's record of a sentence-transformers encoder (``sci_models``): the name given
+    and the local directory it resolves to (hashed into manifests), or a note when it is not local."""
+    try:
+        path = resolve_model(model)
+    except ModelNotFoundError:
+        path = None
+    local = path is not None and Path(path).exists()
+    return ModelRef(str(model), "encoder", path if local else None,
+                    None if local else "not a local path (a hub id: its weights are those of the hub's "
+                    "revision at download time)")
 
 
 def weights_sha256(model: str) -> Optional[str]:

@@ -20,9 +20,8 @@ import pyterrier_alpha as pta
 
 from pyterrier_sci.artifacts import build_atomically
 from pyterrier_sci.corpus import corpus_id, corpus_size, corpus_texts, doc_texts
-from pyterrier_sci.models import DEFAULT_MODEL, ModelNotFoundError, check_backend, resolve_model
+from pyterrier_sci.models import DEFAULT_MODEL, check_backend, encoder_ref
 from pyterrier_sci.progress import Estimate, announce
-from pyterrier_sci.protocol import ModelRef
 
 from .ann import ann_search, check_ann
 from .calibration import (
@@ -353,14 +352,7 @@ class DenseRetriever(pt.Transformer):
     def sci_models(self):
         """The component protocol (:mod:`pyterrier_sci.protocol`): the encoder, by the name given and the
         local directory it resolves to (hashed into manifests)."""
-        try:
-            path = resolve_model(self.model)
-        except ModelNotFoundError:
-            path = None
-        local = path is not None and Path(path).exists()
-        return [ModelRef(str(self.model), "encoder", path if local else None,
-                         None if local else "not a local path (a hub id: its weights are those of the hub's "
-                         "revision at download time)")]
+        return [encoder_ref(self.model)]
 
     def _key(self):
         cal = self.calibration

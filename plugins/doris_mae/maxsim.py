@@ -9,7 +9,6 @@ import hashlib
 import importlib
 import re
 import threading
-from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -19,15 +18,14 @@ import pyterrier_alpha as pta
 
 from pyterrier_sci.corpus import irds_id
 from pyterrier_sci.datasets import doris_mae
+from pyterrier_sci.models import encoder_ref
 from pyterrier_sci.plugins.dense.backends import Calibration, calibration_from_corpus, load_encoder
 from pyterrier_sci.plugins.dense.models import (
     DEFAULT_MODEL,
     BackendError,
-    ModelNotFoundError,
     check_backend,
     resolve_model,
 )
-from pyterrier_sci.protocol import ModelRef
 
 QUERY_MODES = ("whole", "sentences", "aspects", "aspects_concat")
 DOC_MODES = ("whole", "sentences")
@@ -230,13 +228,7 @@ class MaxSimScorer(pt.Transformer):
 
     def sci_models(self):
         """The component protocol (:mod:`pyterrier_sci.protocol`): the sentence encoder."""
-        try:
-            path = resolve_model(self.model)
-        except ModelNotFoundError:
-            path = None
-        local = path is not None and Path(path).exists()
-        return [ModelRef(str(self.model), "encoder", path if local else None,
-                         None if local else "not a local path (a hub id)")]
+        return [encoder_ref(self.model)]
 
     def _calibration(self) -> CalibrationSpec:
         if self.precision != "int8":
