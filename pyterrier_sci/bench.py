@@ -135,7 +135,6 @@ def csfcube_rerank_sample(n_queries: int, depth: int) -> pd.DataFrame:
     import ir_datasets
     import pyterrier as pt
 
-    import pyterrier_sci.datasets  # noqa: F401  (registers sci/ ids)
     ds = pt.get_dataset("irds:sci/csfcube/method")
     topics = ds.get_topics().head(n_queries)
     pool = ds.get_results()

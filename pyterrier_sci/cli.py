@@ -14,7 +14,25 @@ from typing import Iterator, List, Optional
 
 import pandas as pd
 
+from pyterrier_sci import manifest, measures
+from pyterrier_sci.artifacts import check_file_target
+from pyterrier_sci.data import registry_status, work_dir
 from pyterrier_sci.errors import PipelineError, SciError, one_line
+from pyterrier_sci.evaluation import Experiment, read_run
+from pyterrier_sci.experiment import (
+    dry_run_experiment,
+    dry_run_pipeline,
+    experiment_outcome,
+    replay,
+    run_pipeline_on,
+    topics_and_qrels,
+    write_run,
+)
+from pyterrier_sci.llm.cli import add_llm_commands
+from pyterrier_sci.manifest import diff_manifests, format_changes, read_manifest
+from pyterrier_sci.pipeline import pipeline
+from pyterrier_sci.registry import CLI_GROUP, REGISTRY, check_dataset, load_group
+from pyterrier_sci.report import check_target, write_report
 
 
 def _print_table(df: pd.DataFrame, as_json: bool) -> None:
@@ -33,7 +51,6 @@ def _print_table(df: pd.DataFrame, as_json: bool) -> None:
 
 
 def cmd_datasets(args) -> int:
-    from pyterrier_sci.data import registry_status
     rows = registry_status()
     if args.json:
         print(json.dumps(rows, indent=2))
@@ -49,7 +66,6 @@ def cmd_components(args) -> int:
     import shutil
     import textwrap
 
-    from pyterrier_sci.registry import REGISTRY
     width = max(60, min(120, shutil.get_terminal_size((100, 24)).columns))
     for name in REGISTRY.names():
         try:
@@ -62,7 +78,6 @@ def cmd_components(args) -> int:
 
 
 def cmd_measures(args) -> int:
-    from pyterrier_sci import measures
     for name in measures.names():
         m = measures.get(name)
         print(f"{name:<20} {getattr(m, 'description', '')}")
@@ -72,14 +87,10 @@ def cmd_measures(args) -> int:
 
 def cmd_run(args) -> int:
     if args.dry_run:  # no LLM request sent, no run written (docs/llm.md, "Dry runs")
-        from pyterrier_sci.experiment import dry_run_pipeline
         return dry_run_pipeline(args.expr, args.dataset, config=args.config, topics_variant=args.topics_variant,
                                 trusted=args.trust_config).print(args.json)
     if not args.output:
         raise ValueError("--output is required (except with --dry-run)")
-    from pyterrier_sci.artifacts import check_file_target
-    from pyterrier_sci.experiment import run_pipeline_on, topics_and_qrels, write_run
-    from pyterrier_sci.pipeline import pipeline
     check_file_target(args.output, "--output")   # refuse a device, FIFO or directory before running anything
     topics, _ = topics_and_qrels(args.dataset, args.topics_variant)
     transformer = pipeline(args.expr, config=args.config, dataset=args.dataset, trusted=args.trust_config)
@@ -88,7 +99,6 @@ def cmd_run(args) -> int:
         out = write_run(res, args.output, run_name=args.run_name)
     print(f"wrote {len(res)} results for {res['qid'].nunique() if len(res) else 0} queries to {args.output}",
           file=sys.stderr)
-    from pyterrier_sci import manifest
     m = manifest.pipeline_manifest({args.expr: transformer}, args.config, [args.dataset], kind="run",
                                    extra={"run": {"expression": args.expr, "dataset": args.dataset,
                                                   "config": args.config, "output": str(out),
@@ -102,8 +112,6 @@ def cmd_run(args) -> int:
 
 
 def cmd_evaluate(args) -> int:
-    from pyterrier_sci.evaluation import Experiment, read_run
-    from pyterrier_sci.experiment import topics_and_qrels
     run = read_run(args.run)
     topics, qrels = topics_and_qrels(args.dataset)
     names = [m.strip() for m in args.measures.split(",") if m.strip()]
@@ -132,19 +140,15 @@ def cmd_experiment(args) -> int:
     if args.replay:
         return cmd_replay(args)
     if args.dry_run:  # no LLM request sent, no run written, nothing evaluated (docs/llm.md, "Dry runs")
-        from pyterrier_sci.experiment import dry_run_experiment
         return dry_run_experiment(args.file, name=args.name, save_dir=args.save_dir,
                                   trusted=args.trust_config).print(args.json)
-    from pyterrier_sci.experiment import experiment_outcome
     if args.report:  # refused before anything runs (not a directory, no matplotlib)
-        from pyterrier_sci.report import check_target
         check_target(args.report)
     outcome = experiment_outcome(args.file, name=args.name, save_dir=args.save_dir, trusted=args.trust_config)
     table = outcome.table
     _print_table(table, args.json)
     print(f"manifest: {outcome.manifest_path}", file=sys.stderr)
     if args.report:  # report.html, results.tex, perquery.csv (docs/evaluation.md, "Reports")
-        from pyterrier_sci.report import write_report
         with _writing(args.report):
             written = write_report(outcome, args.report)
         print(f"report: {written['report.html']}", file=sys.stderr)
@@ -154,7 +158,6 @@ def cmd_experiment(args) -> int:
 def cmd_replay(args) -> int:
     """``experiment FILE --replay``: exit status 0 when every figure equals the recorded one, 1 when
     some differ."""
-    from pyterrier_sci.experiment import replay
     rep = replay(args.file, name=args.name, save_dir=args.save_dir, manifest=args.manifest,
                  trusted=args.trust_config)
     if args.json:
@@ -166,7 +169,6 @@ def cmd_replay(args) -> int:
 
 def cmd_manifest_diff(args) -> int:
     """``manifest diff A B``: exit status 0 when nothing differs, 1 otherwise (like diff(1))."""
-    from pyterrier_sci.manifest import diff_manifests, format_changes, read_manifest
     a, b = read_manifest(args.a), read_manifest(args.b)
     changes = diff_manifests(a, b)
     if args.json:
@@ -250,11 +252,9 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--json", action="store_true")
     d.set_defaults(fn=cmd_manifest_diff)
 
-    from pyterrier_sci.llm.cli import add_llm_commands
     llm = add_llm_commands(sub)  # "llm serve", "llm settings"
     llm.set_defaults(fn=lambda args: args.func(args))
 
-    from pyterrier_sci.registry import CLI_GROUP, load_group
     for add_commands in load_group(CLI_GROUP).values():  # e.g. "annotate run|compile|agreement" (Anno-GPT)
         added = add_commands(sub)
         added.set_defaults(fn=lambda args: args.func(args))
@@ -328,7 +328,6 @@ def _name_what_was_written(e: BaseException, args) -> None:
                                                      ("save_dir", "--save-dir"))
               for value in [getattr(args, attr, None)] if isinstance(value, str) and value]
     try:
-        from pyterrier_sci.data import work_dir
         places.append(f"{work_dir()} (the work directory, where indexes are built; $PYTERRIER_SCI_HOME moves it)")
     except Exception:  # noqa: BLE001 - no work directory either
         pass
@@ -353,7 +352,6 @@ def main(argv: Optional[List[str]] = None) -> int:
     try:
         dataset = getattr(args, "dataset", None)
         if isinstance(dataset, str) and args.command in ("run", "evaluate"):
-            from pyterrier_sci.registry import check_dataset
             check_dataset(dataset, where="--dataset")  # before anything is downloaded
         rc = args.fn(args) or 0
         sys.stdout.flush()   # a closed pipe fails here, inside the handler below, not at exit

@@ -20,6 +20,10 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Union
 
+from pyterrier_sci import data
+from pyterrier_sci.artifacts import atomic_write_text
+from pyterrier_sci.corpus import irds_id
+from pyterrier_sci.data import DataFile, data_dir, work_dir
 from pyterrier_sci.environment import (  # noqa: F401
     LIBRARIES,
     MANIFEST_VERSION,
@@ -32,8 +36,9 @@ from pyterrier_sci.environment import (  # noqa: F401
 )
 from pyterrier_sci.errors import ManifestError  # noqa: F401 - defined there, re-exported
 from pyterrier_sci.hashing import WEIGHT_SUFFIXES, FileHasher, file_sha256, weights_digest  # noqa: F401
+from pyterrier_sci.pipeline import Ref, load_config, parse, refs
 from pyterrier_sci.protocol import models_of, seeds_of, templates_of
-from pyterrier_sci.registry import PipelineError
+from pyterrier_sci.registry import DATASETS_GROUP, REGISTRY, PipelineError, load_group
 
 __all__ = ["MANIFEST_VERSION", "LIBRARIES", "ManifestError", "environment", "library_versions", "git_state",
            "file_sha256", "FileHasher", "weights_digest", "model_entries",
@@ -103,7 +108,6 @@ def seed_entries(config: Optional[Mapping[str, Any]] = None, systems: Iterable[A
 # ---------------------------------------------------------------------------------------------- data
 
 def _relative(path: Path) -> str:
-    from pyterrier_sci.data import data_dir
     try:
         return "$DATA/" + path.resolve().relative_to(data_dir().resolve()).as_posix()
     except (ValueError, OSError):
@@ -111,7 +115,6 @@ def _relative(path: Path) -> str:
 
 
 def _declared_files(owner: Any) -> List[Any]:
-    from pyterrier_sci.data import DataFile
     files = getattr(owner, "files", None)
     if isinstance(files, Mapping):
         found = list(files.values())
@@ -128,8 +131,6 @@ def _declared_files(owner: Any) -> List[Any]:
 def dataset_files(dataset: str) -> List[Path]:
     """The data files a registered ``sci/...`` dataset is read from (those present), as its module
     declares them (``STATUS``, ``FILES``)."""
-    from pyterrier_sci.corpus import irds_id
-    from pyterrier_sci.registry import DATASETS_GROUP, load_group
     name = irds_id(dataset)
     status: Dict[str, Any] = {}
     for module in load_group(DATASETS_GROUP).values():
@@ -150,7 +151,6 @@ def dataset_files(dataset: str) -> List[Path]:
 
 def _touched_files() -> List[Path]:
     """The data files this process checked (``pyterrier_sci.data.verified_once``): those it read."""
-    from pyterrier_sci import data
     out = []
     for memo in list(getattr(data, "_PASSED", ())):
         try:
@@ -196,8 +196,6 @@ def resolved_config(config: Any, pipelines: Optional[Sequence[str]] = None) -> D
     """The configuration the pipelines were built from: their expressions (and those of the named
     pipelines they use), and for every component they refer to its registered component and
     parameters, the factory's defaults filled in under what the config and the expression set."""
-    from pyterrier_sci.pipeline import Ref, load_config, parse, refs
-    from pyterrier_sci.registry import REGISTRY
     cfg = load_config(config)
     exprs: Dict[str, str] = {}
     todo = list(pipelines if pipelines is not None else cfg.pipelines)
@@ -247,7 +245,6 @@ def pipeline_manifest(systems: Mapping[str, Any], config: Any = None, datasets: 
                       kind: str = "run", extra: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
     """The manifest of built pipelines (``{name: transformer}``): environment, resolved
     configuration, models, data, seeds and templates."""
-    from pyterrier_sci.pipeline import load_config
     cfg = load_config(config)
     hasher = FileHasher()
     conf = resolved_config(cfg, list(systems))
@@ -302,7 +299,6 @@ def experiment_manifest(outcome: Any) -> Dict[str, Any]:
 def experiment_manifest_path(name: str, save_root: Optional[Union[str, Path]]) -> Path:
     """``<save_dir>/<experiment>.manifest.json``, or ``<work dir>/runs/<experiment>.manifest.json``
     for an experiment without ``save_dir``."""
-    from pyterrier_sci.data import work_dir
     slug = re.sub(r"[^A-Za-z0-9_.+-]+", "_", name).strip("_") or "experiment"
     root = Path(save_root) if save_root else work_dir() / "runs"
     return root / f"{slug}.manifest.json"
@@ -310,7 +306,6 @@ def experiment_manifest_path(name: str, save_root: Optional[Union[str, Path]]) -
 
 def write_manifest(manifest: Mapping[str, Any], path: Union[str, Path], what: str = "the manifest") -> Path:
     """Writes a manifest as JSON, atomically."""
-    from pyterrier_sci.artifacts import atomic_write_text
     text = json.dumps(jsonable(dict(manifest)), indent=2, allow_nan=False) + "\n"
     return atomic_write_text(path, text, what)
 

@@ -32,7 +32,9 @@ import numpy as np
 from ir_measures import Metric
 from ir_measures.measures import Measure
 
+from pyterrier_sci.corpus import irds_id
 from pyterrier_sci.errors import ShortRunWarning  # noqa: F401 - defined there, re-exported
+from pyterrier_sci.registry import MEASURES_GROUP, load_group
 
 __all__ = [
     "dcg", "ndcg_at_k", "average_precision", "reciprocal_rank", "r_precision_last_relevant",
@@ -358,7 +360,6 @@ def _load_plugin_measures() -> None:
     if _PLUGINS_LOADED:
         return
     _PLUGINS_LOADED = True
-    from pyterrier_sci.registry import MEASURES_GROUP, load_group
     for fn in load_group(MEASURES_GROUP).values():
         fn()
 
@@ -367,7 +368,6 @@ def get(name: str, dataset: Optional[str] = None) -> Measure:
     """The measure called ``name``: a toolkit measure, a dataset alias, or any ir_measures name."""
     _load_plugin_measures()
     if dataset is not None:
-        from pyterrier_sci.corpus import irds_id
         ds = irds_id(dataset)
         for prefix, aliases in _DATASET_ALIASES.items():
             if (ds == prefix or ds.startswith(prefix + "/")) and name in aliases:

@@ -22,6 +22,10 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 import pandas as pd
 
+from pyterrier_sci import __version__, artifacts
+from pyterrier_sci import measures as _measures
+from pyterrier_sci.evaluation import Experiment
+from pyterrier_sci.llm import usage_report
 from pyterrier_sci.registry import PipelineError
 
 __all__ = ["write_report", "check_target", "render_html", "render_latex", "perquery_frame", "significance",
@@ -43,7 +47,6 @@ def perquery_frame(outcome) -> pd.DataFrame:
     """True per-query values of every pipeline on every dataset of ``outcome``: columns ``dataset``,
     ``name``, ``qid``, ``measure``, ``value`` (NaN where the paper leaves the query out), measures in
     the order asked for.  Evaluates the runs the experiment produced; nothing is run again."""
-    from pyterrier_sci.evaluation import Experiment
     frames = []
     for d in outcome.datasets:
         per_q = Experiment([d.runs[p] for p in outcome.pipelines], d.topics, d.qrels, outcome.measures,
@@ -189,7 +192,6 @@ def _first_sentences(doc: Optional[str], limit: int = 260) -> str:
 def _measure_definition(name: str, dataset: str) -> Tuple[str, str]:
     """(what the measure is, how the table averages it) for ``name`` on ``dataset``: the toolkit's
     registry description (``pyterrier_sci.measures``), else ir_measures' own documentation."""
-    from pyterrier_sci import measures as _measures
     try:
         obj = _measures.get(name, dataset=dataset)
     except Exception:  # noqa: BLE001 - a measure the table already computed; a definition is a courtesy
@@ -465,7 +467,6 @@ def _manifest_summary(manifest: Mapping[str, Any]) -> str:
 
 
 def _usage(outcome) -> List[Tuple[str, pd.DataFrame]]:
-    from pyterrier_sci.llm import usage_report
     found = []
     for d in outcome.datasets:
         rep = usage_report([d.systems[p] for p in outcome.pipelines], names=outcome.pipelines)
@@ -510,7 +511,6 @@ def render_html(outcome, perq: pd.DataFrame, manifest: Optional[Mapping[str, Any
                 alpha: float = 0.05) -> str:
     """The self-contained HTML page (no script, no external resource), laid out like a paper's
     results section and printable (``@media print``: nothing folded away, nothing clipped)."""
-    from pyterrier_sci import __version__
     ref = _reference(outcome)
     test_s, corr_s = _legend(outcome, alpha)
     parts = ["<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>",
@@ -640,8 +640,6 @@ def check_target(directory) -> Path:
     """``directory`` when a report can be written there: it is (or can be created as) a directory and
     matplotlib (the ``report`` extra) is installed; otherwise one
     :class:`~pyterrier_sci.registry.PipelineError` naming ``--report``.  Creates nothing."""
-    from pyterrier_sci import artifacts
-    from pyterrier_sci.registry import PipelineError
     directory = artifacts.check_directory(directory, "--report")
     try:
         import matplotlib  # noqa: F401
@@ -660,7 +658,6 @@ def write_report(outcome, directory, manifest: Optional[Mapping[str, Any]] = Non
     the three are written under a lock, so an interrupted or concurrent report leaves no half-written
     file.  ``manifest`` defaults to :func:`find_manifest`.  A failure while rendering is one
     :class:`~pyterrier_sci.registry.PipelineError` naming ``--report`` (and the system, for a plot)."""
-    from pyterrier_sci import artifacts
     directory = check_target(directory)
     if not 0 < alpha < 1:
         raise ValueError(f"alpha must be between 0 and 1, got {alpha}")

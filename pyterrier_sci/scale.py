@@ -21,8 +21,12 @@ import pandas as pd
 import pyterrier as pt
 
 from pyterrier_sci.errors import ScaleError  # noqa: F401 - defined there, re-exported
+from pyterrier_sci.llm import budget, cache
+from pyterrier_sci.llm.accounting import llm_components
+from pyterrier_sci.llm.budget import ledger_for, ledger_key
+from pyterrier_sci.llm.cache import CacheService
 from pyterrier_sci.quiet import quiet_native
-from pyterrier_sci.registry import PipelineError
+from pyterrier_sci.registry import Param, PipelineError, params
 
 __all__ = ["ScaleError", "require_ray", "init_ray", "ray_session", "RAY_ADDRESS_ENV", "check_reachable",
            "check_ray_client", "on_ray", "RayTransformer", "on_ray_component"]
@@ -192,7 +196,6 @@ def _env_for_workers() -> Dict[str, str]:
 def _usages(transformer: Any) -> List[Any]:
     """The distinct :class:`~pyterrier_sci.llm.Usage` objects inside ``transformer``, in pipeline
     order (two components sharing one are counted once)."""
-    from pyterrier_sci.llm.accounting import llm_components
     out, seen = [], set()
     for comp in llm_components(transformer):
         usage = comp.sci_usage()
@@ -205,8 +208,6 @@ def _usages(transformer: Any) -> List[Any]:
 def _budget_ledgers(transformer: Any) -> Dict[Any, Any]:
     """The driver's budget ledgers of the LLM components inside ``transformer``, by ledger key
     (components of one run share one)."""
-    from pyterrier_sci.llm.accounting import llm_components
-    from pyterrier_sci.llm.budget import ledger_for, ledger_key
     out = {}
     for comp in llm_components(transformer):
         settings = comp.sci_llm_settings()
@@ -272,7 +273,6 @@ class _Worker:
     def __init__(self, service, cwd: str):
         if cwd and os.path.isdir(cwd):
             os.chdir(cwd)   # relative paths (caches, templates) mean what they mean on the driver
-        from pyterrier_sci.llm import budget, cache
         cache.use_service(_RemoteCache(service) if service is not None else None)
         budget.use_ledger_service(_RemoteLedgers(service) if service is not None else None)
         self.transformer = None
@@ -502,7 +502,6 @@ class RayTransformer(pt.Transformer):
         session, e.g. after ``ray.shutdown()``, gets new ones)."""
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-        from pyterrier_sci.llm.cache import CacheService
 
         ctx = ray.get_runtime_context()
         session = (ctx.gcs_address, ctx.get_node_id())
@@ -552,7 +551,6 @@ def on_ray(transformer: pt.Transformer, workers: int = 2, ray_address: Optional[
 
 
 def _on_ray_params():
-    from pyterrier_sci.registry import Param, params
     return params(workers=Param(int, min=1, max=10_000), batch_queries=Param(int, min=1, max=10_000_000, optional=True),
                   num_cpus=Param(float, min=0, max=1024, optional=True),
                   address=Param(str, optional=True, min_len=1, max_len=1000),

@@ -10,6 +10,7 @@ import pandas as pd
 import pyterrier as pt
 
 from pyterrier_sci.corpus import irds_id
+from pyterrier_sci.irds import FnDocs, register
 
 __all__ = ["ChunkDoc", "chunk_documents", "default_stride", "paper_docno", "register_chunk_corpus",
            "chunk_corpus_id", "STANDARD_UNITS", "resolve_tokenizer"]
@@ -142,7 +143,6 @@ def register_chunk_corpus(corpus: str, unit: int, stride: Optional[int] = None, 
     """
     import ir_datasets
 
-    from pyterrier_sci.irds import FnDocs, register
     corpus = irds_id(corpus)
     name = name or chunk_corpus_id(corpus, unit)
 

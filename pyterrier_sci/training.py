@@ -21,6 +21,7 @@ import random
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Tuple, Union
 
+from pyterrier_sci.artifacts import write_pt_meta
 from pyterrier_sci.errors import NonFiniteTrainingError  # noqa: F401 - defined there, re-exported
 
 __all__ = ["NonFiniteTrainingError", "check_finite_loss", "first_non_finite_parameter", "guard_finite",
@@ -177,7 +178,6 @@ def save_model_artifact(tmp_dir: Union[str, Path], artifact_type: str, artifact_
         if clash:
             raise ValueError(f"training fields {clash} would overwrite pt_meta.json's own fields")
         meta.update(training)
-    from pyterrier_sci.artifacts import write_pt_meta
     write_pt_meta(tmp, **meta)
     return tmp / "pt_meta.json"
 

@@ -167,12 +167,12 @@ def test_evaluate_names_the_run_file_and_what_is_wrong(csfcube, capsys, tmp_path
 def test_a_full_disk_names_the_file_being_written(csfcube, capsys, tmp_path, monkeypatch):
     """``write()`` raises ENOSPC with no file name: the message names the run file being written,
     or (a full disk inside a component) the command's output and the work directory."""
-    import pyterrier_sci.experiment as experiment
+    import pyterrier_sci.cli as cli
 
     def full(*args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(experiment, "write_run", full)
+    monkeypatch.setattr(cli, "write_run", full)  # the function ``run`` calls to write the run file
     out = tmp_path / "run.trec"
     rc, err, _ = run_cli(capsys, "run", "pool", "--dataset", D, "--output", str(out))
     assert rc == 2 and err.count("\n") == 1 and f"no space left on device: {out}" in err, err

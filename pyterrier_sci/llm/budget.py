@@ -15,6 +15,8 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 
 from pyterrier_sci.errors import LLMBudgetExceeded  # noqa: F401 - defined there, re-exported
 
+from .accounting import llm_components
+
 BUDGET_KEYS = ("calls", "tokens", "dollars")
 _WHOLE = ("calls", "tokens")
 
@@ -344,7 +346,6 @@ def share_budget(settings: Any, context: Any = None, parent: Any = None) -> Any:
 def reset_budget(systems: Any) -> None:
     """Forgets what the LLM components inside ``systems`` spent against their budgets (to run the
     same pipeline objects again as a new run)."""
-    from .accounting import llm_components
     for comp in llm_components(systems):
         ledger = ledger_for(comp.sci_llm_settings())
         if ledger is not None:

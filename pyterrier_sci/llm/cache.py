@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Optional, TypeVar
 
+from .budget import LedgerBook
 from .errors import LLMCacheError
 
 T = TypeVar("T")
@@ -165,7 +166,6 @@ class CacheService:
     a put returns once the response is committed.  Thread-safe (a threaded actor)."""
 
     def __init__(self):
-        from .budget import LedgerBook
         self._caches = {}
         self._lock = threading.Lock()
         self.ledgers = LedgerBook()   # the run's LLM budgets, one for all workers

@@ -8,7 +8,8 @@ import json
 import sys
 from typing import Optional, Sequence
 
-from .settings import DEFAULT_PORT
+from .serve import ServerUnavailable, serve
+from .settings import DEFAULT_PORT, settings_from
 
 
 def add_llm_commands(subparsers) -> argparse.ArgumentParser:
@@ -31,7 +32,6 @@ def llm_main(args: argparse.Namespace) -> int:
     """Runs an ``llm`` sub-command; returns the exit status."""
     cmd = getattr(args, "llm_command", None)
     if cmd == "serve":
-        from .serve import ServerUnavailable, serve
         try:
             return serve(port=args.port, model_path=args.model, host=args.host, n_ctx=args.n_ctx,
                          n_threads=args.threads)
@@ -39,7 +39,6 @@ def llm_main(args: argparse.Namespace) -> int:
             print(f"pyterrier-sci llm serve: {e}", file=sys.stderr)
             return 2
     if cmd == "settings":
-        from .settings import settings_from
         print(json.dumps(settings_from().public_dict(), indent=2, default=str))
         return 0
     print("usage: pyterrier-sci llm {serve,settings} ...", file=sys.stderr)

@@ -15,6 +15,8 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 
 import pandas as pd
 
+from .accounting import llm_components
+from .budget import ledger_for
 from .text import estimate_tokens
 from .transport import deadline_of, guarded_transport, http_libs
 
@@ -216,7 +218,6 @@ class DryRun:
                notes: bool = True) -> "DryRunReport":
         """One row per LLM component inside ``systems`` (a component shared by several systems is
         listed under the first), and with ``notes`` a line per budget saying whether the calls fit."""
-        from .accounting import llm_components
         if not isinstance(systems, (list, tuple)):
             systems = [systems]
         names = list(names) if names is not None else [f"system_{i}" for i in range(len(systems))]
@@ -258,8 +259,6 @@ def _tally_row(name: str, component: str, t: Tally, dataset: Optional[str]) -> d
 
 def budget_notes(run: DryRun, systems: Any) -> List[str]:
     """A line per budget of the components in ``systems``: whether the counted calls fit."""
-    from .accounting import llm_components
-    from .budget import ledger_for
     by_ledger: Dict[int, Tuple[Any, List[Any]]] = {}
     for comp in llm_components(list(systems)):
         ledger = ledger_for(comp.sci_llm_settings())

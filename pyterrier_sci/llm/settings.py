@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any, Dict, Mapping, Optional, Tuple, Union
 from urllib.parse import urlsplit
 
+from pyterrier_sci.data import work_dir
+
 from .budget import check_budget, new_ledger_id
 
 DEFAULT_PORT = 8080
@@ -127,7 +129,6 @@ class LLMSettings:
             return None
         if self.cache_dir:
             return Path(self.cache_dir).expanduser()
-        from pyterrier_sci.data import work_dir
         return work_dir() / "llm-cache"
 
     def public_dict(self) -> Dict[str, Any]:

@@ -7,6 +7,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Optional, Sequence, Tuple, Union
 
+from .errors import UntrustedConfigError
+from .trust import check_path
+
 CHARS_PER_TOKEN = 4
 
 
@@ -25,7 +28,6 @@ def load_template(spec: Union[str, Path], package: Union[str, Sequence[str]],
     (:mod:`pyterrier_sci.llm.trust`): a file outside its directories is refused with
     :class:`~pyterrier_sci.llm.UntrustedConfigError`, whether it exists or not.
     """
-    from .trust import check_path
     packages = (package,) if isinstance(package, str) else tuple(package)
     if isinstance(spec, Path):
         return check_path(spec, sandbox, what).read_text(encoding="utf8")
@@ -61,8 +63,6 @@ def template_or_text(spec: Optional[str], default: str, package: Union[str, Sequ
 
 
 def _inside(p: Path, sandbox) -> bool:
-    from .errors import UntrustedConfigError
-    from .trust import check_path
     try:
         check_path(p, sandbox, "")
         return True

@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any, Iterable, List, Mapping, Optional, Tuple, Union
 from urllib.parse import urlsplit
 
+from pyterrier_sci.data import work_dir
+
 from .budget import share_budget
 from .errors import UntrustedConfigError
 from .settings import API_KEY_ENV, DEFAULT_BASE_URL, LLMSettings, settings_from
@@ -110,7 +112,6 @@ def allowed_dirs(context: Any = None) -> Tuple[str, ...]:
     if context is not None and hasattr(context, "workdir"):
         work = context.workdir()
     else:
-        from pyterrier_sci.data import work_dir
         work = work_dir()
     extra = [d for d in os.environ.get(ALLOWED_DIRS_ENV, "").split(os.pathsep) if d.strip()]
     out: List[str] = []
