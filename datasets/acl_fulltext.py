@@ -12,6 +12,7 @@ from typing import Dict, Iterator, List, NamedTuple, Tuple
 import ir_datasets
 
 from pyterrier_sci.data import DataFile, checksums_enabled, iter_jsonl, verified_once
+from pyterrier_sci.dates import acl_anthology_date
 from pyterrier_sci.irds import FnDocs, FnQrels, FnQueries, register
 from pyterrier_sci.text import STANDARD_UNITS, register_chunk_corpus
 
@@ -46,6 +47,7 @@ class FullPaper(NamedTuple):
     abstract: str
     full_text: str
     sections: Tuple[Section, ...]
+    date: str = ""  # the year of the ACL Anthology id, the only date the release carries (docs/dates.md)
 
     def default_text(self) -> str:
         return self.text
@@ -58,6 +60,7 @@ class FullPaperQuery(NamedTuple):
     abstract: str
     full_text: str
     sections: Tuple[Section, ...]
+    date: str = ""  # the query paper's date (its ACL Anthology id's year)
 
     def default_text(self) -> str:
         return self.text
@@ -88,7 +91,7 @@ def paper_from_json(d: dict) -> FullPaper:
                      for s in d.get("sections") or () if not SKIP_SECTIONS.match(s.get("heading") or ""))
     sections = tuple(s for s in sections if s.text)
     return FullPaper(str(d["id"]), f"{title} {abstract}".strip(), title, abstract, body_text(abstract, sections),
-                     sections)
+                     sections, acl_anthology_date(str(d["id"])))
 
 
 class _Source:
@@ -148,7 +151,7 @@ class _Source:
         papers = self.papers()
         for row in self.query_rows():
             p = papers[str(row["query_id"])]
-            yield FullPaperQuery(p.doc_id, p.text, p.title, p.abstract, p.full_text, p.sections)
+            yield FullPaperQuery(p.doc_id, p.text, p.title, p.abstract, p.full_text, p.sections, p.date)
 
     def qrels(self, variant: str) -> Iterator[ir_datasets.formats.GenericQrel]:
         key = QREL_VARIANTS[variant]

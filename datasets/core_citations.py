@@ -24,6 +24,7 @@ from pyterrier_sci.data import (
     read_text,
     verified_once,
 )
+from pyterrier_sci.dates import QueryDates, acl_anthology_date, arxiv_header_date
 from pyterrier_sci.irds import FnDocs, FnQrels, FnQueries, FnScoredDocs, register
 
 CORE, SUPERFICIAL, NON_CITATION = 2, 1, 0
@@ -148,6 +149,7 @@ class Paper(NamedTuple):
     doc_id: str
     title: str
     abstract: str
+    date: str = ""  # ISO (hep-th: the submission day, else its month; ACL: the year); "" unknown (docs/dates.md)
 
     def default_text(self) -> str:
         return f"{self.title} {self.abstract}"
@@ -210,18 +212,31 @@ def _acl_edges():
         yield parts[0], parts[1]
 
 
-def _papers(files) -> Iterator[Paper]:
+def _hepth_date(d: dict) -> str:
+    """The submission day of the abstract's ``Date:`` line, else the month of its arXiv id (SNAP's ids are
+    old-style hep-th numbers without leading zeros: 1001 = hep-th/0001001)."""
+    arxiv = d.get("arxiv_id") or f"hep-th/{int(d['id']):07d}"
+    return arxiv_header_date(d.get("date") or "", arxiv)
+
+
+def _acl_date(d: dict) -> str:
+    """The year of the ACL Anthology id (the only date the release carries)."""
+    return acl_anthology_date(str(d["id"]))
+
+
+def _papers(files, date_fn=None) -> Iterator[Paper]:
     f = files["papers"]
     for _, d in iter_jsonl(f.resolve(), f.remedy(), required=("id",)):
         if d.get("title") or d.get("abstract"):
-            yield Paper(str(d["id"]), d.get("title") or "", d.get("abstract") or "")
+            yield Paper(str(d["id"]), d.get("title") or "", d.get("abstract") or "", date_fn(d) if date_fn else "")
 
 
 class _Source:
     """A corpus + graph, loaded once and shared by all its ids."""
 
-    def __init__(self, name, files, edges_fn, sizes=CANDIDATE_SIZES, counts=None, inset=False):
+    def __init__(self, name, files, edges_fn, sizes=CANDIDATE_SIZES, counts=None, inset=False, date_fn=None):
         self.name, self.files, self.edges_fn, self.sizes = name, files, edges_fn, tuple(sizes)
+        self.date_fn = date_fn        # a paper's ISO date from its record (docs/dates.md)
         self.counts = counts or {}    # the release's papers with text and edges (checked with the checksums)
         self.inset = inset            # every edge joins two papers of the corpus
         self.clear()
@@ -234,7 +249,7 @@ class _Source:
 
     def papers(self) -> Dict[str, Paper]:
         if self._papers is None:
-            papers = {p.doc_id: p for p in _papers(self.files)}
+            papers = {p.doc_id: p for p in _papers(self.files, self.date_fn)}
             if checksums_enabled() and "papers" in self.counts and len(papers) != self.counts["papers"]:
                 f = self.files["papers"]
                 raise f.damaged(f"{len(papers):,} papers with text, the release has {self.counts['papers']:,}")
@@ -292,6 +307,10 @@ def _register_source(src: _Source):
         s = src.split(split, size)
         return (ir_datasets.formats.GenericQrel(q, d, g) for q in s.queries for d, g in s.candidates[q])
 
+    def dates(split, size):  # a query is a paper of the corpus: its date is the paper's
+        ps = src.papers()
+        return ((q, ps[q].date) for q in src.split(split, size).queries)
+
     def pool(split, size):
         s = src.split(split, size)
         return (ir_datasets.formats.GenericScoredDoc(q, d, 0.0) for q in s.queries for d, _ in s.candidates[q])
@@ -301,16 +320,18 @@ def _register_source(src: _Source):
         for size in (None,) + src.sizes:
             name = f"{src.name}/{split}" + (f"/c{size}" if size else "")
             parts = [docs, FnQueries(src.name, lambda s=split, z=size: queries(s, z), PaperQuery),
-                     FnQrels(lambda s=split, z=size: qrels(s, z), defs)]
+                     FnQrels(lambda s=split, z=size: qrels(s, z), defs),
+                     QueryDates(lambda s=split, z=size: dates(s, z))]
             if size:
                 parts.append(FnScoredDocs(lambda s=split, z=size: pool(s, z)))
             register(name, *parts, documentation={"desc": f"core-citation prediction ({src.name}, {split}"
                                                           + (f", |C|={size}" if size else "") + ")"})
 
 
-HEPTH = _Source("sci/hepth-core-citations", _HEPTH, _hepth_edges, counts={"papers": 29555, "edges": 352807})
+HEPTH = _Source("sci/hepth-core-citations", _HEPTH, _hepth_edges, counts={"papers": 29555, "edges": 352807},
+                date_fn=_hepth_date)
 ACL = _Source("sci/acl-core-citations", _ACL, _acl_edges, sizes=(10, 100, 1000),  # 1,672 papers
-              counts={"papers": 1672, "edges": 10456}, inset=True)
+              counts={"papers": 1672, "edges": 10456}, inset=True, date_fn=_acl_date)
 
 
 def missing_files() -> List[str]:

@@ -17,6 +17,7 @@ import ir_datasets
 
 from pyterrier_sci.corpus import irds_id
 from pyterrier_sci.data import DamagedDataError, DataFile, iter_csv
+from pyterrier_sci.dates import QueryDates, acl_anthology_date, arxiv_id_date
 from pyterrier_sci.irds import FnDocs, FnQrels, FnQueries, FnScoredDocs, register
 
 NAME = "sci/mir-multicite"
@@ -197,6 +198,19 @@ def proposal_date(qid: str) -> Tuple[int, int]:
     return 9999, 13
 
 
+def proposal_iso_date(qid: str) -> str:
+    """The date a citing paper id carries, in ISO at the precision it knows (the query's ``date``,
+    ``query_dates_iter()``): arXiv ``YYYY-MM``, ACL Anthology ``YYYY`` (the venue months of
+    :func:`proposal_date` order the protocol's proposals but are not dates the release gives), ``""`` for
+    ``CorpusID:`` ids.  The cited papers have no date in the release (docs/dates.md)."""
+    q = str(qid)
+    if q.upper().startswith("ARXIV:"):
+        return arxiv_id_date(q[6:])
+    if q.startswith("ACL:"):
+        return acl_anthology_date(q[4:])
+    return ""
+
+
 def chronological_order(split: Split) -> List[str]:
     """The proposal ids by :func:`proposal_date`, ties (and undated ids) in release order."""
     return sorted(split.proposals, key=lambda q: (proposal_date(q), split.proposals[q].position))
@@ -374,6 +388,11 @@ def _iter_queries(view: View):
         yield MIRQuery(q, props[q].text)
 
 
+def _iter_query_dates(view: View):
+    for q in view.qids():
+        yield q, proposal_iso_date(q)
+
+
 def _iter_qrels(view: View):
     for q, docs in view.judged().items():
         for d, rel in docs.items():
@@ -391,6 +410,7 @@ def _register(name: str, view: View, docs: FnDocs, title: str):
     register(name, docs, FnQueries(name, functools.partial(_iter_queries, view), MIRQuery),
              FnQrels(functools.partial(_iter_qrels, view), _QREL_DEFS),
              FnScoredDocs(functools.partial(_iter_pool, view)), Citations(view),
+             QueryDates(functools.partial(_iter_query_dates, view)),
              documentation={"pretty_name": title, "desc": __doc__.split("\n\n")[0]})
 
 

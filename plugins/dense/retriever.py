@@ -38,6 +38,7 @@ from .index_meta import IndexSettingsError, describe_index, encoder_record, vect
 from .search import (
     SCORE_ALIGN,
     aligned_scores,
+    masked_search,
     merge_topk,
     prepare_queries,
     ranked,
@@ -57,6 +58,8 @@ INDEX_COVERAGE = 0.25
 #: query vectors a retriever keeps, by query text: an experiment asks each query on several datasets
 #: (CSFCube's facets and all of them) and in several pipelines sharing the component
 QUERY_MEMO = 4096
+#: under a date cutoff, ANN retrieval fetches this many times k results, then filters (docs/dates.md)
+ANN_OVERFETCH = 4
 #: index path -> {docno: vector} of the documents re-scored before that index was built (DenseRetriever._doc_vecs)
 _DOC_VECS: dict = {}
 
@@ -92,13 +95,18 @@ class DenseRetriever(pt.Transformer):
             (default) encodes only the documents it re-scores (their vectors kept for later calls) unless
             they cover at least :data:`INDEX_COVERAGE` of the corpus, then builds the index; ``True``
             builds the corpus index first.  Retrieval always needs the index.
+        date_cutoff: a :class:`pyterrier_sci.dates.DateCutoff` pushed into the search (``date_cutoff(dense,
+            before=...)``, :meth:`sci_date_cutoff`): exact retrieval masks the later documents before its top-k,
+            so k allowed documents come back; ANN over-fetches :data:`ANN_OVERFETCH` x k and filters; re-scoring
+            drops the later documents of its input.
     """
 
     def __init__(self, model: Optional[str] = None, index=None, corpus: Optional[str] = None,
                  fields: Optional[Sequence[str]] = None, num_results: int = 1000, batch_size: int = 32,
                  verbose: bool = True, device: Optional[str] = None, rank_cutoff: Optional[int] = None,
                  ann: Optional[str] = None, ann_params: Optional[dict] = None, backend: Optional[str] = None,
-                 precision: Optional[str] = None, calibration=None, build_index: Optional[bool] = None):
+                 precision: Optional[str] = None, calibration=None, build_index: Optional[bool] = None,
+                 date_cutoff: Optional[pt.Transformer] = None):
         artifact = None
         if isinstance(index, pt.Artifact):
             artifact, index = index, index.path
@@ -119,6 +127,7 @@ class DenseRetriever(pt.Transformer):
         self.device = device
         self.rank_cutoff = rank_cutoff
         self.ann, self.ann_params = check_ann(ann, ann_params)  # plugins/dense/ann.py
+        self.date_cutoff = date_cutoff
         self._encoder = None
         self._cal = None  # the int8 calibration the encoder was loaded with
         self._flex = None
@@ -265,9 +274,13 @@ class DenseRetriever(pt.Transformer):
             inp = inp.drop(columns=[c for c in ("docno", "score", "rank") if c in inp.columns]).reset_index(drop=True)
             qvecs = self.encode(inp["query"].astype(str).tolist(), desc="queries")
             k = self.num_results if self.rank_cutoff is None else min(self.num_results, self.rank_cutoff)
+            if self.__dict__.get("date_cutoff") is not None:
+                return self._search_before(index, inp, qvecs, k)
             if self.ann:
                 return ann_search(index, inp, qvecs, k, self.ann, self.ann_params)
             return _search(index, inp, qvecs, k)
+        if self.__dict__.get("date_cutoff") is not None and len(inp):  # later documents are not re-scored
+            inp = inp[self.date_cutoff.keep_rows(inp)].reset_index(drop=True)
         if len(inp) == 0:
             return inp.assign(score=pd.Series(dtype=float), rank=pd.Series(dtype=int))
         index = self._rescoring_index(inp)
@@ -282,6 +295,30 @@ class DenseRetriever(pt.Transformer):
         if self.rank_cutoff is not None:
             out = out[out["rank"] < self.rank_cutoff].reset_index(drop=True)
         return out
+
+    def _search_before(self, index, inp: pd.DataFrame, qvecs, k: int) -> pd.DataFrame:
+        """Retrieval under the date cutoff: exact search masks the documents the cutoff does not allow
+        (:func:`.search.masked_search`); ANN over-fetches and filters."""
+        import numpy as np
+        if self.ann:
+            res = ann_search(index, inp, qvecs, min(k * ANN_OVERFETCH, index.num_docs), self.ann, self.ann_params)
+            res = self.date_cutoff.transform(res)
+            return res[res["rank"] < k].reset_index(drop=True)
+        docnos = self.__dict__.get("_all_docnos")
+        if docnos is None or len(docnos) != index.num_docs:
+            docnos = self._all_docnos = index.docnos_of(np.arange(index.num_docs))
+        scores, ids = masked_search(index, qvecs, k, self.date_cutoff.mask_fn(inp, docnos))
+        return results_frame(inp, scores, ids, index.docnos_of, padded=True)
+
+    def sci_date_cutoff(self, cutoff) -> Optional["DenseRetriever"]:
+        """The component protocol's date-cutoff pushdown (:mod:`pyterrier_sci.dates`): this retriever with
+        ``cutoff`` applied inside its search; None (not pushed) when it already has another cutoff."""
+        if self.__dict__.get("date_cutoff") is not None and self.date_cutoff != cutoff:
+            return None
+        pushed = object.__new__(type(self))  # as fuse_rank_cutoff: the loaded model and index are shared
+        pushed.__dict__.update(self.__dict__)
+        pushed.date_cutoff = cutoff
+        return pushed
 
     def _rescoring_index(self, inp: pd.DataFrame):
         """The index to re-score ``inp`` with, or None to encode its documents instead: the corpus
@@ -347,6 +384,7 @@ class DenseRetriever(pt.Transformer):
 
     def __repr__(self) -> str:
         cut = "" if self.rank_cutoff is None else f", rank_cutoff={self.rank_cutoff}"
+        cut += "" if self.__dict__.get("date_cutoff") is None else f", date_cutoff={self.date_cutoff!r}"
         return f"DenseRetriever({self.model!r}, index={self.index!r}, num_results={self.num_results}{cut})"
 
     def sci_models(self):
@@ -359,7 +397,8 @@ class DenseRetriever(pt.Transformer):
         if cal is not None and not isinstance(cal, str):  # texts or a Calibration: by what they hold
             cal = cal.record()["texts_sha256"] if hasattr(cal, "record") else texts_sha256(list(cal))
         return (self.model, self.index, self.corpus, self.fields, self.num_results, self.rank_cutoff, self.ann,
-                tuple(sorted(self.ann_params.items())), self.backend, self.precision, cal)
+                tuple(sorted(self.ann_params.items())), self.backend, self.precision, cal,
+                self.__dict__.get("date_cutoff"))
 
     def __eq__(self, other) -> bool:
         return isinstance(other, DenseRetriever) and self._key() == other._key()
@@ -373,6 +412,7 @@ class DenseRetriever(pt.Transformer):
         state["_cal"] = None
         state["_flex"] = None
         state["_query_memo"] = {}
+        state.pop("_all_docnos", None)
         return state
 
 

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 __all__ = ["SCORE_ALIGN", "VectorIndex", "prepare_queries", "select_topk", "aligned_scores", "topk", "merge_topk",
-           "rowwise_dot", "ranked", "results_frame"]
+           "masked_search", "rowwise_dot", "ranked", "results_frame"]
 
 
 @runtime_checkable
@@ -131,6 +131,37 @@ def merge_topk(scores: list, ids: list, k: int):
         s, i = select_topk(s, i, k)
     order = np.lexsort((i, -s), axis=1)
     return np.take_along_axis(s, order, 1), np.take_along_axis(i, order, 1)
+
+
+def masked_search(index: VectorIndex, qvecs, k: int, mask_fn: Callable[[int, int], np.ndarray],
+                  batch_size: int = 8192):
+    """The exact top-``k`` per query among the positions ``mask_fn`` allows: ``mask_fn(lo, hi)`` is a
+    ``len(qvecs) x (hi - lo)`` boolean matrix over positions ``lo:hi`` (a date cutoff,
+    :class:`pyterrier_sci.dates.DateCutoff`).  Disallowed positions score ``-inf`` before selection, so
+    ``k`` allowed documents come back where there are ``k``; rows end in position -1, score -inf where
+    fewer are allowed (:func:`results_frame` with ``padded=True`` leaves them out).  Scores are
+    :func:`aligned_scores`' at the same global positions as :func:`topk`'s, so the result equals the
+    unmasked search's ranking filtered to the allowed documents, bit for bit."""
+    from pyterrier_dr import SimFn
+    cos = SimFn(index.sim_fn) == SimFn.cos
+    q = np.ascontiguousarray(prepare_queries(qvecs, index.sim_fn))
+    n, nq = int(index.num_docs), q.shape[0]
+    k = min(k, n)
+    best_s = np.empty((nq, 0), dtype=np.float32)
+    best_i = np.empty((nq, 0), dtype=np.int64)
+    for start in range(0, n, batch_size):
+        end = min(start + batch_size, n)
+        dvecs = index.vectors(np.arange(start, end))
+        s = aligned_scores(q, dvecs, 0, end - start, offset=start, cos=cos)
+        s[~mask_fn(start, end)] = -np.inf
+        ids = np.broadcast_to(np.arange(start, end), (nq, end - start))
+        s, i = np.concatenate([best_s, s], axis=1), np.concatenate([best_i, ids], axis=1)
+        if s.shape[1] > k:
+            s, i = select_topk(s, i, k)
+        best_s, best_i = s, i
+    best_i = np.where(np.isfinite(best_s), best_i, -1)
+    order = np.lexsort((np.where(best_i < 0, n, best_i), -best_s), axis=1)
+    return np.take_along_axis(best_s, order, 1), np.take_along_axis(best_i, order, 1)
 
 
 def rowwise_dot(qvecs, pos, dvecs):
