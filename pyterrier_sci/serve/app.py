@@ -1,0 +1,388 @@
+"""The HTTP search API of ``pyterrier-sci serve``: a FastAPI app (run by uvicorn, or behind Ray Serve) over
+a :class:`~.api.SearchAPI`.
+
+Routes (JSON): ``GET /health``, ``GET /ready``, ``GET /v1/pipelines``, ``GET|POST /v1/search``,
+``POST /v1/batch_search``, ``GET /v1/papers/{docno}``, ``GET|POST /v1/similar``,
+``POST /v1/suggest_citations``, ``GET /v1/stats``, ``GET /openapi.json``; MCP over streamable HTTP at
+``/mcp``; the search page at ``/``.  Every error is ``{"error": {"code", "message"}}`` with a 4xx/5xx
+status, never a traceback.  In front of the routes, one ASGI guard: a per-client rate limit (429),
+the bearer token (401), the body's size (413) and read time (408).
+"""
+
+import asyncio
+import hmac
+import json
+import logging
+import os
+import threading
+import time
+from contextlib import asynccontextmanager
+from importlib import resources
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from pyterrier_sci.errors import one_line
+from pyterrier_sci.llm.trust import redact
+
+from .api import SearchAPI, ServeSettings
+from .batching import DeadlineExceededError, OverloadedError, ShuttingDownError
+from .service import ServeError
+
+__all__ = ["create_app", "Guard", "RedactingFilter", "install_log_redaction", "LOGGER", "page_dir", "error_body"]
+
+LOGGER = logging.getLogger("pyterrier_sci.serve")
+#: paths answered without the bearer token (probes and the page's static files, which hold no data)
+OPEN_PATHS = ("/health", "/ready", "/", "/favicon.ico")
+OPEN_PREFIXES = ("/page/",)
+#: paths without a rate limit (probes)
+UNLIMITED_PATHS = ("/health", "/ready")
+#: clients the rate limiter remembers at most (the least recently seen are forgotten first)
+MAX_CLIENTS = 10_000
+
+
+def page_dir() -> Path:
+    """The search page's static files (package data ``pyterrier_sci/serve/page``)."""
+    return Path(str(resources.files("pyterrier_sci.serve") / "page"))
+
+
+def error_body(code: str, message: str) -> bytes:
+    return json.dumps({"error": {"code": code, "message": redact(message)}}).encode("utf-8")
+
+
+class RedactingFilter(logging.Filter):
+    """Replaces the bearer token and the LLM API key in every log record with ``[redacted]``."""
+
+    def __init__(self, secrets: List[str]):
+        super().__init__()
+        self.secrets = [s for s in secrets if s and len(s) >= 4]
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        msg = record.getMessage()
+        clean = redact(msg)
+        for s in self.secrets:
+            clean = clean.replace(s, "[redacted]")
+        if clean != msg:
+            record.msg, record.args = clean, ()
+        return True
+
+
+def install_log_redaction(token: Optional[str]) -> RedactingFilter:
+    """Installs :class:`RedactingFilter` on the server's loggers and their handlers."""
+    f = RedactingFilter([token] if token else [])
+    for name in ("", "uvicorn", "uvicorn.error", "uvicorn.access", "pyterrier_sci.serve", "mcp"):
+        lg = logging.getLogger(name)
+        lg.addFilter(f)
+        for h in lg.handlers:
+            h.addFilter(f)
+    return f
+
+
+class Guard:
+    """ASGI middleware in front of every route: rate limit per client (token bucket; 429 + Retry-After),
+    the bearer token (401), the request body read whole with a size bound (413) and a time bound (408)."""
+
+    def __init__(self, app, settings: ServeSettings):
+        self.app, self.settings = app, settings
+        self.token = settings.token.encode("utf-8") if settings.token else None
+        self.buckets: Dict[str, List[float]] = {}   # client -> [tokens, last time]
+
+    async def _send_error(self, send, status: int, code: str, message: str, headers=()) -> None:
+        body = error_body(code, message)
+        await send({"type": "http.response.start", "status": status,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                                *headers]})
+        await send({"type": "http.response.body", "body": body})
+
+    def _rate_ok(self, client: str) -> float:
+        """0 when the client may go on, else the seconds until it may."""
+        rate = self.settings.rate_limit
+        if rate <= 0:
+            return 0.0
+        now = time.monotonic()
+        tokens, last = self.buckets.pop(client, (float(self.settings.rate_burst), now))
+        tokens = min(float(self.settings.rate_burst), tokens + (now - last) * rate)
+        wait = 0.0
+        if tokens >= 1:
+            tokens -= 1
+        else:
+            wait = (1 - tokens) / rate
+        self.buckets[client] = [tokens, now]  # re-inserted: most recent last
+        while len(self.buckets) > MAX_CLIENTS:
+            self.buckets.pop(next(iter(self.buckets)))
+        return wait
+
+    def _authorised(self, scope) -> bool:
+        if self.token is None:
+            return True
+        for k, v in scope.get("headers", ()):
+            if k == b"authorization":
+                scheme, _, given = v.partition(b" ")
+                return scheme.lower() == b"bearer" and hmac.compare_digest(given.strip(), self.token)
+        return False
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        path = scope.get("path", "")
+        if path not in UNLIMITED_PATHS:
+            client = (scope.get("client") or ("?", 0))[0]
+            wait = self._rate_ok(client)
+            if wait:
+                secs = max(1, int(wait + 0.999))
+                return await self._send_error(send, 429, "rate_limited",
+                                              f"too many requests from this client; retry after {secs} s",
+                                              [(b"retry-after", str(secs).encode())])
+        if not (path in OPEN_PATHS or path.startswith(OPEN_PREFIXES)) and not self._authorised(scope):
+            return await self._send_error(send, 401, "unauthorised",
+                                          "this server needs a bearer token (Authorization: Bearer TOKEN)",
+                                          [(b"www-authenticate", b"Bearer")])
+        if scope.get("method") not in ("POST", "PUT", "PATCH", "DELETE"):
+            return await self.app(scope, receive, send)
+        limit = self.settings.max_body_bytes
+        for k, v in scope.get("headers", ()):
+            if k == b"content-length":
+                try:
+                    declared = int(v)
+                except ValueError:
+                    return await self._send_error(send, 400, "bad_content_length", "Content-Length is not a number")
+                if declared > limit:
+                    return await self._send_error(send, 413, "body_too_large",
+                                                  f"the request body has {declared:,} bytes; at most {limit:,}")
+        chunks, size = [], 0
+        try:
+            async with asyncio.timeout(self.settings.body_timeout_s):
+                while True:
+                    msg = await receive()
+                    if msg["type"] == "http.disconnect":
+                        return
+                    chunk = msg.get("body", b"")
+                    size += len(chunk)
+                    if size > limit:
+                        return await self._send_error(send, 413, "body_too_large",
+                                                      f"the request body has more than {limit:,} bytes")
+                    chunks.append(chunk)
+                    if not msg.get("more_body", False):
+                        break
+        except TimeoutError:
+            return await self._send_error(send, 408, "body_timeout",
+                                          f"the request body took more than {self.settings.body_timeout_s:g} s")
+        body, sent = b"".join(chunks), False
+
+        async def replay():
+            nonlocal sent
+            if not sent:
+                sent = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+        return await self.app(scope, replay, send)
+
+
+def _validation_message(errors) -> tuple:
+    """(status, code, message) of a FastAPI validation error, naming the field and the cause."""
+    parts, code, status = [], "invalid_request", 422
+    for e in errors[:5]:
+        loc = ".".join(str(x) for x in e.get("loc", ()) if x not in ("body", "query", "path"))
+        kind = e.get("type", "")
+        if kind == "json_invalid":
+            return 400, "malformed_json", "the request body is not valid JSON"
+        if kind == "extra_forbidden":
+            code = "unknown_field"
+            parts.append(f"unknown field {loc!r}")
+        elif kind == "missing":
+            parts.append(f"missing field {loc!r}")
+        else:
+            parts.append(f"{loc or 'body'}: {one_line(e.get('msg', 'invalid'), 200)}")
+    return status, code, "; ".join(parts) or "invalid request"
+
+
+def create_app(api: SearchAPI, mcp_host: str = "127.0.0.1"):
+    """The FastAPI app; loads ``api.service`` in the background when it is not loaded yet
+    (``/ready`` answers 503 until it is)."""
+    from fastapi import FastAPI, Query, Request
+    from fastapi.exceptions import RequestValidationError
+    from fastapi.responses import FileResponse, JSONResponse
+    from fastapi.staticfiles import StaticFiles
+    from pydantic import BaseModel, ConfigDict
+    from starlette.exceptions import HTTPException as StarletteHTTPException
+
+    settings = api.settings
+    service = api.service
+    state: Dict[str, Any] = {"load_error": None}
+    mcp = None
+    if settings.mcp:
+        from .mcp_server import create_mcp
+        mcp = create_mcp(api)
+
+    def load_in_background():
+        try:
+            service.load()
+        except Exception as e:  # reported by /ready and the log, never to a search request as a traceback
+            state["load_error"] = one_line(redact(str(e)), 400)
+            LOGGER.error("loading the pipelines failed: %s", state["load_error"])
+
+    @asynccontextmanager
+    async def lifespan(app):
+        if not service.ready:
+            threading.Thread(target=load_in_background, name="pyterrier-sci-serve-load", daemon=True).start()
+        if mcp is not None:
+            async with mcp.session_manager.run():
+                yield
+        else:
+            yield
+        await api.batcher.close()
+
+    app = FastAPI(title="pyterrier-sci search API", version="1", lifespan=lifespan,
+                  description="Search the papers of a dataset with the pipelines of a pyterrier-sci config.",
+                  docs_url="/docs", redoc_url=None)
+
+    def err(status: int, code: str, message: str, headers: Optional[dict] = None):
+        return JSONResponse({"error": {"code": code, "message": redact(message)}}, status_code=status,
+                            headers=headers)
+
+    @app.exception_handler(ServeError)
+    async def _serve_error(request: Request, e: ServeError):
+        return err(e.status, e.code, e.message)
+
+    @app.exception_handler(OverloadedError)
+    async def _overloaded(request: Request, e: OverloadedError):
+        return err(503, "overloaded", str(e), {"Retry-After": str(e.retry_after)})
+
+    @app.exception_handler(ShuttingDownError)
+    async def _closing(request: Request, e: ShuttingDownError):
+        return err(503, "shutting_down", str(e), {"Retry-After": "5"})
+
+    @app.exception_handler(DeadlineExceededError)
+    async def _deadline(request: Request, e: DeadlineExceededError):
+        return err(504, "deadline_exceeded", str(e))
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, e: RequestValidationError):
+        status, code, message = _validation_message(e.errors())
+        return err(status, code, message)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, e: StarletteHTTPException):
+        code = {404: "not_found", 405: "method_not_allowed"}.get(e.status_code, "http_error")
+        return err(e.status_code, code, str(e.detail) if e.detail else code, getattr(e, "headers", None))
+
+    @app.exception_handler(Exception)
+    async def _crash(request: Request, e: Exception):
+        LOGGER.error("internal error on %s: %s: %s", request.url.path, type(e).__name__, one_line(redact(str(e)), 400))
+        return err(500, "internal_error", "internal error; the server's log names it")
+
+    def not_ready():
+        if state["load_error"]:
+            raise ServeError(f"the pipelines failed to load: {state['load_error']}", 503, "load_failed")
+        if not service.ready:
+            raise ServeError("the pipelines are still loading; retry shortly", 503, "not_ready")
+
+    class Strict(BaseModel):
+        model_config = ConfigDict(extra="forbid")
+
+    class SearchBody(Strict):
+        query: Optional[str] = None
+        paper: Optional[str] = None
+        k: int = 10
+        pipeline: Optional[str] = None
+        expression: Optional[str] = None
+        timeout: Optional[float] = None
+
+    class BatchBody(Strict):
+        queries: List[str]
+        k: int = 10
+        pipeline: Optional[str] = None
+        expression: Optional[str] = None
+        timeout: Optional[float] = None
+
+    class SimilarBody(Strict):
+        docno: str
+        k: int = 10
+        pipeline: Optional[str] = None
+        timeout: Optional[float] = None
+
+    class CiteBody(Strict):
+        passage: str
+        k: int = 10
+        pipeline: Optional[str] = None
+        timeout: Optional[float] = None
+
+    @app.get("/health", summary="the process answers")
+    async def health():
+        return {"status": "ok"}
+
+    @app.get("/ready", summary="the pipelines are loaded")
+    async def ready():
+        if not service.ready:
+            status = 500 if state["load_error"] else 503
+            return err(status, "load_failed" if state["load_error"] else "not_ready",
+                       state["load_error"] or "the pipelines are still loading")
+        return {"ready": True, "pipelines": list(service.transformers), "load_seconds": round(service.load_seconds, 3)}
+
+    @app.get("/v1/pipelines", summary="the served pipelines and their descriptions")
+    async def pipelines():
+        not_ready()
+        return api.pipelines()
+
+    @app.get("/v1/search", summary="search by a query text (q) or a paper (paper=docno)")
+    async def search_get(q: Optional[str] = Query(None, max_length=1_000_000), k: int = 10,
+                         pipeline: Optional[str] = None, paper: Optional[str] = None):
+        not_ready()
+        return await api.search(query=q, k=k, pipeline=pipeline, paper=paper)
+
+    @app.post("/v1/search", summary="search by a query text or a paper")
+    async def search_post(body: SearchBody):
+        not_ready()
+        return await api.search(query=body.query, k=body.k, pipeline=body.pipeline, paper=body.paper,
+                                expression=body.expression, timeout=body.timeout)
+
+    @app.post("/v1/batch_search", summary="search several queries at once")
+    async def batch(body: BatchBody):
+        not_ready()
+        return await api.batch_search(body.queries, k=body.k, pipeline=body.pipeline, expression=body.expression,
+                                      timeout=body.timeout)
+
+    @app.get("/v1/papers/{docno:path}", summary="a paper's record")
+    async def paper(docno: str):
+        not_ready()
+        return api.paper(docno)
+
+    @app.get("/v1/similar", summary="papers similar to a paper (its title and abstract as the query)")
+    async def similar_get(docno: str, k: int = 10, pipeline: Optional[str] = None):
+        not_ready()
+        return await api.similar(docno, k=k, pipeline=pipeline)
+
+    @app.post("/v1/similar", summary="papers similar to a paper")
+    async def similar_post(body: SimilarBody):
+        not_ready()
+        return await api.similar(body.docno, k=body.k, pipeline=body.pipeline, timeout=body.timeout)
+
+    @app.post("/v1/suggest_citations", summary="papers to cite for a passage")
+    async def cite(body: CiteBody):
+        not_ready()
+        return await api.suggest_citations(body.passage, k=body.k, pipeline=body.pipeline, timeout=body.timeout)
+
+    @app.get("/v1/stats", summary="batching counters")
+    async def stats():
+        return {"batching": api.batcher.stats.as_dict(), "waiting": api.batcher.waiting}
+
+    if settings.page:
+        pages = page_dir()
+
+        @app.get("/", include_in_schema=False)
+        async def index():
+            return FileResponse(pages / "index.html", media_type="text/html")
+
+        app.mount("/page", StaticFiles(directory=str(pages)), name="page")
+
+    if mcp is not None:
+        mcp_app = mcp.streamable_http_app(streamable_http_path="/mcp", stateless_http=True, json_response=True,
+                                          host=mcp_host)
+        app.router.routes.extend(mcp_app.routes)
+
+    app.add_middleware(Guard, settings=settings)
+    return app
+
+
+def env_token(name: str = "PYTERRIER_SCI_SERVE_TOKEN") -> Optional[str]:
+    value = os.environ.get(name, "").strip()
+    return value or None

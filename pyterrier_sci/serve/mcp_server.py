@@ -1,0 +1,66 @@
+"""The MCP server of ``pyterrier-sci serve`` on the official ``mcp`` SDK (``MCPServer``, mcp 2.x): tools for
+research agents - ``search``, ``get_paper``, ``similar_papers`` (paper-to-paper, as PRISM's A2A),
+``suggest_citations`` (papers to cite for a passage) and ``list_pipelines`` - over stdio
+(``pyterrier-sci serve CONFIG --mcp-stdio``) or streamable HTTP (mounted at ``/mcp`` of the HTTP server).
+The tools call the same :class:`~.api.SearchAPI` as the HTTP routes; a bad request is a tool error whose
+text names the cause."""
+from __future__ import annotations
+
+from typing import Any, Dict, Optional
+
+from .api import SearchAPI
+from .batching import DeadlineExceededError, OverloadedError, ShuttingDownError
+from .service import ServeError
+
+__all__ = ["create_mcp", "INSTRUCTIONS"]
+
+INSTRUCTIONS = ("Search a collection of scientific papers with the retrieval pipelines this server loaded. "
+                "search: papers for a query; get_paper: a paper's record by docno; similar_papers: papers like a "
+                "given paper; suggest_citations: papers to cite for a passage; list_pipelines: the pipelines.")
+
+
+def create_mcp(api: SearchAPI, name: str = "pyterrier-sci"):
+    """An ``mcp.server.mcpserver.MCPServer`` whose tools search through ``api``."""
+    from mcp.server.mcpserver import MCPServer
+    from mcp.server.mcpserver.exceptions import ToolError
+
+    server = MCPServer(name, instructions=INSTRUCTIONS, log_level="WARNING")
+
+    async def call(coro):
+        try:
+            return await coro
+        except ServeError as e:
+            raise ToolError(f"{e.code}: {e.message}") from None
+        except OverloadedError as e:
+            raise ToolError(f"busy: {e}") from None
+        except (DeadlineExceededError, ShuttingDownError) as e:
+            raise ToolError(str(e)) from None
+
+    async def immediate(value):
+        return value
+
+    @server.tool(description="Search the papers: the top k papers (docno, score, rank, title, snippet) for a query.")
+    async def search(query: str, k: int = 10, pipeline: Optional[str] = None) -> Dict[str, Any]:
+        return await call(api.search(query=query, k=k, pipeline=pipeline))
+
+    @server.tool(description="A paper's record (title, abstract and the collection's other fields) by its docno.")
+    async def get_paper(docno: str) -> Dict[str, Any]:
+        try:
+            return api.paper(docno)
+        except ServeError as e:
+            raise ToolError(f"{e.code}: {e.message}") from None
+
+    @server.tool(description="Papers similar to a paper (paper-to-paper): its title and abstract are the query; "
+                             "the paper itself is left out.")
+    async def similar_papers(docno: str, k: int = 10, pipeline: Optional[str] = None) -> Dict[str, Any]:
+        return await call(api.similar(docno, k=k, pipeline=pipeline))
+
+    @server.tool(description="Papers to cite for a passage of a draft (the passage is the query).")
+    async def suggest_citations(passage: str, k: int = 10, pipeline: Optional[str] = None) -> Dict[str, Any]:
+        return await call(api.suggest_citations(passage, k=k, pipeline=pipeline))
+
+    @server.tool(description="The retrieval pipelines this server serves, with their descriptions and limits.")
+    async def list_pipelines() -> Dict[str, Any]:
+        return await call(immediate(api.pipelines()))
+
+    return server

@@ -1,0 +1,52 @@
+"""The same app behind Ray Serve: each replica loads the pipelines once (a
+:class:`~.service.SearchService`) and serves :func:`~.app.create_app`'s FastAPI app; Ray Serve's proxy
+spreads requests over the replicas (no balancer of ours).  Local by default, an existing cluster by
+address (:func:`pyterrier_sci.scale.init_ray`).  docs/serve.md, "Beyond one machine"."""
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence
+
+from pyterrier_sci.scale import init_ray
+
+from .api import SearchAPI, ServeSettings
+from .app import create_app
+from .service import SearchService, ServeLimits
+
+__all__ = ["ray_deployment", "run_on_ray", "ServeReplica"]
+
+
+class ServeReplica:
+    """One Ray Serve replica: the loaded pipelines and the app over them."""
+
+    def __init__(self, config: Any, pipelines: Optional[Sequence[str]] = None, dataset: Optional[str] = None,
+                 settings: Optional[ServeSettings] = None, limits: Optional[ServeLimits] = None,
+                 trusted: bool = False, allow_expressions: bool = False):
+        service = SearchService(config, list(pipelines) if pipelines else None, dataset, limits or ServeLimits(),
+                                trusted=trusted, allow_expressions=allow_expressions).load()
+        self.api = SearchAPI(service, settings or ServeSettings())
+
+    def __serve_build_asgi_app__(self):  # Ray Serve calls it on the replica, after __init__
+        return create_app(self.api, mcp_host="0.0.0.0")
+
+
+def ray_deployment(config: Any, pipelines: Optional[Sequence[str]] = None, dataset: Optional[str] = None,
+                   settings: Optional[ServeSettings] = None, limits: Optional[ServeLimits] = None,
+                   num_replicas: int = 1, num_cpus: float = 1, trusted: bool = False,
+                   allow_expressions: bool = False, name: str = "pyterrier-sci"):
+    """A bound Ray Serve application: ``num_replicas`` replicas of :class:`ServeReplica` (each ``num_cpus``)."""
+    from ray import serve
+    ingress = serve.ingress()(ServeReplica)
+    dep = serve.deployment(ingress, name=name, num_replicas=num_replicas,
+                           ray_actor_options={"num_cpus": num_cpus})
+    return dep.bind(config, list(pipelines) if pipelines else None, dataset, settings, limits, trusted,
+                    allow_expressions)
+
+
+def run_on_ray(app, host: str = "127.0.0.1", port: int = 8000, address: Optional[str] = None,
+               num_cpus: Optional[int] = None, route_prefix: str = "/", blocking: bool = False):
+    """Starts Ray (local, or the cluster at ``address``) and Ray Serve's HTTP proxy on ``host:port``,
+    then runs ``app`` (:func:`ray_deployment`); returns its handle."""
+    from ray import serve
+    init_ray(address, num_cpus)
+    serve.start(http_options={"host": host, "port": port})
+    return serve.run(app, name="pyterrier-sci", route_prefix=route_prefix, blocking=blocking)
