@@ -1,0 +1,893 @@
+"""Reproductions as data: each paper's tables declared in ``pipelines/reproduce/<paper>.yaml`` and run by
+``pyterrier-sci reproduce [PAPER[/TABLE]]``.
+
+A table names its datasets (the paper's column groups), its systems (pipeline expressions of the
+pipeline language, or a released run file), the models that training steps produce and the systems
+name, its measures, the published figure of each cell (with the paper's table, section and page),
+a tolerance, its tiers (``quick``: the cheapest rows, run by the test suite; ``full``: everything)
+and how and why it differs from the paper.  The figures a run produces are recorded by ``--record``
+into ``pipelines/reproduce/recorded/<paper>.json`` (never typed); a later run prints published /
+recorded / reproduced with the deltas and fails (exit status 1) when a figure leaves its tolerance.
+
+Runs are saved under ``<work dir>/reproduce/<paper>/<tier>/<table>/`` (one TREC run per system and
+dataset, with its checksum) and read back by a rerun, so an interrupted reproduction resumes; models
+are trained on first use by their components and kept in the work directory; every table writes a
+manifest (:mod:`pyterrier_sci.manifest`).  Systems sharing a prefix compute it once: the runs are
+computed with PyTerrier 1.1's ``pt.Experiment(..., plan='tree')``.
+
+The schema is documented in docs/reproductions.md.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import datetime
+import html
+import json
+import math
+import re
+import sys
+import time
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+
+import pandas as pd
+import pyterrier as pt
+
+from pyterrier_sci import artifacts, manifest
+from pyterrier_sci import measures as _measures
+from pyterrier_sci.data import data_dir, read_json
+from pyterrier_sci.environment import environment, jsonable
+from pyterrier_sci.errors import PipelineError
+from pyterrier_sci.evaluation import Experiment
+from pyterrier_sci.experiment import run_path, topics_and_qrels, write_run
+from pyterrier_sci.llm.dryrun import concat_reports, dry_run
+from pyterrier_sci.pipeline import PipelineConfig, build_all, load_config, make_context
+from pyterrier_sci.registry import check_dataset
+from pyterrier_sci.scale import ray_session
+
+__all__ = ["ReproductionError", "Paper", "Table", "System", "Cell", "TableResult", "papers_dir", "paper_files",
+           "load_paper", "select", "run_table", "reproduce", "record", "recorded_path", "read_recorded",
+           "dry_run_table", "markdown_matrix", "html_matrix", "write_matrix", "docs_table", "update_docs",
+           "stale_docs", "add_reproduce_commands", "TIERS"]
+
+TIERS = ("quick", "full")
+STATUS_REPRODUCED = "reproduced"
+STATUS_DIFFERS = "differs"
+STATUS_UNPUBLISHED = "not in the paper"
+STATUS_NOT_RUNNABLE = "not runnable here"
+RUN_FORMATS = ("ranked_lists_json", "trec")
+_TABLE_KEYS = {"number", "title", "source", "datasets", "measures", "systems", "scale", "tolerance", "drift",
+               "differs", "tiers", "digits"}
+_SYSTEM_KEYS = {"pipeline", "run", "label", "tiers", "published", "reproduces", "tolerance", "drift", "differs",
+                "needs"}
+_PAPER_KEYS = {"paper", "config", "components", "models", "pipelines", "tables", "settings", "llm", "ray"}
+
+
+class ReproductionError(PipelineError):
+    """A reproduction file that cannot be used (its schema, a name it uses), or a table that cannot run."""
+
+
+# ------------------------------------------------------------------------------------------------ schema
+@dataclass
+class System:
+    """One row of a table: a pipeline expression (or a released run), its published figures
+    ``{dataset label: {measure: value}}`` in the paper's units, and its tiers."""
+    name: str
+    pipeline: Optional[str] = None
+    run: Optional[Dict[str, Any]] = None
+    label: Optional[str] = None
+    tiers: Tuple[str, ...] = ("full",)
+    published: Dict[str, Dict[str, float]] = field(default_factory=dict)
+    reproduces: bool = False
+    tolerance: Optional[float] = None
+    drift: Optional[float] = None
+    differs: Optional[str] = None
+    needs: Tuple[str, ...] = ()
+
+
+@dataclass
+class Table:
+    """One table of a paper as declared (see docs/reproductions.md)."""
+    key: str
+    number: str
+    title: str
+    source: Dict[str, Any]
+    datasets: Dict[str, Dict[str, Any]]          # label -> {"id": ..., "vars": {...}, "quick": {...}}
+    measures: List[str]
+    systems: Dict[str, System]
+    scale: float = 1.0
+    tolerance: float = 0.0
+    drift: Optional[float] = None
+    differs: str = ""
+    tiers: Dict[str, Dict[str, Any]] = field(default_factory=dict)
+    digits: int = 2
+
+
+@dataclass
+class Paper:
+    """A reproduction file: the paper, the pipeline config its systems use, its tables."""
+    id: str
+    meta: Dict[str, Any]
+    path: Path
+    raw: Dict[str, Any]
+    tables: Dict[str, Table]
+
+    def config(self, tier: str = "full", llm: Optional[str] = None) -> PipelineConfig:
+        """The pipeline config of a tier: the base config's components and pipelines, this file's
+        components and models (a ``quick:`` mapping inside one overrides its settings in the quick
+        tier), and its settings (``llm.base_url`` replaced by ``llm`` when given)."""
+        base: Dict[str, Any] = {}
+        if self.raw.get("config"):
+            ref = Path(str(self.raw["config"]))
+            if ref.is_absolute() or ".." in ref.parts:
+                raise ReproductionError(f"'config' must name a file beside pipelines/, not {ref}", where=str(self.path))
+            base_path = self.path.parent.parent / ref
+            if not base_path.is_file():
+                raise ReproductionError(f"the base config {ref} does not exist ({base_path})", where=str(self.path))
+            cfg = load_config(base_path)
+            base = {"components": dict(cfg.components), "pipelines": dict(cfg.pipelines), **copy.deepcopy(cfg.settings)}
+        comps = dict(base.get("components") or {})
+        for section in ("components", "models"):
+            for name, spec in (self.raw.get(section) or {}).items():
+                spec = dict(spec or {})
+                quick = spec.pop("quick", None) or {}
+                if tier == "quick":
+                    spec.update(quick)
+                comps[name] = spec
+        settings = {k: copy.deepcopy(v) for k, v in base.items() if k not in ("components", "pipelines")}
+        for k in ("settings",):
+            settings.update(copy.deepcopy(self.raw.get(k) or {}))
+        for k in ("llm", "ray"):
+            if self.raw.get(k) is not None:
+                settings[k] = copy.deepcopy(self.raw[k])
+        if llm:
+            settings.setdefault("llm", {})
+            settings["llm"] = {**(settings["llm"] or {}), "base_url": llm}
+        d = {"components": comps, "pipelines": {**(base.get("pipelines") or {}), **(self.raw.get("pipelines") or {})},
+             **settings}
+        return PipelineConfig.from_dict(d, path=self.path)
+
+
+def _fail(msg: str, path: Path, where: str = "") -> ReproductionError:
+    return ReproductionError(f"{where}: {msg}" if where else msg, where=str(path))
+
+
+def _number(v: Any, what: str, path: Path) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(float(v)):
+        raise _fail(f"{what} must be a finite number, not {v!r}", path)
+    return float(v)
+
+
+def _tiers(v: Any, what: str, path: Path) -> Tuple[str, ...]:
+    v = [v] if isinstance(v, str) else list(v or [])
+    bad = [t for t in v if t not in TIERS]
+    if bad or not v:
+        raise _fail(f"{what}: tiers must be a non-empty list of {list(TIERS)}, not {v!r}", path)
+    return tuple(v)
+
+
+def _parse_table(key: str, t: Any, path: Path) -> Table:
+    where = f"table {key}"
+    if not isinstance(t, dict):
+        raise _fail("must be a mapping", path, where)
+    unknown = sorted(set(t) - _TABLE_KEYS)
+    if unknown:
+        raise _fail(f"unknown keys {unknown} (known: {sorted(_TABLE_KEYS)})", path, where)
+    for k in ("number", "datasets", "measures", "systems", "differs"):
+        if t.get(k) in (None, "", [], {}):
+            raise _fail(f"'{k}' is required", path, where)
+    datasets: Dict[str, Dict[str, Any]] = {}
+    if not isinstance(t["datasets"], dict):
+        raise _fail("'datasets' maps a column-group label to a dataset id (or {id:, vars:, quick:})", path, where)
+    for label, spec in t["datasets"].items():
+        spec = {"id": spec} if isinstance(spec, str) else dict(spec or {})
+        if not isinstance(spec.get("id"), str):
+            raise _fail(f"dataset {label!r} needs an 'id'", path, where)
+        datasets[str(label)] = spec
+    measures = [t["measures"]] if isinstance(t["measures"], str) else [str(m) for m in t["measures"]]
+    systems: Dict[str, System] = {}
+    if not isinstance(t["systems"], dict):
+        raise _fail("'systems' must map a system name to its declaration", path, where)
+    for name, s in t["systems"].items():
+        sw = f"{where}, system {name!r}"
+        s = {"pipeline": s} if isinstance(s, str) else dict(s or {})
+        unknown = sorted(set(s) - _SYSTEM_KEYS)
+        if unknown:
+            raise _fail(f"unknown keys {unknown} (known: {sorted(_SYSTEM_KEYS)})", path, sw)
+        if s.get("pipeline") is not None and s.get("run") is not None or \
+                s.get("pipeline") is None and s.get("run") is None and not s.get("needs"):
+            raise _fail("give one of 'pipeline' (an expression) and 'run' (a released run file), or only 'needs' "
+                        "(what it would take) for a row that cannot run here", path, sw)
+        if s.get("run") is not None:
+            run = s["run"]
+            if not isinstance(run, dict) or not isinstance(run.get("path"), str):
+                raise _fail("'run' must be a mapping with a 'path' relative to the data directory", path, sw)
+            if run.get("format", "trec") not in RUN_FORMATS:
+                raise _fail(f"run format must be one of {list(RUN_FORMATS)}", path, sw)
+        published: Dict[str, Dict[str, float]] = {}
+        for label, figs in (s.get("published") or {}).items():
+            if str(label) not in datasets:
+                raise _fail(f"published figures for {label!r}, which is not one of the datasets {list(datasets)}",
+                            path, sw)
+            for m, v in (figs or {}).items():
+                if m not in measures:
+                    raise _fail(f"published figure for measure {m!r}, which is not one of {measures}", path, sw)
+                published.setdefault(str(label), {})[m] = _number(v, f"{sw}: published {label} {m}", path)
+        needs = s.get("needs") or []
+        needs = (needs,) if isinstance(needs, str) else tuple(needs)
+        systems[str(name)] = System(
+            name=str(name), pipeline=s.get("pipeline"), run=s.get("run"), label=s.get("label"),
+            tiers=_tiers(s.get("tiers", ["full"]), sw, path), published=published,
+            reproduces=bool(s.get("reproduces", False)),
+            tolerance=None if s.get("tolerance") is None else _number(s["tolerance"], f"{sw}: tolerance", path),
+            drift=None if s.get("drift") is None else _number(s["drift"], f"{sw}: drift", path),
+            differs=s.get("differs"), needs=needs)
+    tiers = dict(t.get("tiers") or {})
+    for tier, spec in tiers.items():
+        if tier not in TIERS or not isinstance(spec or {}, dict):
+            raise _fail(f"'tiers' maps {list(TIERS)} to settings ({{topics: N}}), not {tier!r}", path, where)
+    return Table(key=str(key), number=str(t["number"]), title=str(t.get("title", "")),
+                 source=dict(t.get("source") or {}), datasets=datasets, measures=measures, systems=systems,
+                 scale=_number(t.get("scale", 1.0), f"{where}: scale", path),
+                 tolerance=_number(t.get("tolerance", 0.0), f"{where}: tolerance", path),
+                 drift=None if t.get("drift") is None else _number(t["drift"], f"{where}: drift", path),
+                 differs=str(t["differs"]).strip(), tiers={k: dict(v or {}) for k, v in tiers.items()},
+                 digits=int(t.get("digits", 2)))
+
+
+def papers_dir() -> Path:
+    """``pipelines/reproduce/`` of the installed package."""
+    return Path(str(resources.files("pyterrier_sci.pipelines"))) / "reproduce"
+
+
+def paper_files(directory: Optional[Path] = None) -> Dict[str, Path]:
+    """``{paper id: file}`` of the reproduction files in ``directory`` (default :func:`papers_dir`)."""
+    d = Path(directory) if directory else papers_dir()
+    return {p.stem: p for p in sorted(d.glob("*.yaml"))}
+
+
+def load_paper(spec: Any, directory: Optional[Path] = None) -> Paper:
+    """A reproduction file: a paper id of :func:`paper_files`, a path, or a parsed mapping."""
+    if isinstance(spec, Paper):
+        return spec
+    if isinstance(spec, (str, Path)) and not str(spec).endswith((".yaml", ".yml")):
+        files = paper_files(directory)
+        if str(spec) not in files:
+            raise ReproductionError(f"no reproduction of paper {spec!r} (declared: {', '.join(files) or 'none'})",
+                                    where=str(directory or papers_dir()))
+        spec = files[str(spec)]
+    path = Path(spec) if isinstance(spec, (str, Path)) else Path("<mapping>")
+    if isinstance(spec, (str, Path)):
+        import yaml
+        if not path.is_file():
+            raise ReproductionError(f"no reproduction file {path}", where=str(path))
+        try:
+            raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except yaml.YAMLError as e:
+            raise ReproductionError(f"not valid YAML: {e}", where=str(path)) from None
+    else:
+        raw = dict(spec)
+    if not isinstance(raw, dict):
+        raise ReproductionError("a reproduction file is a mapping (paper:, tables:, ...)", where=str(path))
+    unknown = sorted(set(raw) - _PAPER_KEYS)
+    if unknown:
+        raise ReproductionError(f"unknown top-level keys {unknown} (known: {sorted(_PAPER_KEYS)})", where=str(path))
+    meta = dict(raw.get("paper") or {})
+    pid = str(meta.get("id") or path.stem)
+    if not re.fullmatch(r"[A-Za-z0-9_-]+", pid):
+        raise ReproductionError(f"paper id {pid!r} must be letters, digits, '_' or '-'", where=str(path))
+    tables = raw.get("tables")
+    if not isinstance(tables, dict) or not tables:
+        raise ReproductionError("'tables' must declare at least one table", where=str(path))
+    return Paper(id=pid, meta=meta, path=path, raw=raw,
+                 tables={str(k): _parse_table(str(k), v, path) for k, v in tables.items()})
+
+
+def select(spec: Optional[str] = None, directory: Optional[Path] = None) -> List[Tuple[Paper, Table]]:
+    """The tables ``PAPER[/TABLE]`` names (all tables of all papers for None)."""
+    if not spec:
+        return [(p, t) for pid in paper_files(directory) for p in [load_paper(pid, directory)]
+                for t in p.tables.values()]
+    pid, _, tkey = str(spec).partition("/")
+    paper = load_paper(pid, directory)
+    if not tkey:
+        return [(paper, t) for t in paper.tables.values()]
+    if tkey not in paper.tables:
+        raise ReproductionError(f"paper {paper.id} declares no table {tkey!r} (declared: {', '.join(paper.tables)})",
+                                where=str(paper.path))
+    return [(paper, paper.tables[tkey])]
+
+
+# -------------------------------------------------------------------------------------------- recorded
+def recorded_path(paper: Paper) -> Path:
+    """``recorded/<paper>.json`` beside the paper's reproduction file."""
+    return paper.path.parent / "recorded" / f"{paper.id}.json"
+
+
+def read_recorded(paper: Paper) -> Dict[str, Any]:
+    """The recorded figures of a paper (``{"tables": {table: {tier: {...}}}}``), empty when none."""
+    p = recorded_path(paper)
+    if not p.is_file():
+        return {"paper": paper.id, "tables": {}}
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise ReproductionError(f"the recorded figures are not JSON ({e}); record them again with --record",
+                                where=str(p)) from None
+    if not isinstance(data, dict) or not isinstance(data.get("tables"), dict):
+        raise ReproductionError("the recorded figures file has no 'tables'", where=str(p))
+    return data
+
+
+def _recorded_entry(paper: Paper, table: Table, tier: str) -> Dict[str, Any]:
+    return read_recorded(paper)["tables"].get(table.key, {}).get(tier, {})
+
+
+# ------------------------------------------------------------------------------------------- running
+@dataclass
+class Cell:
+    """One figure: system x dataset label x measure."""
+    system: str
+    dataset: str
+    measure: str
+    published: Optional[float]
+    recorded: Optional[float]
+    reproduced: Optional[float]
+    tolerance: float
+    drift: float
+    status: str
+    reason: str = ""
+    failed: bool = False
+
+    @property
+    def delta_published(self) -> Optional[float]:
+        if self.published is None or self.reproduced is None:
+            return None
+        return self.reproduced - self.published
+
+    @property
+    def delta_recorded(self) -> Optional[float]:
+        if self.recorded is None or self.reproduced is None:
+            return None
+        return self.reproduced - self.recorded
+
+
+@dataclass
+class TableResult:
+    """What running (or reading back) one table gave."""
+    paper: str
+    table: Table
+    tier: str
+    cells: List[Cell]
+    seconds: Optional[float] = None
+    manifest_path: Optional[Path] = None
+    command: str = ""
+    figures: Dict[str, Dict[str, Dict[str, float]]] = field(default_factory=dict)
+    source_file: str = ""
+
+    @property
+    def failed(self) -> List[Cell]:
+        return [c for c in self.cells if c.failed]
+
+
+class _SaveRun(pt.Transformer):
+    """The last stage of a system in the tree plan: writes its run (with a checksum) and passes it on."""
+
+    def __init__(self, path: Path, name: str):
+        self.path = path
+        self.name = name
+
+    def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
+        write_run(inp, self.path, run_name=re.sub(r"[^A-Za-z0-9_.+-]+", "_", self.name) or "run",
+                  what="the reproduction's saved run", checksum=True)
+        return inp
+
+    def __repr__(self) -> str:
+        return f"SaveRun({self.name})"
+
+
+def _saved(path: Optional[Path]) -> Optional[pd.DataFrame]:
+    if path is None or not path.exists():
+        return None
+    if artifacts.discard_if_damaged(path, "saved run", missing_record_is_damage=False):
+        return None
+    try:
+        return pt.io.read_results(str(path))
+    except Exception:  # a damaged file: computed again
+        artifacts.discard(path)
+        return None
+
+
+def _released_run(system: System, vars_: Mapping[str, Any]) -> pd.DataFrame:
+    """A released ranking read from the data directory: TREC, or ``ranked_lists_json`` (an object
+    mapping a key to its ranked list of document ids or ``[docno, score]`` pairs; ``qid`` is a
+    template over ``{key}`` and the dataset's ``vars``)."""
+    run = system.run or {}
+    rel = str(run["path"]).format(**vars_)
+    if Path(rel).is_absolute() or ".." in Path(rel).parts:
+        raise ReproductionError(f"system {system.name}: run path {rel} must be relative to the data directory")
+    path = data_dir() / rel
+    if run.get("format", "trec") == "trec":
+        if not path.is_file():
+            raise ReproductionError(f"system {system.name}: the released run {path} is missing", where=str(path))
+        return pt.io.read_results(str(path))
+    ranked = read_json(path, expect=dict)
+    rows = []
+    for key, cands in ranked.items():
+        qid = str(run.get("qid", "{key}")).format(key=key, **vars_)
+        for rank, c in enumerate(cands):
+            docno = c[0] if isinstance(c, (list, tuple)) else c
+            rows.append((qid, str(docno), float(len(cands) - rank), rank))
+    return pd.DataFrame(rows, columns=["qid", "docno", "score", "rank"])
+
+
+def _save_root(paper: Paper, table: Table, tier: str) -> Path:
+    return artifacts.work_dir() / "reproduce" / paper.id / tier / table.key
+
+
+def _systems_of(table: Table, tier: str) -> List[System]:
+    return [s for s in table.systems.values() if tier in s.tiers or tier == "full"]
+
+
+def _runnable(system: System, llm: Optional[str]) -> Optional[str]:
+    """None, or what the system needs that is not given."""
+    if system.pipeline is None and system.run is None:
+        return "; ".join(system.needs) or "a declaration"
+    if "llm" in system.needs and not llm:
+        return "needs an LLM endpoint (--llm URL: any OpenAI-compatible server)"
+    return None
+
+
+def _topics(table: Table, tier: str, dataset: Mapping[str, Any]):
+    topics, qrels = topics_and_qrels(dataset["id"], dataset.get("topics_variant"))
+    n = (table.tiers.get(tier) or {}).get("topics")
+    n = (dataset.get(tier) or {}).get("topics", n)
+    if n:
+        keep = sorted(set(qrels["qid"].astype(str)) & set(topics["qid"]))[:int(n)]
+        topics = topics[topics["qid"].isin(keep)].reset_index(drop=True)
+    return topics, qrels
+
+
+def _dataset_id(dataset: Mapping[str, Any], tier: str) -> str:
+    return (dataset.get(tier) or {}).get("id", dataset["id"])
+
+
+def _compute(paper: Paper, table: Table, tier: str, llm: Optional[str], trusted: bool,
+             cfg: PipelineConfig) -> Tuple[Dict[str, Dict[str, Dict[str, float]]], Dict[str, Any], Dict[str, Any]]:
+    """Runs (or reads back) every runnable system of the table on each dataset; returns the figures
+    ``{system: {dataset label: {measure: value in the paper's units}}}``, the built systems and the runs."""
+    save_root = _save_root(paper, table, tier)
+    systems = [s for s in _systems_of(table, tier) if _runnable(s, llm) is None]
+    figures: Dict[str, Dict[str, Dict[str, float]]] = {}
+    built_all: Dict[str, Any] = {}
+    run_files: Dict[str, Dict[str, str]] = {}
+    for label, ds in table.datasets.items():
+        dsid = _dataset_id(ds, tier)
+        topics, qrels = _topics(table, tier, ds)
+        _measures.parse(table.measures, dataset=dsid)   # an unknown measure fails before anything runs
+        exprs = {s.name: s.pipeline for s in systems if s.pipeline is not None}
+        context = make_context(cfg, dsid, None, trusted)
+        built = build_all(cfg, list(exprs.values()), context=context) if exprs else {}
+        inputs, names = [], []
+        for s in systems:
+            if s.run is not None:
+                inputs.append(_released_run(s, dict(ds.get("vars") or {})))
+            else:
+                path = run_path(save_root, dsid, s.name, cfg)
+                run_files.setdefault(label, {})[s.name] = str(path)
+                saved = _saved(path)
+                system = built[s.pipeline]
+                built_all.setdefault(s.name, system)
+                inputs.append(saved if saved is not None else system >> _SaveRun(path, s.name))
+            names.append(s.name)
+        if not inputs:
+            continue
+        res = Experiment(inputs, topics, qrels, table.measures, names=names, dataset=dsid, plan="tree",
+                         verbose=False)
+        for _, row in res.iterrows():
+            for m in table.measures:
+                v = row[m]
+                if v is not None and v == v:
+                    figures.setdefault(row["name"], {}).setdefault(label, {})[m] = round(float(v) * table.scale, 6)
+    return figures, built_all, run_files
+
+
+def _cells(paper: Paper, table: Table, tier: str, figures: Mapping[str, Any], llm: Optional[str]) -> List[Cell]:
+    recorded = (_recorded_entry(paper, table, tier).get("figures") or {})
+    cells = []
+    for s in _systems_of(table, tier):
+        tol = s.tolerance if s.tolerance is not None else table.tolerance
+        drift = s.drift if s.drift is not None else (table.drift if table.drift is not None else tol)
+        missing = _runnable(s, llm)
+        for label in table.datasets:
+            for m in table.measures:
+                pub = s.published.get(label, {}).get(m)
+                rec = recorded.get(s.name, {}).get(label, {}).get(m)
+                rep = figures.get(s.name, {}).get(label, {}).get(m)
+                if missing is not None:
+                    cells.append(Cell(s.name, label, m, pub, rec, None, tol, drift, STATUS_NOT_RUNNABLE, missing))
+                    continue
+                if pub is None:
+                    status, reason = STATUS_UNPUBLISHED, s.differs or ""
+                elif rep is not None and abs(rep - pub) <= tol + 1e-9:
+                    status, reason = STATUS_REPRODUCED, ""
+                else:
+                    status, reason = STATUS_DIFFERS, (s.differs or table.differs)
+                failed = False
+                if rep is not None and rec is not None and abs(rep - rec) > drift + 1e-9:
+                    failed, reason = True, f"drifted {rep - rec:+.{table.digits}f} from the recorded figure " \
+                                           f"(tolerance {drift:g}); " + reason
+                if s.reproduces and pub is not None and status != STATUS_REPRODUCED:
+                    failed = True
+                    reason = f"declared to reproduce the published figure within {tol:g}; " + reason
+                cells.append(Cell(s.name, label, m, pub, rec, rep, tol, drift, status, reason.strip(), failed))
+    return cells
+
+
+def _command(paper: Paper, table: Table, tier: str) -> str:
+    return f"pyterrier-sci reproduce {paper.id}/{table.key} --tier {tier}"
+
+
+def run_table(paper: Any, table: Any, tier: str = "full", llm: Optional[str] = None,
+              trusted: bool = False) -> TableResult:
+    """Runs one table (``table`` a key or a :class:`Table`) in a tier: reuses saved runs and trained
+    models, writes the table's manifest, compares with the published and recorded figures."""
+    paper = load_paper(paper)
+    table = paper.tables[table] if isinstance(table, str) else table
+    if tier not in TIERS:
+        raise ReproductionError(f"unknown tier {tier!r} (tiers: {', '.join(TIERS)})")
+    for ds in table.datasets.values():
+        check_dataset(_dataset_id(ds, tier), where=f"{paper.path}: table {table.key}")
+    cfg = paper.config(tier, llm)
+    start = time.perf_counter()
+    figures, systems, run_files = _compute(paper, table, tier, llm, trusted or bool(llm), cfg)
+    seconds = time.perf_counter() - start
+    cells = _cells(paper, table, tier, figures, llm)
+    m = manifest.pipeline_manifest(systems, cfg, [_dataset_id(d, tier) for d in table.datasets.values()],
+                                   kind="reproduction",
+                                   extra={"reproduction": {"paper": paper.id, "table": table.key, "tier": tier,
+                                                           "number": table.number, "source": table.source,
+                                                           "file": str(paper.path), "command": _command(paper, table,
+                                                                                                        tier),
+                                                           "seconds": round(seconds, 2), "runs": run_files}})
+    m["figures"] = [{"system": c.system, "dataset": c.dataset, "measure": c.measure, "published": c.published,
+                     "recorded": c.recorded, "reproduced": c.reproduced, "status": c.status} for c in cells]
+    path = manifest.write_manifest(m, _save_root(paper, table, tier) / "manifest.json", "the table's manifest")
+    return TableResult(paper.id, table, tier, cells, seconds, path, _command(paper, table, tier), figures,
+                       str(paper.path))
+
+
+def _on_ray(jobs: List[Tuple[Paper, Table]], tier: str, llm: Optional[str], address: Optional[str],
+            num_cpus: Optional[int]) -> List[TableResult]:
+    """The tables as Ray tasks (one per table), on a local Ray or the cluster at ``address``."""
+    import ray
+
+    def one(path: str, key: str) -> TableResult:
+        return run_table(path, key, tier=tier, llm=llm)
+
+    with ray_session(address, num_cpus):
+        task = ray.remote(num_cpus=1)(one)
+        return ray.get([task.remote(str(p.path), t.key) for p, t in jobs])
+
+
+def reproduce(spec: Optional[str] = None, tier: str = "quick", llm: Optional[str] = None, on_ray: bool = False,
+              ray_address: Optional[str] = None, num_cpus: Optional[int] = None,
+              directory: Optional[Path] = None) -> List[TableResult]:
+    """Runs the tables ``spec`` names (``PAPER[/TABLE]``, all for None) in ``tier``."""
+    jobs = select(spec, directory)
+    if on_ray:
+        return _on_ray(jobs, tier, llm, ray_address, num_cpus)
+    return [run_table(p, t, tier=tier, llm=llm) for p, t in jobs]
+
+
+def record(results: Sequence[TableResult]) -> List[Path]:
+    """Writes each result's figures, time, CPU and command into ``recorded/<paper>.json`` (atomically,
+    under a lock); only what a run produced is recorded."""
+    written = []
+    by_paper: Dict[str, List[TableResult]] = {}
+    for r in results:
+        by_paper.setdefault(r.source_file, []).append(r)
+    env = environment()
+    for source, rs in by_paper.items():
+        paper = load_paper(Path(source))
+        path = recorded_path(paper)
+        with artifacts.lock(path, "the recorded figures"):
+            data = read_recorded(paper)
+            for r in rs:
+                data["tables"].setdefault(r.table.key, {})[r.tier] = jsonable({
+                    "figures": r.figures, "seconds": round(r.seconds or 0.0, 1), "cpu": env["cpu"],
+                    "versions": {k: env["versions"].get(k) for k in ("pyterrier", "torch", "sentence-transformers",
+                                                                       "pyterrier-pisa", "ir-measures")
+                                 if k in env["versions"]},
+                    "git": (env.get("git") or {}).get("commit"),
+                    "date": datetime.date.today().isoformat(), "command": r.command + " --record"})
+            data["paper"] = paper.id
+            artifacts.atomic_write_text(path, json.dumps(data, indent=1, sort_keys=True) + "\n", "the recorded figures")
+        written.append(path)
+    return written
+
+
+# ------------------------------------------------------------------------------------------- dry run
+def dry_run_table(paper: Paper, table: Table, tier: str = "quick", llm: Optional[str] = None) -> Dict[str, Any]:
+    """What a run of the table would do: systems to run or read back, models trained on first use,
+    the LLM calls and cost (through :func:`pyterrier_sci.llm.dryrun.dry_run`: LLM systems run with no
+    request sent) and the time the last recorded run took."""
+    cfg = paper.config(tier, llm)
+    save_root = _save_root(paper, table, tier)
+    rows, reports = [], []
+    for label, ds in table.datasets.items():
+        dsid = _dataset_id(ds, tier)
+        check_dataset(dsid, where=f"{paper.path}: table {table.key}")
+        for s in _systems_of(table, tier):
+            missing = _runnable(s, llm)
+            path = run_path(save_root, dsid, s.name, cfg) if s.pipeline else None
+            if s.run is not None:
+                what = "read the released run " + str(s.run["path"]).format(**(ds.get("vars") or {}))
+            elif path is not None and path.exists():
+                what = f"read back its saved run {path}"
+            elif s.pipeline is None:
+                what = "-"
+            else:
+                what = "run " + s.pipeline
+            rows.append({"table": table.key, "dataset": label, "system": s.name,
+                         "action": what if missing is None or s.pipeline is None else f"{what} (LLM: counted only)",
+                         "needs": missing or ""})
+            if s.pipeline and "llm" in s.needs and not (path is not None and path.exists()):
+                topics, _ = _topics(table, tier, ds)
+                system = build_all(cfg, [s.pipeline], context=make_context(cfg, dsid, None, bool(llm)))[s.pipeline]
+                with dry_run() as run:
+                    system(topics)
+                reports.append(run.report([system], [f"{table.key}/{s.name}"], dataset=label))
+    models = {name: {k: v for k, v in (spec or {}).items() if k != "quick"}
+              for name, spec in (paper.raw.get("models") or {}).items()
+              if any(re.search(rf"\b{re.escape(name)}\b", s.pipeline or "") for s in _systems_of(table, tier))}
+    rec = _recorded_entry(paper, table, tier)
+    return {"rows": rows, "models": models, "llm": reports, "recorded_seconds": rec.get("seconds"),
+            "recorded_cpu": (rec.get("cpu") or {}).get("model")}
+
+
+# -------------------------------------------------------------------------------------------- output
+def _f(v: Optional[float], digits: int = 2, sign: bool = False) -> str:
+    if v is None:
+        return "-"
+    if abs(v) < 0.5 * 10 ** -digits:
+        v = 0.0             # no "-0.00"
+    return f"{v:+.{digits}f}" if sign else f"{v:.{digits}f}"
+
+
+def print_results(results: Sequence[TableResult], file: Any = None) -> None:
+    out = file or sys.stdout
+    for r in results:
+        t = r.table
+        print(f"\n{r.paper} {t.key} (the paper's Table {t.number}{': ' + t.title if t.title else ''}), "
+              f"tier {r.tier}, {r.seconds or 0:.1f} s", file=out)
+        rows = [{"system": c.system, "dataset": c.dataset, "measure": c.measure,
+                 "published": _f(c.published, t.digits), "recorded": _f(c.recorded, t.digits),
+                 "reproduced": _f(c.reproduced, t.digits), "Δ published": _f(c.delta_published, t.digits, True),
+                 "Δ recorded": _f(c.delta_recorded, t.digits, True),
+                 "status": ("FAIL: " if c.failed else "") + c.status} for c in r.cells]
+        with pd.option_context("display.max_columns", None, "display.width", 250):
+            print(pd.DataFrame(rows).to_string(index=False), file=out)
+        for c in r.failed:
+            print(f"  FAIL {c.system} {c.dataset} {c.measure}: {c.reason}", file=out)
+        print(f"  manifest: {r.manifest_path}", file=out)
+
+
+def _matrix_rows(results: Sequence[TableResult]) -> List[Dict[str, Any]]:
+    rows = []
+    for r in results:
+        for c in r.cells:
+            rows.append({"paper": r.paper, "table": f"{r.table.key} (Table {r.table.number})", "system": c.system,
+                         "dataset": c.dataset, "measure": c.measure,
+                         "published": _f(c.published, r.table.digits), "reproduced": _f(c.reproduced, r.table.digits),
+                         "delta": _f(c.delta_published, r.table.digits, True),
+                         "status": ("FAIL: " if c.failed else "") + c.status + (f" ({c.reason})" if c.reason else ""),
+                         "command": r.command, "time": f"{r.seconds:.1f} s" if r.seconds is not None else "-",
+                         "manifest": str(r.manifest_path or "")})
+    return rows
+
+
+_MATRIX_COLUMNS = ["paper", "table", "system", "dataset", "measure", "published", "reproduced", "delta", "status",
+                   "command", "time", "manifest"]
+
+
+def _md_cell(s: Any) -> str:
+    return str(s).replace("|", "\\|").replace("\n", " ")
+
+
+def markdown_matrix(results: Sequence[TableResult]) -> str:
+    """The matrix paper x table x system x measure as one Markdown table."""
+    lines = ["# Reproductions", "",
+             "Published figures against the figures of this run (`pyterrier-sci reproduce --report`). "
+             "Δ = reproduced − published.", "",
+             "| " + " | ".join("Δ" if c == "delta" else c for c in _MATRIX_COLUMNS) + " |",
+             "|" + "---|" * len(_MATRIX_COLUMNS)]
+    for row in _matrix_rows(results):
+        lines.append("| " + " | ".join(_md_cell(row[c]) for c in _MATRIX_COLUMNS) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def html_matrix(results: Sequence[TableResult]) -> str:
+    """The same matrix as one self-contained HTML page (statuses coloured)."""
+    e = html.escape
+    colour = {STATUS_REPRODUCED: "#d9f2d9", STATUS_DIFFERS: "#fbe8c8", STATUS_UNPUBLISHED: "#eeeeee",
+              STATUS_NOT_RUNNABLE: "#dde6f5"}
+    body = []
+    for row in _matrix_rows(results):
+        status = row["status"]
+        bg = "#f7c5c5" if status.startswith("FAIL") else next((v for k, v in colour.items() if status.startswith(k)),
+                                                               "#ffffff")
+        cells = "".join(f"<td class='{c}'>{e(str(row[c]))}</td>" for c in _MATRIX_COLUMNS)
+        body.append(f"<tr style='background:{bg}'>{cells}</tr>")
+    head = "".join(f"<th>{'Δ' if c == 'delta' else e(c)}</th>" for c in _MATRIX_COLUMNS)
+    n_fail = sum(len(r.failed) for r in results)
+    return ("<!DOCTYPE html><html><head><meta charset='utf-8'><title>Reproductions</title><style>"
+            "body{font-family:sans-serif;margin:1em}table{border-collapse:collapse}"
+            "td,th{border:1px solid #999;padding:2px 6px;font-size:13px;vertical-align:top}"
+            "td.published,td.reproduced,td.delta{text-align:right;font-family:monospace}"
+            "td.command,td.manifest{font-family:monospace;font-size:11px}</style></head><body>"
+            f"<h1>Reproductions</h1><p id='summary'>{sum(len(r.cells) for r in results)} cells, "
+            f"{sum(c.status == STATUS_REPRODUCED for r in results for c in r.cells)} reproduced within tolerance, "
+            f"{n_fail} failing. Δ = reproduced − published.</p>"
+            f"<table id='matrix'><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+            "</body></html>\n")
+
+
+def write_matrix(results: Sequence[TableResult], directory: Any) -> Tuple[Path, Path]:
+    """``reproductions.html`` and ``reproductions.md`` in ``directory`` (written atomically)."""
+    d = artifacts.check_directory(directory, "--report")
+    d.mkdir(parents=True, exist_ok=True)
+    h = artifacts.atomic_write_text(d / "reproductions.html", html_matrix(results), "--report")
+    m = artifacts.atomic_write_text(d / "reproductions.md", markdown_matrix(results), "--report")
+    return h, m
+
+
+# ----------------------------------------------------------------------------------- generated docs
+_MARKER = re.compile(r"(<!-- reproduce:begin (?P<key>[A-Za-z0-9_-]+/[A-Za-z0-9_.-]+)"
+                     r"(?: tier=(?P<tier>quick|full))? -->\n)(?P<body>.*?)(<!-- reproduce:end -->)", re.S)
+
+
+def docs_table(paper: Paper, table: Table, tier: Optional[str] = None) -> str:
+    """The Markdown of a table from its recorded figures (the full tier's when recorded, else the
+    quick tier's): one row per system, ``recorded (published)`` per column, and how it was recorded."""
+    rec_all = read_recorded(paper)["tables"].get(table.key, {})
+    tier = tier or ("full" if "full" in rec_all else "quick")
+    rec = rec_all.get(tier)
+    cols = [(label, m) for label in table.datasets for m in table.measures]
+    head = "| system | " + " | ".join(f"{label} {m}" for label, m in cols) + " |"
+    lines = [head, "|---" * (len(cols) + 1) + "|"]
+    figures = (rec or {}).get("figures") or {}
+    for s in table.systems.values():
+        vals = []
+        for label, m in cols:
+            v = figures.get(s.name, {}).get(label, {}).get(m)
+            p = s.published.get(label, {}).get(m)
+            shown = _f(v, table.digits) if v is not None else "-"
+            if p is not None:
+                shown += f" ({_f(p, table.digits)})"
+            vals.append(shown)
+        lines.append(f"| {_md_cell(s.label or s.name)} | " + " | ".join(vals) + " |")
+    if rec:
+        cpu = (rec.get("cpu") or {}).get("model") or "unknown CPU"
+        how = (f"Recorded by `{rec.get('command')}` on {rec.get('date')} ({rec.get('seconds')} s on {cpu}); "
+               f"in parentheses the paper's Table {table.number}")
+    else:
+        how = f"Not recorded yet: `pyterrier-sci reproduce {paper.id}/{table.key} --tier {tier} --record`"
+    return "\n".join(lines) + f"\n\n{how} ({'tier ' + tier}; generated by `pyterrier-sci reproduce --write-docs`).\n"
+
+
+def _regenerate(text: str, directory: Optional[Path]) -> str:
+    def sub(m: "re.Match") -> str:
+        pid, _, tkey = m.group("key").partition("/")
+        (paper, table), = select(f"{pid}/{tkey}", directory)
+        return m.group(1) + docs_table(paper, table, m.group("tier")) + m.group(5)
+    return _MARKER.sub(sub, text)
+
+
+def _doc_files(root: Path) -> List[Path]:
+    return [p for p in [root / "README.md", *sorted((root / "docs").glob("*.md"))] if p.is_file()]
+
+
+def stale_docs(root: Any = ".", directory: Optional[Path] = None) -> List[Path]:
+    """The README and docs pages under ``root`` whose generated tables differ from the recorded figures."""
+    return [p for p in _doc_files(Path(root))
+            if _regenerate(p.read_text(encoding="utf-8"), directory) != p.read_text(encoding="utf-8")]
+
+
+def update_docs(root: Any = ".", directory: Optional[Path] = None) -> List[Path]:
+    """Rewrites the generated tables (between ``<!-- reproduce:begin PAPER/TABLE -->`` and
+    ``<!-- reproduce:end -->``) of the README and docs pages under ``root``; returns the files changed."""
+    changed = []
+    for p in _doc_files(Path(root)):
+        text = p.read_text(encoding="utf-8")
+        new = _regenerate(text, directory)
+        if new != text:
+            artifacts.atomic_write_text(p, new, str(p))
+            changed.append(p)
+    return changed
+
+
+# ------------------------------------------------------------------------------------------------ CLI
+def add_reproduce_commands(subparsers) -> argparse.ArgumentParser:
+    """Adds ``reproduce`` to the CLI (entry point ``pyterrier_sci.cli``)."""
+    p = subparsers.add_parser("reproduce", help="run the papers' tables declared in pipelines/reproduce/ and compare "
+                                                "with the published and recorded figures")
+    p.add_argument("target", nargs="?", default=None, help="PAPER or PAPER/TABLE (default: every declared table)")
+    p.add_argument("--tier", choices=TIERS, default="quick", help="quick: the cheapest rows (default); full: all")
+    p.add_argument("--dry-run", action="store_true", help="list what would run, the LLM calls and cost, the time")
+    p.add_argument("--on-ray", action="store_true", help="run the tables as Ray tasks")
+    p.add_argument("--ray-address", default=None, help="an existing Ray cluster (default: a local Ray)")
+    p.add_argument("--llm", default=None, help="base URL of an OpenAI-compatible server for the LLM rows")
+    p.add_argument("--report", default=None, metavar="DIR", help="write the matrix as reproductions.html and .md")
+    p.add_argument("--record", action="store_true", help="record this run's figures in pipelines/reproduce/recorded/")
+    p.add_argument("--list", action="store_true", help="list the declared papers and tables")
+    p.add_argument("--write-docs", action="store_true",
+                   help="regenerate the README's and docs' tables from the recorded figures (run in the checkout)")
+    p.add_argument("--check-docs", action="store_true",
+                   help="exit 1 when a generated table of the README or docs is stale")
+    p.set_defaults(func=reproduce_main)
+    return p
+
+
+def _print_dry_run(jobs: Iterable[Tuple[Paper, Table]], tier: str, llm: Optional[str], out: Any) -> None:
+    total, unknown, reports = 0.0, [], []
+    for paper, table in jobs:
+        d = dry_run_table(paper, table, tier, llm)
+        print(f"\n{paper.id}/{table.key} (Table {table.number}), tier {tier}:", file=out)
+        print(pd.DataFrame(d["rows"]).drop(columns="table").to_string(index=False), file=out)
+        for name, spec in d["models"].items():
+            print(f"  model {name}: trained on first use by component {spec.get('component')} "
+                  f"({', '.join(f'{k}={v}' for k, v in spec.items() if k != 'component')}), then reused", file=out)
+        reports += d["llm"]
+        if d["recorded_seconds"] is not None:
+            total += float(d["recorded_seconds"])
+            print(f"  time: {d['recorded_seconds']} s when recorded on {d['recorded_cpu']} (from empty; saved runs "
+                  "and models make it shorter)", file=out)
+        else:
+            unknown.append(f"{paper.id}/{table.key}")
+    print("\nLLM calls (no request sent):", file=out)
+    concat_reports(reports).print(file=out)
+    print(f"\nestimated time: {total:.0f} s" + (f" plus the unrecorded {', '.join(unknown)}" if unknown else ""),
+          file=out)
+
+
+def reproduce_main(args: argparse.Namespace) -> int:
+    """Runs ``pyterrier-sci reproduce``; returns the exit status (1 when a figure leaves its tolerance)."""
+    if args.write_docs or args.check_docs:
+        if args.check_docs:
+            stale = stale_docs(".")
+            for p in stale:
+                print(f"stale generated table in {p}: run pyterrier-sci reproduce --write-docs", file=sys.stderr)
+            return 1 if stale else 0
+        for p in update_docs("."):
+            print(f"updated {p}")
+        return 0
+    jobs = select(args.target)
+    if args.list:
+        for paper, table in jobs:
+            n = sum(len(f) for s in table.systems.values() for f in s.published.values())
+            print(f"{paper.id}/{table.key}\tTable {table.number}\t{table.title}\t{len(table.systems)} systems, "
+                  f"{n} published figures")
+        return 0
+    if args.dry_run:
+        _print_dry_run(jobs, args.tier, args.llm, sys.stdout)
+        return 0
+    if args.on_ray:
+        results = _on_ray(jobs, args.tier, args.llm, args.ray_address, None)
+    else:
+        results = [run_table(p, t, tier=args.tier, llm=args.llm) for p, t in jobs]
+    print_results(results)
+    if args.report:
+        for p in write_matrix(results, args.report):
+            print(f"wrote {p}")
+    if args.record:
+        for p in record(results):
+            print(f"recorded {p}")
+    failed = sum(len(r.failed) for r in results)
+    if failed:
+        print(f"{failed} figure(s) outside their tolerance", file=sys.stderr)
+        return 1
+    return 0

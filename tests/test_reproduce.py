@@ -1,0 +1,265 @@
+"""The reproduction engine (pyterrier_sci.reproduce): the schema, running a table with shared prefixes,
+resuming from saved runs, published / recorded / reproduced and tolerances, the exit status, the dry
+run, the matrix (rendered in Chromium) and the generated docs tables.  On CSFCube with BM25 (seconds)."""
+import io
+import json
+import shutil
+import subprocess
+
+import pandas as pd
+import pyterrier as pt
+import pytest
+import yaml
+from conftest import needs_data
+
+import pyterrier_sci as ps
+from pyterrier_sci import reproduce as R
+from pyterrier_sci.cli import main
+
+pytestmark = needs_data("csfcube")
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CALLS = {"n": 0}
+
+
+class Counting(pt.Transformer):
+    """Counts the queries it sees, to tell whether a shared prefix ran once."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def transform(self, inp):
+        CALLS["n"] += len(inp) > 0      # PyTerrier's validation runs pipelines on empty frames
+        return self.inner.transform(inp)
+
+
+def _paper(tmp_path, **over):
+    ps.register("counted_pool", lambda context=None: Counting(ps.pipeline("pool", context=context)), replace=True)
+    doc = {
+        "paper": {"id": "toy", "title": "a toy reproduction"},
+        "components": {"bm25": {"component": "bm25", "backend": "pisa", "k1": 0.9, "b": 0.4}},
+        "tables": {"t5": {
+            "number": "5", "title": "CSFCube", "source": {"table": "5", "section": "4.12", "page": None},
+            "datasets": {"Background": {"id": "irds:sci/csfcube/background", "vars": {"facet": "background"}},
+                         "Method": {"id": "irds:sci/csfcube/method", "vars": {"facet": "method"}}},
+            "measures": ["NDCG%20", "MAP"], "scale": 100, "tolerance": 0.01,
+            "differs": "a toy table",
+            "systems": {
+                "SPECTER": {"run": {"path": "csfcube/sample_ranked_pools/"
+                                            "test-pid2pool-csfcube-specter-{facet}-ranked.json",
+                                    "format": "ranked_lists_json", "qid": "{key}_{facet}"},
+                            "tiers": ["quick", "full"], "reproduces": True,
+                            "published": {"Background": {"NDCG%20": 66.70, "MAP": 43.95},
+                                          "Method": {"NDCG%20": 37.41, "MAP": 22.44}}},
+                "BM25": {"pipeline": "counted_pool >> bm25", "tiers": ["quick", "full"],
+                         "published": {"Background": {"NDCG%20": 61.05}}},
+                "BM25_tuned": {"pipeline": "counted_pool >> bm25(k1=1.2, b=0.75)", "tiers": ["quick", "full"]},
+                "Judge": {"pipeline": "counted_pool >> bm25 % 5 >> text >> judge", "needs": ["llm"]},
+                "Ghost": {"needs": ["a checkpoint that is not public"],
+                          "published": {"Method": {"NDCG%20": 49.06}}},
+            }}}}
+    for k, v in over.items():
+        doc[k] = v
+    d = tmp_path / "reproduce"
+    d.mkdir(exist_ok=True)
+    (d / "toy.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    return d
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    monkeypatch.setenv("PYTERRIER_SCI_HOME", str(tmp_path / "work"))
+    return tmp_path
+
+
+def test_the_shipped_files_parse_and_name_known_measures_and_datasets():
+    files = R.paper_files()
+    assert {"sciface", "mir", "doris_mae"} <= set(files)
+    for pid in files:
+        paper = R.load_paper(pid)
+        for table in paper.tables.values():
+            assert table.differs, f"{pid}/{table.key} must say how it differs from the paper"
+            for ds in table.datasets.values():
+                ps.measures.parse(table.measures, dataset=ds["id"])
+            for s in table.systems.values():
+                assert s.pipeline or s.run or s.needs
+
+
+@pytest.mark.parametrize("patch,message", [
+    (lambda t: t["systems"]["BM25"].update(published={"Result": {"MAP": 1.0}}), "not one of the datasets"),
+    (lambda t: t["systems"]["BM25"].update(published={"Method": {"P@5": 1.0}}), "not one of"),
+    (lambda t: t["systems"]["BM25"].update(tolerance="small"), "finite number"),
+    (lambda t: t["systems"]["BM25"].update(colour="red"), "unknown keys"),
+    (lambda t: t["systems"]["BM25"].update(run={"path": "x"}), "give one of"),
+    (lambda t: t.pop("differs"), "'differs' is required"),
+    (lambda t: t["systems"]["BM25"].update(tiers=["nightly"]), "tiers"),
+])
+def test_schema_errors_name_the_file_and_the_cause(tmp_path, patch, message):
+    d = _paper(tmp_path)
+    doc = yaml.safe_load((d / "toy.yaml").read_text())
+    patch(doc["tables"]["t5"])
+    (d / "toy.yaml").write_text(yaml.safe_dump(doc))
+    with pytest.raises(R.ReproductionError) as e:
+        R.load_paper("toy", d)
+    assert message in str(e.value) and "toy.yaml" in str(e.value)
+
+
+def test_a_table_runs_shares_its_prefix_resumes_and_compares(home):
+    d = _paper(home)
+    CALLS["n"] = 0
+    (res,) = R.reproduce("toy/t5", tier="quick", directory=d)
+    # two BM25 systems behind one pool: the tree plan runs the pool once per dataset
+    assert CALLS["n"] == 2
+    cells = {(c.system, c.dataset, c.measure): c for c in res.cells}
+    for (ds, m), v in {("Background", "NDCG%20"): 66.70, ("Background", "MAP"): 43.95,
+                       ("Method", "NDCG%20"): 37.41, ("Method", "MAP"): 22.44}.items():
+        c = cells[("SPECTER", ds, m)]
+        assert c.status == R.STATUS_REPRODUCED and abs(c.reproduced - v) <= 0.005, c
+    bm25 = cells[("BM25", "Background", "NDCG%20")]
+    assert bm25.status == R.STATUS_REPRODUCED and abs(bm25.reproduced - 61.05) < 0.01
+    assert cells[("BM25_tuned", "Background", "NDCG%20")].status == R.STATUS_UNPUBLISHED
+    assert cells[("BM25_tuned", "Background", "NDCG%20")].reproduced != bm25.reproduced
+    assert ("Judge", "Background", "MAP") not in cells      # a full-tier row
+    assert not res.failed
+    m = json.loads(res.manifest_path.read_text())
+    assert m["kind"] == "reproduction" and m["reproduction"]["table"] == "t5"
+    assert {f["system"] for f in m["figures"]} == {"SPECTER", "BM25", "BM25_tuned"}
+    runs = m["reproduction"]["runs"]["Method"]
+    assert set(runs) == {"BM25", "BM25_tuned"}
+    # a rerun reads the saved runs back: nothing runs, the figures are the same
+    CALLS["n"] = 0
+    (again,) = R.reproduce("toy/t5", tier="quick", directory=d)
+    assert CALLS["n"] == 0
+    assert [c.reproduced for c in again.cells] == [c.reproduced for c in res.cells]
+    # a damaged saved run is computed again
+    path = next(iter(m["reproduction"]["runs"]["Method"].values()))
+    with open(path, "ab") as f:
+        f.write(b"garbage")
+    with pytest.warns(Warning):
+        (third,) = R.reproduce("toy/t5", tier="quick", directory=d)
+    assert CALLS["n"] == 1
+    assert [c.reproduced for c in third.cells] == [c.reproduced for c in res.cells]
+
+
+def test_full_tier_marks_what_cannot_run_here(home):
+    d = _paper(home)
+    (res,) = R.reproduce("toy/t5", tier="full", directory=d)
+    judge = [c for c in res.cells if c.system == "Judge"]
+    assert judge and all(c.status == R.STATUS_NOT_RUNNABLE and "LLM endpoint" in c.reason for c in judge)
+    ghost = [c for c in res.cells if c.system == "Ghost" and c.dataset == "Method" and c.measure == "NDCG%20"][0]
+    assert ghost.status == R.STATUS_NOT_RUNNABLE and ghost.published == 49.06 and "checkpoint" in ghost.reason
+    assert not res.failed
+
+
+def test_record_then_drift_fails_with_exit_status_1(home, capsys, monkeypatch):
+    d = _paper(home)
+    monkeypatch.setattr(R, "papers_dir", lambda: d)
+    assert main(["reproduce", "toy/t5", "--tier", "quick", "--record"]) == 0
+    rec = json.loads((d / "recorded" / "toy.json").read_text())
+    entry = rec["tables"]["t5"]["quick"]
+    assert abs(entry["figures"]["BM25"]["Background"]["NDCG%20"] - 61.05) < 0.01
+    assert entry["seconds"] >= 0 and entry["cpu"] and "--record" in entry["command"]
+    out = capsys.readouterr().out
+    assert "published" in out and "recorded" in out and "reproduced" in out
+    # a second run compares with what was recorded: within tolerance
+    assert main(["reproduce", "toy/t5", "--tier", "quick"]) == 0
+    out = capsys.readouterr().out
+    assert "+0.00" in out
+    # the recorded figure moves away (as if the code had changed the figure): exit 1, the cell named
+    entry["figures"]["BM25_tuned"]["Method"]["MAP"] += 0.5
+    (d / "recorded" / "toy.json").write_text(json.dumps(rec))
+    assert main(["reproduce", "toy/t5", "--tier", "quick"]) == 1
+    captured = capsys.readouterr()
+    assert "FAIL BM25_tuned Method MAP" in captured.out and "drifted -0.50" in captured.out
+    assert "outside their tolerance" in captured.err
+    # a figure declared to reproduce the paper that does not is a failure too
+    doc = yaml.safe_load((d / "toy.yaml").read_text())
+    doc["tables"]["t5"]["systems"]["SPECTER"]["published"]["Method"]["MAP"] = 25.0
+    (d / "toy.yaml").write_text(yaml.safe_dump(doc))
+    rec["tables"]["t5"]["quick"]["figures"]["BM25_tuned"]["Method"]["MAP"] -= 0.5
+    (d / "recorded" / "toy.json").write_text(json.dumps(rec))
+    assert main(["reproduce", "toy/t5", "--tier", "quick"]) == 1
+    assert "FAIL SPECTER Method MAP" in capsys.readouterr().out
+
+
+def test_dry_run_lists_what_would_run_and_the_llm_calls(home, capsys, monkeypatch):
+    from pyterrier_sci.llm.loopback import ScriptedServer
+    d = _paper(home, llm={"mode": "completion", "cache_dir": ""},
+               components={"bm25": {"component": "bm25", "backend": "pisa", "k1": 0.9, "b": 0.4},
+                           "judge": {"component": "mir_pointwise", "text_field": "abstract", "on_error": "flag"}})
+    monkeypatch.setattr(R, "papers_dir", lambda: d)
+    with ScriptedServer(responder=lambda kind, body: " Yes") as srv:
+        assert main(["reproduce", "toy/t5", "--tier", "full", "--dry-run", "--llm", srv.base_url]) == 0
+        assert srv.calls == 0          # a dry run sends nothing
+    out = capsys.readouterr().out
+    assert "run counted_pool >> bm25" in out and "read the released run csfcube/sample_ranked_pools" in out
+    # 16 background and 17 method queries, top 5 each: one pointwise judgement per document
+    assert "total: 165 calls" in out, out
+    assert "estimated time" in out
+    # after a real run of the quick tier, the dry run says its runs are read back
+    R.reproduce("toy/t5", tier="quick", directory=d)
+    assert main(["reproduce", "toy/t5", "--tier", "quick", "--dry-run"]) == 0
+    assert "read back its saved run" in capsys.readouterr().out
+
+
+def test_llm_rows_run_against_an_endpoint(home):
+    from pyterrier_sci.llm.loopback import ScriptedServer
+    d = _paper(home, llm={"mode": "completion", "cache_dir": ""},
+               components={"bm25": {"component": "bm25", "backend": "pisa", "k1": 0.9, "b": 0.4},
+                           "judge": {"component": "mir_pointwise", "text_field": "abstract", "on_error": "flag"}})
+    doc = yaml.safe_load((d / "toy.yaml").read_text())
+    doc["tables"]["t5"]["tiers"] = {"full": {"topics": 2}}
+    (d / "toy.yaml").write_text(yaml.safe_dump(doc))
+    with ScriptedServer(responder=lambda kind, body: " Yes") as srv:
+        (res,) = R.reproduce("toy/t5", tier="full", llm=srv.base_url, directory=d)
+        assert srv.calls == 2 * 2 * 5       # two datasets, two queries each, top 5
+    judge = {(c.dataset, c.measure): c for c in res.cells if c.system == "Judge"}
+    assert all(c.reproduced is not None and c.status == R.STATUS_UNPUBLISHED for c in judge.values())
+
+
+def test_matrix_html_and_markdown(home):
+    d = _paper(home)
+    results = R.reproduce("toy/t5", tier="full", directory=d)
+    h, m = R.write_matrix(results, home / "report")
+    md = m.read_text()
+    assert "| toy | t5 (Table 5) | SPECTER | Background | NDCG%20 | 66.70 | 66.70 | +0.00 | reproduced |" in md
+    assert "not runnable here (needs an LLM endpoint" in md
+    assert "pyterrier-sci reproduce toy/t5 --tier full" in md and "manifest.json" in md
+    text = h.read_text()
+    assert text.count("<tr style=") == len(results[0].cells)
+    if CHROMIUM is None:
+        pytest.skip("Chromium is not installed")
+    out = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+                          f"--user-data-dir={home / 'profile'}", "--dump-dom", h.as_uri()],
+                         capture_output=True, text=True, timeout=120)
+    dom = out.stdout
+    frame = pd.read_html(io.StringIO(dom), attrs={"id": "matrix"})[0]
+    assert len(frame) == len(results[0].cells)
+    row = frame[(frame["system"] == "SPECTER") & (frame["dataset"] == "Method") & (frame["measure"] == "MAP")]
+    assert float(row["published"].iloc[0]) == 22.44 and row["status"].iloc[0] == "reproduced"
+
+
+def test_generated_docs_tables_and_the_staleness_check(home, monkeypatch):
+    d = _paper(home)
+    monkeypatch.setattr(R, "papers_dir", lambda: d)
+    R.record(R.reproduce("toy/t5", tier="quick", directory=d))
+    root = home / "repo"
+    (root / "docs").mkdir(parents=True)
+    (root / "README.md").write_text("intro\n<!-- reproduce:begin toy/t5 -->\nold typed table\n"
+                                    "<!-- reproduce:end -->\nafter\n")
+    (root / "docs" / "toy.md").write_text("no markers here\n")
+    assert R.stale_docs(root, d) == [root / "README.md"]
+    assert R.update_docs(root, d) == [root / "README.md"]
+    text = (root / "README.md").read_text()
+    assert "old typed table" not in text and text.startswith("intro\n") and text.endswith("after\n")
+    assert "| SPECTER | 66.70 (66.70) | 43.95 (43.95) | 37.41 (37.41) | 22.44 (22.44) |" in text
+    assert "| BM25 | 61.05 (61.05) |" in text
+    assert "tier quick" in text
+    assert R.stale_docs(root, d) == []
+    assert R.update_docs(root, d) == []
+
+
+def test_the_readme_and_docs_tables_are_not_stale():
+    """CI guard: the generated tables of README.md and docs/*.md equal what the recorded figures give
+    (regenerate them with `pyterrier-sci reproduce --write-docs`)."""
+    from conftest import ROOT
+    assert R.stale_docs(ROOT) == []
