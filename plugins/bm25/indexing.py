@@ -11,13 +11,14 @@ success).
 """
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Optional, Sequence, Tuple, Union
 
 from pyterrier_pisa import PisaIndex, PisaIndexer
 
-from pyterrier_sci.artifacts import build_atomically
+from pyterrier_sci.artifacts import build_atomically, write_pt_meta
 from pyterrier_sci.quiet import quiet_native
 
 from .lucene import RAM_BUFFER_MB as LUCENE_RAM_BUFFER_MB  # Lucene's indexing buffer (MB); no JVM needed
@@ -103,7 +104,8 @@ def _field(doc, field: str, pos: int, docno: str) -> str:
 
 def index_corpus(docs: Iterable[dict], path: Union[str, Path], backend: str = "pisa", *,
                  text_field: Union[str, Sequence[str]] = "text", threads: int = 1, batch_size: Optional[int] = None,
-                 ram_buffer_mb: float = LUCENE_RAM_BUFFER_MB, overwrite: bool = False, verbose: bool = False):
+                 ram_buffer_mb: float = LUCENE_RAM_BUFFER_MB, overwrite: bool = False, verbose: bool = False,
+                 record: Optional[dict] = None):
     """Indexes ``docs`` (dicts with ``docno`` and ``text_field``) into a BM25 index at ``path`` and
     returns the index artifact (:class:`pyterrier_pisa.PisaIndex` or :class:`~.lucene.LuceneIndex`).
 
@@ -124,6 +126,8 @@ def index_corpus(docs: Iterable[dict], path: Union[str, Path], backend: str = "p
         ram_buffer_mb: Lucene's indexing buffer in MB.
         overwrite: replace an existing index.
         verbose: show the backend's progress output.
+        record: keys added to the index's ``pt_meta.json`` (e.g. ``source``, the corpus it was built from,
+            which a PISA index needs to take appended documents: :mod:`.growth`).
     """
     if backend not in BACKENDS:
         raise ValueError(f"unknown BM25 backend {backend!r}: use one of {', '.join(BACKENDS)}")
@@ -138,15 +142,25 @@ def index_corpus(docs: Iterable[dict], path: Union[str, Path], backend: str = "p
     checked = checked_docs(docs, text_field, backend)
     path = Path(path)
     if backend == "pisa":
-        build_atomically(path, lambda tmp: _build_pisa(checked, tmp, threads, batch_size or PISA_BATCH_SIZE, verbose),
-                         overwrite=overwrite, what=f"the PISA index {path}")
+        def build_pisa(tmp: Path) -> None:
+            _build_pisa(checked, tmp, threads, batch_size or PISA_BATCH_SIZE, verbose)
+            _add_record(tmp, record)
+        build_atomically(path, build_pisa, overwrite=overwrite, what=f"the PISA index {path}")
         return PisaIndex(str(path), threads=threads)
 
     def build(tmp: Path) -> None:
         LuceneIndexer(tmp, text_field="text", threads=threads, batch_size=batch_size or LUCENE_BATCH_SIZE,
                       ram_buffer_mb=ram_buffer_mb).index({"docno": d, "text": t} for d, t in _nonempty(checked))
+        _add_record(tmp, record)
     build_atomically(path, build, overwrite=overwrite, what=f"the Lucene index {path}")
     return LuceneIndex(str(path))
+
+
+def _add_record(directory: Path, record: Optional[dict]) -> None:
+    """Adds ``record``'s keys to the ``pt_meta.json`` a build wrote (inside the build: before its rename)."""
+    if record:
+        meta = json.loads((directory / "pt_meta.json").read_text(encoding="utf-8"))
+        write_pt_meta(directory, **{**meta, **record})
 
 
 def _nonempty(checked: Iterator[Tuple[str, str]]) -> Iterator[Tuple[str, str]]:
@@ -158,7 +172,7 @@ def _nonempty(checked: Iterator[Tuple[str, str]]) -> Iterator[Tuple[str, str]]:
 
 
 def _build_pisa(checked: Iterator[Tuple[str, str]], tmp: Path, threads: int, batch_size: int, verbose: bool) -> None:
-    writer = _PisaStreamIndexer(_nonempty(checked), tmp, threads=threads, batch_size=batch_size)
+    writer = PisaStreamIndexer(_nonempty(checked), tmp, threads=threads, batch_size=batch_size)
     with quiet_native(not verbose):
         writer.index(None)
     if writer.error is not None:  # PISA indexed the documents before the failure: discard them
@@ -171,7 +185,7 @@ def _build_pisa(checked: Iterator[Tuple[str, str]], tmp: Path, threads: int, bat
         raise RuntimeError(f"PISA indexed {n} documents of the {writer.written} written to it")
 
 
-class _PisaStreamIndexer(PisaIndexer):
+class PisaStreamIndexer(PisaIndexer):
     """pyterrier_pisa's indexer with a FIFO writer that keeps (rather than swallows) the error of
     the document stream, counts the documents written, cleans texts for PISA's line format (line
     breaks become spaces) and writes UTF-8 whatever the locale, a batch of lines per write."""

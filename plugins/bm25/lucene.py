@@ -300,7 +300,7 @@ class LuceneIndexer(pt.Indexer):
             tmp.mkdir()
             writer = java.SimpleIndexer(str(tmp), False, int(self.threads))
             try:
-                _set_ram_buffer(java, writer, float(self.ram_buffer_mb))
+                set_ram_buffer(java, writer, float(self.ram_buffer_mb))
                 fields, n = self._add_all(java, writer, iter(it))
             except BaseException:
                 try:
@@ -356,7 +356,7 @@ class LuceneIndexer(pt.Indexer):
         return fields, n
 
 
-def _set_ram_buffer(java, writer, mb: float) -> None:
+def set_ram_buffer(java, writer, mb: float) -> None:
     """Sets the indexing RAM buffer of an Anserini ``SimpleIndexer``'s (private) Lucene ``IndexWriter``
     (a live setting); without access to it, Anserini's 2048 MB stays, with a warning."""
     try:

@@ -30,11 +30,14 @@ BACKENDS = ("pisa", "lucene")
 
 
 def build_index(docs: Iterable[dict], path: Union[str, Path], backend: str = "pisa", threads: int = 1,
-                verbose: bool = False):
+                verbose: bool = False, source: Optional[dict] = None):
     """Indexes ``{'docno', 'text'}`` dicts into a new BM25 index at ``path`` (atomically: an
     interrupted build leaves nothing at ``path``) and returns the index artifact: the documents are
-    streamed in bounded memory and checked (:func:`~.indexing.index_corpus`)."""
-    return index_corpus(docs, path, backend, threads=threads, verbose=verbose)
+    streamed in bounded memory and checked (:func:`~.indexing.index_corpus`).  ``source``: the corpus the
+    documents are (``{"dataset", "fields"}``), recorded in ``pt_meta.json`` (what a PISA index needs to
+    take appended documents, :mod:`.growth`)."""
+    return index_corpus(docs, path, backend, threads=threads, verbose=verbose,
+                        record={"source": source} if source else None)
 
 
 def corpus_index(dataset: str, backend: str = "pisa", fields: Optional[Sequence[str]] = None,
@@ -46,7 +49,8 @@ def corpus_index(dataset: str, backend: str = "pisa", fields: Optional[Sequence[
     if not path.exists():
         docs = pt.tqdm(corpus_texts(dataset, fields), desc=f"indexing {dataset} ({backend})", unit="doc",
                        disable=not verbose)
-        build_index(docs, path, backend, threads, verbose)
+        build_index(docs, path, backend, threads, verbose,
+                    source={"dataset": dataset, "fields": list(fields) if fields else None})
     return load_index(path, backend)
 
 

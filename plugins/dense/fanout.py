@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Iterable, List, Optional, Sequence, Union
@@ -21,6 +22,7 @@ from pyterrier_sci.artifacts import build_atomically, write_pt_meta
 from pyterrier_sci.filesums import damaged_file, record_files
 
 from .ann import ann_index, ann_topk
+from .growth import DenseAppender, GrowingDenseIndex, retract_documents
 from .index_meta import IndexRecord, vectors_label
 from .retriever import DenseRetriever
 from .search import merge_topk, prepare_queries, topk
@@ -34,6 +36,10 @@ from .shards import (
     is_sharded,
     shard_name,
 )
+
+#: the name of a shard in a grown index: one of the first build (``shard-00002``, maybe at another position
+#: since a retraction dropped a shard) or one written by an append or a retraction (``shard-00003.g00002``)
+_GENERATION_SHARD = re.compile(r"^shard-\d{5}(\.g\d{5})?$")
 
 __all__ = ["ShardedDenseIndex", "ShardedIndexError", "write_sharded_flex", "is_sharded", "shard_name",
            "ARTIFACT_TYPE", "ARTIFACT_FORMAT"]
@@ -107,7 +113,9 @@ class ShardedDenseIndex(pta.Artifact):
                 self._fail(f"pt_meta.json's shards entry {i} has no whole number for {bad} (the manifest is damaged: "
                            "rerun the build)")
             name = s.get("name")
-            if name != shard_name(i):
+            # a shard written by an append or a retraction (docs/indexes.md) has its generation in its name
+            if name != shard_name(i) and not (isinstance(s.get("built"), dict) and isinstance(name, str)
+                                              and _GENERATION_SHARD.match(name)):
                 self._fail(f"manifest entry {i} is named {name!r}, expected {shard_name(i)!r}")
             if s.get("start") != pos or s.get("end", -1) - s.get("start", 0) != s.get("num_docs"):
                 self._fail(f"the manifest's range [{s.get('start')}, {s.get('end')}) with num_docs={s.get('num_docs')} "
@@ -132,9 +140,14 @@ class ShardedDenseIndex(pta.Artifact):
                 self._fail("has no shard.json", name)
             except (OSError, ValueError) as e:
                 self._fail(f"has an unreadable shard.json ({e})", name)
-            want = {"shard": i, "num_shards": m["num_shards"], "model": m["model"], "model_id": m.get("model_id"),
-                    "dim": m["dim"], "corpus": m.get("corpus"), "fields": m.get("fields"), "start": s["start"],
-                    "end": s["end"], "num_docs": s["num_docs"]}
+            # a shard appended later, or moved by a retraction, records in its shard.json what it was built as
+            # (the manifest entry's "built"): its position, the shard count, corpus and range of then
+            built = s.get("built") if isinstance(s.get("built"), dict) else {}
+            want = {"shard": built.get("shard", i), "num_shards": built.get("num_shards", m["num_shards"]),
+                    "model": m["model"], "model_id": m.get("model_id"), "dim": m["dim"],
+                    "corpus": built.get("corpus", m.get("corpus")), "fields": m.get("fields"),
+                    "start": built.get("start", s["start"]), "end": built.get("end", s["end"]),
+                    "num_docs": s["num_docs"]}
             for key, value in want.items():
                 if key == "model_id" and value is None or key == "model" and m.get("model_id"):
                     continue  # the model is checked by its resolved id (a resumed build may name it otherwise)
@@ -159,7 +172,9 @@ class ShardedDenseIndex(pta.Artifact):
             problem = damaged_file(d, info.get("files"), str(d / SHARD_FILE))
             if problem:
                 self._fail(f"is damaged: {problem}; rerun the build that made it (it rebuilds damaged shards)", name)
-            out.append(FlexIndex(str(d), sim_fn=self.sim_fn_name, verbose=False))
+            flex = FlexIndex(str(d), sim_fn=self.sim_fn_name, verbose=False)
+            flex.payload()  # opened now: this process keeps the generation it loaded while an update replaces shards
+            out.append(flex)
         return out
 
     # -- properties ------------------------------------------------------------------------------
@@ -264,6 +279,24 @@ class ShardedDenseIndex(pta.Artifact):
                 out[rows[order]] = dvecs[local[order]]
         self._map(one, list(range(self.num_shards)))
         return out
+
+    # -- growth (plugins/dense/growth.py, docs/indexes.md) ------------------------------------------
+    @property
+    def generation(self) -> int:
+        """The generation this object loaded (0: as built; each append or retraction adds one)."""
+        return int(self.manifest.get("generation", 0) or 0)
+
+    def indexer(self, mode: str = "append", batch_size: int = 32, verbose: bool = False) -> DenseAppender:
+        """``index.indexer(mode='append')``: a ``pt.Indexer`` appending documents (``doc_vec``, or text encoded
+        with the index's encoder) as a new shard, one new generation (this object keeps the one it loaded:
+        load the index again to search the new one)."""
+        return GrowingDenseIndex(self.index_path).indexer(mode, batch_size=batch_size, verbose=verbose)
+
+    def retract(self, docnos) -> "ShardedDenseIndex":
+        """Retracts ``docnos`` (a list or a file of them) as a new generation (the shards holding one are
+        written again); returns the index loaded at that generation."""
+        retract_documents(self.index_path, docnos)
+        return ShardedDenseIndex(self.index_path, threads=self.threads)
 
     # -- transformers ----------------------------------------------------------------------------
     def retriever(self, model: Optional[str] = None, **kwargs) -> DenseRetriever:

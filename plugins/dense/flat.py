@@ -101,7 +101,10 @@ def open_index(path: Union[str, os.PathLike]) -> VectorIndex:
         check_finished(path)
         return pt.Artifact.load(str(path))
     from pyterrier_dr import FlexIndex
-    return FlatIndex(FlexIndex(str(Path(path)), verbose=False))
+    flex = FlexIndex(str(Path(path)), verbose=False)
+    if (Path(path) / "pt_meta.json").exists():
+        flex.payload()  # opened now: this process keeps the generation it opened while an append replaces it
+    return FlatIndex(flex)
 
 
 def as_vector_index(index) -> VectorIndex:
