@@ -22,10 +22,11 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from pyterrier_sci.errors import one_line
-from pyterrier_sci.llm.trust import redact
+from pyterrier_sci.llm.trust import API_KEY_ENV, REDACTED, redact
 
 from .api import SearchAPI, ServeSettings
 from .batching import DeadlineExceededError, OverloadedError, ShuttingDownError
+from .mcp_server import create_mcp
 from .service import ServeError
 
 __all__ = ["create_app", "Guard", "RedactingFilter", "install_log_redaction", "LOGGER", "page_dir", "error_body"]
@@ -56,13 +57,27 @@ class RedactingFilter(logging.Filter):
         super().__init__()
         self.secrets = [s for s in secrets if s and len(s) >= 4]
 
-    def filter(self, record: logging.LogRecord) -> bool:
-        msg = record.getMessage()
-        clean = redact(msg)
+    def clean(self, value: Any) -> Any:
+        if not isinstance(value, str):
+            return value
+        value = redact(value)
         for s in self.secrets:
-            clean = clean.replace(s, "[redacted]")
-        if clean != msg:
-            record.msg, record.args = clean, ()
+            value = value.replace(s, REDACTED)
+        return value
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        # each argument on its own (formatters such as uvicorn's access log unpack them), then the message
+        if isinstance(record.args, tuple):
+            record.args = tuple(self.clean(a) for a in record.args)
+        elif isinstance(record.args, dict):
+            record.args = {k: self.clean(v) for k, v in record.args.items()}
+        record.msg = self.clean(record.msg)
+        if record.exc_info and record.exc_info[1] is not None:  # a traceback's last line holds the message
+            e = record.exc_info[1]
+            e.args = tuple(self.clean(a) for a in e.args)
+            if isinstance(e, ServeError):
+                e.message = self.clean(e.message)
+            record.exc_text = None
         return True
 
 
@@ -120,9 +135,47 @@ class Guard:
                 return scheme.lower() == b"bearer" and hmac.compare_digest(given.strip(), self.token)
         return False
 
+    def _secrets(self) -> List[bytes]:
+        out = [self.token] if self.token else []
+        key = os.environ.get(API_KEY_ENV)
+        if key and len(key) >= 8:
+            out.append(key.encode("utf-8"))
+        return out
+
+    def _redacting(self, send):
+        """``send`` with the token and the API key replaced in JSON answers (a client's own query echoed back
+        included): no answer carries them."""
+        secrets = self._secrets()
+        if not secrets:
+            return send
+        held: Dict[str, Any] = {}
+
+        async def wrapped(msg):
+            if msg["type"] == "http.response.start":
+                ctype = dict(msg.get("headers", ())).get(b"content-type", b"")
+                if ctype.startswith(b"application/json"):
+                    held["start"], held["body"] = msg, []
+                    return
+                return await send(msg)
+            if msg["type"] == "http.response.body" and "start" in held:
+                held["body"].append(msg.get("body", b""))
+                if msg.get("more_body", False):
+                    return
+                body = b"".join(held["body"])
+                for s in secrets:
+                    body = body.replace(s, REDACTED.encode())
+                start = dict(held.pop("start"))
+                start["headers"] = [(k, v) for k, v in start.get("headers", ()) if k != b"content-length"] + \
+                    [(b"content-length", str(len(body)).encode())]
+                await send(start)
+                return await send({"type": "http.response.body", "body": body})
+            return await send(msg)
+        return wrapped
+
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
+        send = self._redacting(send)
         path = scope.get("path", "")
         if path not in UNLIMITED_PATHS:
             client = (scope.get("client") or ("?", 0))[0]
@@ -210,7 +263,6 @@ def create_app(api: SearchAPI, mcp_host: str = "127.0.0.1"):
     state: Dict[str, Any] = {"load_error": None}
     mcp = None
     if settings.mcp:
-        from .mcp_server import create_mcp
         mcp = create_mcp(api)
 
     def load_in_background():

@@ -18,6 +18,8 @@ from pyterrier_sci.errors import SciError
 
 from .api import SearchAPI, ServeSettings
 from .app import create_app, env_token, install_log_redaction
+from .mcp_server import create_mcp
+from .ray_serve import ray_deployment, run_on_ray
 from .service import SearchService, ServeError, ServeLimits
 
 __all__ = ["add_serve_commands", "serve_main", "read_token", "TOKEN_ENV"]
@@ -133,7 +135,6 @@ def serve_main(args) -> int:
           flush=True)
     api = SearchAPI(service, settings)
     if args.mcp_stdio:
-        from .mcp_server import create_mcp
         create_mcp(api).run("stdio")
         return 0
     return _serve_http(api, args.host, args.port, args.log_level)
@@ -163,7 +164,6 @@ def _serve_http(api: SearchAPI, host: str, port: int, log_level: str) -> int:
 
 
 def _serve_on_ray(args, settings: ServeSettings, limits: ServeLimits) -> int:
-    from .ray_serve import ray_deployment, run_on_ray
     config = str(Path(args.config).resolve()) if os.path.exists(args.config) else args.config
     app = ray_deployment(config, args.pipelines, args.dataset, settings, limits, num_replicas=args.ray_replicas,
                          trusted=args.trust_config, allow_expressions=args.allow_expressions)

@@ -1,0 +1,109 @@
+"""Shared by the serve tests: the CSFCube service of pipelines/csfcube.yaml, a live uvicorn server in a
+thread, the CLI server in a subprocess, and a small HTTP client on the standard library."""
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIG = str(ROOT / "pipelines" / "csfcube.yaml")
+#: the served pipelines of the tests: BM25 over the whole corpus (component bm25 of csfcube.yaml), and
+#: BM25's top 20 re-scored by MiniLM (torch fp32: no int8 calibration to wait for)
+RERANK = "bm25 % 20 >> dense(model='default')"
+PIPELINES = ["bm25", f"Rerank={RERANK}"]
+
+
+def csfcube_service(pipelines=None, **kw):
+    from pyterrier_sci.serve import SearchService
+    return SearchService(CONFIG, pipelines or PIPELINES, **kw)
+
+
+def request(url, method="GET", body=None, headers=None, timeout=60, raw=None):
+    """``(status, headers, parsed JSON or text)``; 4xx/5xx are returned, not raised."""
+    data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
+    hdrs = {"Content-Type": "application/json"} if data is not None else {}
+    hdrs.update(headers or {})
+    req = urllib.request.Request(url, data=data, method=method, headers=hdrs)
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            status, h, text = r.status, dict(r.headers), r.read().decode()
+    except urllib.error.HTTPError as e:
+        status, h, text = e.code, dict(e.headers), e.read().decode()
+    try:
+        return status, h, json.loads(text)
+    except ValueError:
+        return status, h, text
+
+
+class LiveServer:
+    """``create_app(api)`` served by uvicorn in a thread on a free loopback port."""
+
+    def __init__(self, api, **uvicorn_kw):
+        import uvicorn
+
+        from pyterrier_sci.serve.app import create_app
+        self.api = api
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(2048)
+        self.port = self.sock.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        cfg = uvicorn.Config(create_app(api), log_level="warning", **uvicorn_kw)
+        self.server = uvicorn.Server(cfg)
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                if request(self.url + "/ready", timeout=5)[0] == 200:
+                    return self
+            except OSError:
+                pass
+            time.sleep(0.05)
+        raise AssertionError("the server did not become ready")
+
+    def stop(self):
+        self.server.should_exit = True
+        self.thread.join(60)
+
+    def __exit__(self, *exc):
+        self.stop()
+        self.sock.close()
+
+
+def start_cli(*args, env=None):
+    """``pyterrier-sci serve ARGS --port 0`` in a subprocess; returns ``(process, base URL)`` once it listens."""
+    e = dict(os.environ, PYTHONSAFEPATH="1")
+    e.update(env or {})
+    proc = subprocess.Popen([sys.executable, "-m", "pyterrier_sci.cli", "serve", *args, "--port", "0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=e)
+    deadline = time.monotonic() + 300
+    lines = []
+    while time.monotonic() < deadline:
+        line = proc.stderr.readline()
+        if not line:
+            if proc.poll() is not None:
+                raise AssertionError(f"serve ended ({proc.returncode}): {''.join(lines)[-3000:]}")
+            continue
+        lines.append(line)
+        m = re.search(r"serving on (http://\S+?)/ ", line)
+        if m:
+            threading.Thread(target=_drain, args=(proc.stderr, lines), daemon=True).start()
+            proc.log = lines
+            return proc, m.group(1)
+    proc.kill()
+    raise AssertionError("serve did not start: " + "".join(lines)[-3000:])
+
+
+def _drain(stream, lines):
+    for line in stream:
+        lines.append(line)
