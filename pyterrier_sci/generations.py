@@ -157,13 +157,14 @@ def read_docnos(source: Union[str, Path, Sequence[str]]) -> list:
 
 
 def read_docs(path: Union[str, Path], fields: Optional[Sequence[str]] = None) -> Iterator[dict]:
-    """The documents of a ``.jsonl`` / ``.jsonl.gz`` file, streamed: ``{'docno', 'text', ...}`` with ``text``
-    the ``fields`` joined by a space (default: the record's ``text``); one :class:`IndexUpdateError` naming
-    the file and line for a record without a docno or a field."""
+    """The documents of a ``.jsonl`` / ``.jsonl.gz`` file, streamed: each record with ``docno`` and, when
+    ``fields`` are given, ``text`` the ``fields`` joined by a space (without: the record as it is, for an index
+    that knows its own fields); one :class:`IndexUpdateError` naming the file and line for a record without a
+    docno or a field."""
     p = Path(path)
     if not p.is_file():
         raise IndexUpdateError(f"the documents to append, {p}, are not a file (give a .jsonl or .jsonl.gz file)")
-    fields = list(fields or ("text",))
+    fields = list(fields or ())
     opener = gzip.open if p.name.endswith(".gz") else open
     with opener(p, "rt", encoding="utf-8") as f:
         for n, line in enumerate(f, 1):
@@ -179,5 +180,6 @@ def read_docs(path: Union[str, Path], fields: Optional[Sequence[str]] = None) ->
             missing = [k for k in fields if k not in rec]
             if missing:
                 raise IndexUpdateError(f"{p}, line {n}: no field(s) {missing}")
-            text = " ".join(str(rec[k] or "") for k in fields)
-            yield {**rec, "docno": str(docno), "text": text}
+            if fields:
+                rec = {**rec, "text": " ".join(str(rec[k] or "") for k in fields)}
+            yield {**rec, "docno": str(docno)}

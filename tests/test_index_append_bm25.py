@@ -119,3 +119,20 @@ def test_pisa_without_a_source_says_why(tmp_path):
     index_corpus(_hepth(30), path, "pisa")
     with pytest.raises(IndexUpdateError, match="PISA has no append.*lucene"):
         append_documents(path, [{"docno": "x", "text": "y"}])
+
+
+@lucene
+def test_cli_appends_to_a_lucene_index(tmp_path, capsys):
+    from pyterrier_sci.cli import main
+    docs = _hepth(60)
+    path = tmp_path / "i.lucene"
+    index_corpus(docs[:50], path, "lucene")
+    new = tmp_path / "new.jsonl"
+    new.write_text("".join(json.dumps({"docno": d["docno"], "title": d["text"][:40], "abstract": d["text"][40:]}) + "\n"
+                           for d in docs[50:]))
+    rc = main(["index", "irds:sci/csfcube", "--output", str(path), "--append", str(new), "--fields", "title",
+               "abstract", "--quiet"])
+    assert rc == 0 and "generation 1, 60 documents" in capsys.readouterr().err
+    rebuilt = index_corpus(docs[:50] + [{"docno": d["docno"], "text": d["text"][:40] + " " + d["text"][40:]}
+                                        for d in docs[50:]], tmp_path / "r.lucene", "lucene")
+    _assert_equal_scores(str(path), rebuilt, _queries(docs), 60)

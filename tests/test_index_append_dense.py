@@ -192,3 +192,29 @@ def test_append_text_with_the_index_encoder(tmp_path):
     np.testing.assert_allclose(a["score"], b["score"], atol=1e-5)
     with pytest.raises(IndexUpdateError, match="mode='append'"):
         idx.indexer(mode="overwrite")
+
+
+def test_cli_appends_and_retracts_any_index(tmp_path, capsys):
+    """``pyterrier-sci index DATASET --output PATH --append DOCS --retract IDS`` on a sharded dense index (and
+    the error for what it cannot update)."""
+    from pyterrier_sci.cli import main
+    base = _docs("d", _vecs(120, 11))
+    path = tmp_path / "sharded"
+    write_sharded_flex(path, [d["docno"] for d in base], np.stack([d["doc_vec"] for d in base]), 2, model="random")
+    docs = tmp_path / "new.jsonl"
+    new = _docs("n", _vecs(7, 12))
+    docs.write_text("".join(json.dumps({"docno": d["docno"], "doc_vec": d["doc_vec"].tolist()}) + "\n" for d in new))
+    ids = tmp_path / "ids.txt"
+    ids.write_text("d0\nd119\n")
+    rc = main(["index", "irds:sci/csfcube", "--output", str(path), "--append", str(docs), "--retract", str(ids),
+               "--quiet"])
+    assert rc == 0
+    out = capsys.readouterr()
+    final = [d for d in base if d["docno"] not in ("d0", "d119")] + new
+    assert out.out.strip() == str(path)
+    assert f"generation 2, {len(final)} documents" in out.err
+    idx = ShardedDenseIndex(path)
+    assert idx.manifest["docs"] == DocSet.of(d["docno"] for d in final).record()
+    _same(idx, _flat(tmp_path / "flat", final), _vecs(5, 13), k=len(final))
+    assert main(["index", "irds:sci/csfcube", "--output", str(tmp_path / "none"), "--retract", str(ids)]) == 2
+    assert "no index at" in capsys.readouterr().err

@@ -398,7 +398,7 @@ def update_index(path: Union[str, Path], append: Optional[Union[str, Path]] = No
     if retract is not None:
         meta = retract_documents(path, retract, verbose=verbose)
     if append is not None:
-        meta = append_documents(path, read_docs(append, fields), verbose=verbose)
+        meta = append_documents(path, read_docs(append, fields or ("text",)), verbose=verbose)
     return meta
 
 

@@ -487,6 +487,6 @@ def update_index(path: Union[str, Path], append: Optional[Union[str, Path]] = No
     meta = _meta(Path(path))
     if retract is not None:
         meta = retract_documents(path, retract)
-    if append is not None:
+    if append is not None:  # the fields given, else those the index was encoded from, else the records' text
         meta = append_documents(path, read_docs(append, fields), batch_size=batch_size, verbose=verbose)
     return meta

@@ -34,6 +34,7 @@ from pyterrier_sci.artifacts import DamagedFileWarning, build_atomically, write_
 from pyterrier_sci.corpus import corpus_id, index_path, irds_id
 from pyterrier_sci.data import work_dir
 from pyterrier_sci.filesums import damaged_file, record_files
+from pyterrier_sci.generations import IndexUpdateError
 from pyterrier_sci.models import (
     BACKENDS,
     PRECISIONS,
@@ -44,14 +45,14 @@ from pyterrier_sci.models import (
     resolve_model,
 )
 from pyterrier_sci.quiet import quiet_native
-from pyterrier_sci.registry import PipelineError, check_dataset, check_fields
+from pyterrier_sci.registry import PipelineError, check_dataset, check_fields, load_group
 from pyterrier_sci.scale import ScaleError, init_ray
 
 from .calibration import CALIBRATION_SIZE, Calibration, calibration_from_corpus, calibration_from_texts
 from .encoders import load_encoder, settings_hash
 from .encoding import encode_stream
 from .engines import engine_for
-from .index_meta import encoder_record, vectors_label, write_calibration_texts
+from .index_meta import encoder_record, read_pt_meta, vectors_label, write_calibration_texts
 from .shards import (
     ARTIFACT_FORMAT,
     ARTIFACT_TYPE,
@@ -64,7 +65,8 @@ from .shards import (
 )
 
 __all__ = ["ShardedIndexError", "MANIFEST_FORMAT", "FORMAT_VERSION", "SHARD_FILE", "shard_name", "shard_bounds",
-           "default_index_path", "build_sharded_index", "add_index_commands", "index_main"]
+           "default_index_path", "build_sharded_index", "add_index_commands", "index_main", "update_main",
+           "UPDATES_GROUP"]
 
 MANIFEST_TYPE = ARTIFACT_TYPE
 MANIFEST_FORMAT = ARTIFACT_FORMAT
@@ -618,7 +620,7 @@ def add_index_commands(subparsers) -> argparse.ArgumentParser:
                                           "point the dense component at it with index: PATH. A rerun resumes.")
     p.add_argument("dataset", help="ir_datasets id (e.g. irds:sci/csfcube) or a .jsonl/.jsonl.gz corpus file")
     p.add_argument("--model", default="default", help="sentence-transformers model: hub id, path or 'default'")
-    p.add_argument("--shards", type=int, required=True, help="number of shards N")
+    p.add_argument("--shards", type=int, help="number of shards N (required to build)")
     p.add_argument("--workers", type=int, help="encoder workers (default: one per shard, at most one per CPU)")
     p.add_argument("--ray-address", help="an existing Ray cluster (default: $RAY_ADDRESS, else a local instance)")
     p.add_argument("--output", help="index directory (default: under the work directory; on a cluster, a shared path)")
@@ -633,11 +635,56 @@ def add_index_commands(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--calibration", help="what int8 calibrates on: an ir_datasets id or a .jsonl corpus file "
                                          "(its first documents; default: the corpus)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    grow = p.add_argument_group("growing an index (docs/indexes.md): each change is a new generation")
+    grow.add_argument("--append", metavar="DOCS",
+                      help="append the documents of DOCS (.jsonl/.jsonl.gz: docno and text, or --fields) to the "
+                           "index at --output (any BM25 or dense index) or the sharded index of these settings")
+    grow.add_argument("--retract", metavar="IDS",
+                      help="retract the docnos of IDS (one a line, or .jsonl with docno) from that index (before "
+                           "an --append in the same command)")
     p.set_defaults(func=index_main)
     return p
 
 
+#: the entry-point group naming, per ``<type>.<format>`` of an index's ``pt_meta.json``, the function that appends
+#: to and retracts from it: ``update(path, append=DOCS, retract=IDS, fields=..., verbose=...) -> pt_meta``
+UPDATES_GROUP = "pyterrier_sci.index_updates"
+
+
+def update_main(args) -> int:
+    """``index --append DOCS --retract IDS``: the index at ``--output`` (else the sharded index of the build
+    settings), updated by the function its type and format register in :data:`UPDATES_GROUP`."""
+    if args.output:
+        path = Path(args.output).expanduser()
+    elif args.shards:
+        path = default_index_path(args.dataset, args.model, args.shards, args.fields, args.limit, args.backend,
+                                  args.precision)
+    else:
+        raise IndexUpdateError("index --append/--retract: give the index with --output PATH (a BM25 or dense index), "
+                               "or the --shards (and --model) of the sharded index to update")
+    meta = read_pt_meta(path) if path.is_dir() else None
+    if meta is None:
+        raise IndexUpdateError(f"index --append/--retract: no index at {path} (no pt_meta.json); build it first")
+    kind = f"{meta.get('type')}.{meta.get('format')}"
+    updates = load_group(UPDATES_GROUP)
+    if kind not in updates:
+        raise IndexUpdateError(f"index --append/--retract: {path} is a {kind} index, which cannot be updated "
+                               f"(updatable: {', '.join(sorted(updates))})")
+    meta = updates[kind](path, append=args.append, retract=args.retract, fields=args.fields,
+                         verbose=not args.quiet)
+    docs = meta.get("docs") or {}
+    print(f"{path}: generation {meta.get('generation', 0)}, {docs.get('count')} documents ({docs.get('hash')})",
+          file=sys.stderr)
+    print(path)
+    return 0
+
+
 def index_main(args) -> int:
+    if args.append or args.retract:
+        return update_main(args)
+    if not args.shards:
+        raise ShardedIndexError("index: --shards N is required to build an index (or give --append/--retract to "
+                                "update one)", where="index")
     path = build_sharded_index(args.dataset, args.model, args.output, args.shards, workers=args.workers,
                                ray_address=args.ray_address, fields=args.fields, batch_size=args.batch_size,
                                verbose=not args.quiet, limit=args.limit, device=args.device,
