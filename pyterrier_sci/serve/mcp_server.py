@@ -6,7 +6,9 @@ The tools call the same :class:`~.api.SearchAPI` as the HTTP routes; a bad reque
 text names the cause."""
 from __future__ import annotations
 
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
+
+from pydantic import BaseModel, ConfigDict
 
 from .api import SearchAPI
 from .batching import DeadlineExceededError, OverloadedError, ShuttingDownError
@@ -17,6 +19,40 @@ __all__ = ["create_mcp", "INSTRUCTIONS"]
 INSTRUCTIONS = ("Search a collection of scientific papers with the retrieval pipelines this server loaded. "
                 "search: papers for a query; get_paper: a paper's record by docno; similar_papers: papers like a "
                 "given paper; suggest_citations: papers to cite for a passage; list_pipelines: the pipelines.")
+
+
+class Hit(BaseModel):
+    docno: str
+    score: float
+    rank: int
+    title: str
+    snippet: str
+
+
+class SearchResult(BaseModel):
+    """The top ``k`` papers of a pipeline; ``query``, ``paper`` or ``passage`` says what was asked."""
+    pipeline: str
+    k: int
+    results: List[Hit]
+    took_ms: float
+    query: Optional[str] = None
+    paper: Optional[str] = None
+    passage: Optional[str] = None
+
+
+class Paper(BaseModel):
+    """A paper's record: its docno, title, abstract and the collection's other fields."""
+    model_config = ConfigDict(extra="allow")
+    docno: str
+    title: Optional[str] = None
+    abstract: Optional[str] = None
+
+
+class Pipelines(BaseModel):
+    pipelines: List[Dict[str, Any]]
+    dataset: Optional[str] = None
+    expressions_allowed: bool
+    limits: Dict[str, int]
 
 
 def create_mcp(api: SearchAPI, name: str = "pyterrier-sci"):
@@ -40,27 +76,27 @@ def create_mcp(api: SearchAPI, name: str = "pyterrier-sci"):
         return value
 
     @server.tool(description="Search the papers: the top k papers (docno, score, rank, title, snippet) for a query.")
-    async def search(query: str, k: int = 10, pipeline: Optional[str] = None) -> Dict[str, Any]:
-        return await call(api.search(query=query, k=k, pipeline=pipeline))
+    async def search(query: str, k: int = 10, pipeline: Optional[str] = None) -> SearchResult:
+        return SearchResult(**await call(api.search(query=query, k=k, pipeline=pipeline)))
 
     @server.tool(description="A paper's record (title, abstract and the collection's other fields) by its docno.")
-    async def get_paper(docno: str) -> Dict[str, Any]:
+    async def get_paper(docno: str) -> Paper:
         try:
-            return api.paper(docno)
+            return Paper(**api.paper(docno))
         except ServeError as e:
             raise ToolError(f"{e.code}: {e.message}") from None
 
     @server.tool(description="Papers similar to a paper (paper-to-paper): its title and abstract are the query; "
                              "the paper itself is left out.")
-    async def similar_papers(docno: str, k: int = 10, pipeline: Optional[str] = None) -> Dict[str, Any]:
-        return await call(api.similar(docno, k=k, pipeline=pipeline))
+    async def similar_papers(docno: str, k: int = 10, pipeline: Optional[str] = None) -> SearchResult:
+        return SearchResult(**await call(api.similar(docno, k=k, pipeline=pipeline)))
 
     @server.tool(description="Papers to cite for a passage of a draft (the passage is the query).")
-    async def suggest_citations(passage: str, k: int = 10, pipeline: Optional[str] = None) -> Dict[str, Any]:
-        return await call(api.suggest_citations(passage, k=k, pipeline=pipeline))
+    async def suggest_citations(passage: str, k: int = 10, pipeline: Optional[str] = None) -> SearchResult:
+        return SearchResult(**await call(api.suggest_citations(passage, k=k, pipeline=pipeline)))
 
     @server.tool(description="The retrieval pipelines this server serves, with their descriptions and limits.")
-    async def list_pipelines() -> Dict[str, Any]:
-        return await call(immediate(api.pipelines()))
+    async def list_pipelines() -> Pipelines:
+        return Pipelines(**await call(immediate(api.pipelines())))
 
     return server
