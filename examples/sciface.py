@@ -199,13 +199,13 @@ def main(argv=None):
         rnd = random_baseline(ps.pipeline("pool", dataset=ds_id)(topics), topics, qrels,
                               ps.measures.parse(["NDCG%20", "MAP"], dataset=ds_id))
         print(f"[{facet}] random ordering of the pools (mean of 10 shuffles): NDCG%20 {100 * rnd['NDCG%20']:.2f}, "
-              f"MAP {100 * rnd['csfcube.MAP']:.2f}")
+              f"MAP {100 * rnd['sciface.MAP']:.2f}")
         tables.append(table)
         if args.bi_encoder_lengths:
             diag = bi_encoder_at_lengths(facet, args.bi_encoder_lengths, topics, qrels,
                                          ps.measures.parse(["NDCG%20", "MAP"], dataset=ds_id))
             print(f"[{facet}] " + "; ".join(f"{n}: NDCG%20 {100 * a:.2f}, MAP {100 * b:.2f}" for n, a, b in
-                                           zip(diag["name"], diag["NDCG%20"], diag["csfcube.MAP"])))
+                                           zip(diag["name"], diag["NDCG%20"], diag["sciface.MAP"])))
         for fold, m in meta.items():
             print(f"[{facet} test={fold}] train seeds {m['train_seeds']}, val seeds {m['val_seeds']}, "
                   f"triplets available {m['triplets_available']}, per epoch {m['triplets_per_epoch']}, "
@@ -213,9 +213,9 @@ def main(argv=None):
                   f"(best epoch {m['best_epoch']})")
         print(f"[{facet}] training + re-ranking both folds: {elapsed:.0f} s\n")
     out = pd.concat(tables, ignore_index=True)
-    cols = [c for c in out.columns if c in ("facet", "name", "NDCG%20", "csfcube.MAP", "NDCG%20 p-value")]
+    cols = [c for c in out.columns if c in ("facet", "name", "NDCG%20", "sciface.MAP", "NDCG%20 p-value")]
     show = out[cols].copy()
-    for c in ("NDCG%20", "csfcube.MAP"):
+    for c in ("NDCG%20", "sciface.MAP"):
         show[c] = (show[c] * 100).round(2)
     with pd.option_context("display.width", 200, "display.max_columns", 20):
         print(show.to_string(index=False))

@@ -74,6 +74,11 @@ def cmd_components(args) -> int:
             desc = f"(unavailable: {e})"
         print(textwrap.fill(desc, width=width, initial_indent=f"{name:<22} ", subsequent_indent=" " * 23,
                             break_long_words=False, break_on_hyphens=False) if desc else name)
+    aliases = REGISTRY.aliases()
+    if aliases:
+        print("\ndeprecated names (still accepted, with a warning):")
+        for old, new in aliases.items():
+            print(f"{old:<22} now {new}")
     return 0
 
 

@@ -8,7 +8,10 @@ module that raised one still exports it under its old name (``pyterrier_sci.regi
 ``pyterrier_sci.data.MissingDataError``, ...)."""
 from __future__ import annotations
 
+import os
+import sys
 import unicodedata
+import warnings
 from pathlib import Path
 from typing import Any, List, Mapping, Optional, Tuple, Union
 
@@ -16,7 +19,7 @@ __all__ = ["SciError", "PipelineError", "ParameterError", "UnknownComponentError
            "ScaleError", "MissingDataError", "DamagedDataError", "RunFileError", "ModelNotFoundError",
            "BackendError", "NonFiniteTrainingError", "LLMError", "UntrustedConfigError", "LLMCacheError",
            "LLMBudgetExceeded", "TooLarge", "ServerUnavailable", "LinkReplacedWarning", "DamagedFileWarning",
-           "ShortRunWarning", "one_line", "SHOW_COLUMNS"]
+           "ShortRunWarning", "DeprecatedNameWarning", "warn_deprecated_name", "one_line", "SHOW_COLUMNS"]
 
 
 class SciError(Exception):
@@ -165,6 +168,22 @@ class ManifestError(PipelineError):
 
 class ShortRunWarning(UserWarning):
     """A measure defined over the whole ranked pool met a run that ranks only part of the pool."""
+
+
+class DeprecatedNameWarning(FutureWarning):
+    """A component or measure was named by an old name that still works as an alias: the message gives
+    the new name (a ``FutureWarning``, so users see it by default; filter it by this class)."""
+
+
+def warn_deprecated_name(kind: str, old: str, new: str) -> None:
+    """One :class:`DeprecatedNameWarning`, attributed to the first caller outside this package."""
+    here = Path(__file__).resolve().parent   # the package, and (editable installs) the folders mapped into it
+    ours = tuple(str(d) + os.sep for d in (here, here.parent / "plugins", here.parent / "datasets"))
+    frame, level = sys._getframe(1), 2
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(ours):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(f"{kind} {old!r} is now called {new!r}; the old name still works but will be removed",
+                  DeprecatedNameWarning, stacklevel=level)
 
 
 class ModelNotFoundError(SciError, FileNotFoundError):

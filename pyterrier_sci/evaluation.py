@@ -44,7 +44,7 @@ def Experiment(retr_systems: List[Any], topics: pd.DataFrame, qrels: pd.DataFram
 
     Arguments are ``pt.Experiment``'s (``batch_size``, ``save_dir``, ``save_mode``, ``verbose``,
     ``validate``, ``filter_by_qrels``, ``precompute_prefix`` pass through), plus ``dataset`` to resolve
-    a dataset's measure aliases (``MAP`` means ``csfcube.MAP`` on CSFCube).  Measures may be names.
+    a dataset's measure aliases (``MAP`` means ``sciface.MAP`` on CSFCube).  Measures may be names.
 
     ``perquery=True`` returns PyTerrier's per-query frame (``name``, ``qid``, ``measure``, ``value``)
     of true values, NaN where a query does not count; ``"both"`` returns ``(averages, perquery)``.

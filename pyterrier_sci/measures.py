@@ -4,11 +4,14 @@ PyTerrier 1.x only parses trec_eval names when a measure is given as a string, s
 measures are ``ir_measures.Measure`` objects, looked up by name with :func:`get` / :func:`parse`::
 
     import pyterrier_sci as ps
-    pt.Experiment(systems, topics, qrels, ps.measures.parse(["NDCG%20", "csfcube.MAP", "nDCG@10"]))
+    pt.Experiment(systems, topics, qrels, ps.measures.parse(["sciface.NDCG%20", "sciface.MAP", "nDCG@10"]))
 
 Any name that is not one of the toolkit's is handed to ``ir_measures`` (``nDCG@10``, ``R@3``,
-``AP(rel=2)``, or a trec_eval name such as ``map``).  A dataset can declare aliases (CSFCube maps
-``MAP`` to its own ``csfcube.MAP``); pass ``dataset=`` to :func:`parse` to use them.
+``AP(rel=2)``, or a trec_eval name such as ``map``).  A paper's measures carry its namespace
+(``mir.*``, ``doris.*``, ``sciface.*``, ``hlm.*``); a dataset can declare short names for them (CSFCube
+maps ``MAP`` to ``sciface.MAP``); pass ``dataset=`` to :func:`parse` to use them.  A measure renamed
+into its paper's namespace keeps its former name (``csfcube.MAP``, ``PREC@3``, a bare ``NDCG%20``) as a
+deprecated alias (:func:`register_old_name`): it warns once and gives the same values under the name asked.
 
 Measures of this module evaluate the *ranked list the run gives*, the way the papers' scripts do:
 run documents without a judgement are dropped (for a pool benchmark, documents outside the pool),
@@ -23,6 +26,7 @@ the per-fold means for CSFCube, the mean over the queries that count where queri
 """
 from __future__ import annotations
 
+import copy
 import math
 import warnings
 from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Union
@@ -33,13 +37,17 @@ from ir_measures import Metric
 from ir_measures.measures import Measure
 
 from pyterrier_sci.corpus import irds_id
-from pyterrier_sci.errors import ShortRunWarning  # noqa: F401 - defined there, re-exported
+from pyterrier_sci.errors import (
+    ShortRunWarning,  # noqa: F401 - defined there, re-exported
+    warn_deprecated_name,
+)
 from pyterrier_sci.registry import MEASURES_GROUP, load_group
 
 __all__ = [
     "dcg", "ndcg_at_k", "average_precision", "reciprocal_rank", "r_precision_last_relevant",
     "precision_at_k", "recall_at_k", "RankListMeasure", "recall_of", "average_precision_of", "RankingMeasure",
-    "register", "get", "parse", "names", "aggregate", "calc_aggregate", "counts", "ShortRunWarning",
+    "register", "register_old_name", "old_names", "get", "parse", "names", "aggregate", "calc_aggregate", "counts",
+    "ShortRunWarning",
 ]
 
 
@@ -331,6 +339,8 @@ def counts(value: float) -> bool:
 
 _REGISTRY: Dict[str, Union[Measure, Callable[[], Measure]]] = {}
 _DATASET_ALIASES: Dict[str, Dict[str, str]] = {}
+_OLD_NAMES: Dict[str, str] = {}
+_OLD_MEASURES: Dict[str, Measure] = {}
 
 
 def register(name: str, measure: Union[Measure, Callable[[], Measure]], *, replace: bool = False) -> None:
@@ -344,6 +354,21 @@ def register_aliases(dataset_prefix: str, aliases: Mapping[str, str]) -> None:
     """Declares names that mean a dataset's own measure inside experiments on that dataset
     (for ids starting with ``dataset_prefix``, e.g. ``sci/csfcube``)."""
     _DATASET_ALIASES.setdefault(dataset_prefix, {}).update(aliases)
+
+
+def register_old_name(old: str, new: str) -> None:
+    """Keeps ``old``, a measure's former name, working: :func:`get` warns with a
+    :class:`~pyterrier_sci.errors.DeprecatedNameWarning` naming ``new`` and returns the measure
+    ``new`` under its old name (the same values; result tables keep the column a script reads)."""
+    if old in _REGISTRY:
+        raise ValueError(f"measure {old!r} is registered; an old name cannot replace it")
+    _OLD_NAMES[old] = new
+
+
+def old_names() -> Dict[str, str]:
+    """``{former name: current name}`` of the measures renamed into their paper's namespace."""
+    _load_plugin_measures()
+    return dict(sorted(_OLD_NAMES.items()))
 
 
 def names() -> List[str]:
@@ -378,6 +403,8 @@ def get(name: str, dataset: Optional[str] = None) -> Measure:
         if not isinstance(m, Measure):
             m = _REGISTRY[name] = m()
         return m
+    if name in _OLD_NAMES:
+        return _old_name(name)
     try:
         return ir_measures.parse_measure(name)
     except (ValueError, NameError, SyntaxError) as e:
@@ -389,6 +416,20 @@ def get(name: str, dataset: Optional[str] = None) -> Measure:
             return found[0]
         raise ValueError(f"unknown measure {name!r}: not a pyterrier-sci measure ({', '.join(sorted(_REGISTRY))}) "
                          f"and ir_measures cannot parse it ({e})") from None
+
+
+def _old_name(old: str) -> Measure:
+    new = _OLD_NAMES[old]
+    if old not in _OLD_MEASURES:
+        warn_deprecated_name("measure", old, new)
+        current = get(new)
+        renamed = copy.copy(current)
+        if hasattr(renamed, "NAME"):
+            renamed.NAME = old
+        if hasattr(renamed, "__name__"):
+            renamed.__name__ = old
+        _OLD_MEASURES[old] = renamed if str(renamed) == old else current
+    return _OLD_MEASURES[old]
 
 
 def parse(measures: Union[str, Measure, Sequence[Union[str, Measure]]], dataset: Optional[str] = None) -> List[Measure]:

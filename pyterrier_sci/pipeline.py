@@ -564,6 +564,7 @@ class _Builder:
             from_config = set(spec) - set(node.kwargs)
         params.update(node.kwargs)
         inputs = [self.build(a, expr, where) for a in node.args]
+        registry_name = REGISTRY.current_name(registry_name)  # a deprecated alias warns and means its new name
         try:
             comp = REGISTRY.get(registry_name)
         except UnknownComponentError as e:

@@ -19,7 +19,15 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Union
 
 from pyterrier_sci.artifacts import work_dir
-from pyterrier_sci.errors import SHOW_COLUMNS, ParameterError, PipelineError, UnknownComponentError, one_line  # noqa: F401
+from pyterrier_sci.errors import (  # noqa: F401
+    SHOW_COLUMNS,
+    DeprecatedNameWarning,
+    ParameterError,
+    PipelineError,
+    UnknownComponentError,
+    one_line,
+    warn_deprecated_name,
+)
 
 ENTRY_POINT_GROUP = "pyterrier_sci.components"
 
@@ -492,8 +500,16 @@ def _accepts_kwarg(fn: Callable, name: str) -> bool:
 
 
 class Registry:
+    """The component names of the pipeline language: entry points of ``pyterrier_sci.components``,
+    runtime :func:`register` calls, and deprecated aliases (entry points of
+    ``pyterrier_sci.component_aliases`` whose value is the same factory as a current name's, or
+    :meth:`alias` calls): an alias builds the current component and warns once per name with a
+    :class:`DeprecatedNameWarning` naming it."""
+
     def __init__(self):
         self._specs: Dict[str, ComponentSpec] = {}
+        self._aliases: Dict[str, str] = {}
+        self._warned: set = set()
         self._entry_points_loaded = False
 
     def _load_entry_points(self) -> None:
@@ -503,6 +519,38 @@ class Registry:
         for ep in entry_points(group=ENTRY_POINT_GROUP):
             if ep.name not in self._specs:
                 self._specs[ep.name] = _LazySpec(ep.name, ep)
+        by_factory = {spec.source: name for name, spec in self._specs.items()}
+        for ep in entry_points(group=ALIASES_GROUP):
+            if ep.name not in self._specs and ep.name not in self._aliases:
+                if ep.value not in by_factory:
+                    raise ImportError(f"{ALIASES_GROUP} entry point {ep.name!r} ({ep.value}) is the factory of no "
+                                      f"component of {ENTRY_POINT_GROUP}")
+                self._aliases[ep.name] = by_factory[ep.value]
+
+    def alias(self, old: str, new: str) -> None:
+        """Makes ``old`` a deprecated name of the component ``new``."""
+        self._load_entry_points()
+        if new not in self._specs:
+            raise UnknownComponentError(f"cannot alias {old!r} to {new!r}: no component is called {new!r}")
+        if old in self._specs:
+            raise ValueError(f"component {old!r} is registered; an alias cannot replace it")
+        self._aliases[old] = new
+
+    def aliases(self) -> Dict[str, str]:
+        """``{deprecated name: current name}``."""
+        self._load_entry_points()
+        return dict(sorted(self._aliases.items()))
+
+    def current_name(self, name: str) -> str:
+        """``name``, or the current name when ``name`` is a deprecated alias (warning once per name)."""
+        self._load_entry_points()
+        if name in self._specs or name not in self._aliases:
+            return name
+        new = self._aliases[name]
+        if name not in self._warned:
+            self._warned.add(name)
+            warn_deprecated_name("component", name, new)
+        return new
 
     def register(self, name: str, factory: Callable[..., Any], *, replace: bool = False) -> None:
         if not name.isidentifier():
@@ -514,7 +562,7 @@ class Registry:
         self._specs[name] = ComponentSpec(name, factory)
 
     def get(self, name: str) -> ComponentSpec:
-        self._load_entry_points()
+        name = self.current_name(name)
         if name not in self._specs:
             import difflib
             close = difflib.get_close_matches(name, self._specs, n=3)
@@ -531,7 +579,7 @@ class Registry:
 
     def __contains__(self, name: str) -> bool:
         self._load_entry_points()
-        return name in self._specs
+        return name in self._specs or name in self._aliases
 
 
 class _LazySpec(ComponentSpec):
@@ -559,6 +607,8 @@ REGISTRY = Registry()
 DATASETS_GROUP = "pyterrier_sci.datasets"
 MEASURES_GROUP = "pyterrier_sci.measures"
 CLI_GROUP = "pyterrier_sci.cli"
+#: deprecated component names: ``old = <the same module:factory as the current name's entry point>``
+ALIASES_GROUP = "pyterrier_sci.component_aliases"
 _LOADED_GROUPS: Dict[str, Dict[str, Any]] = {}
 
 

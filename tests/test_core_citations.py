@@ -76,8 +76,8 @@ def test_measures_by_hand():
                          columns=["query_id", "doc_id", "relevance"])
     run = pd.DataFrame([("q", d, s) for d, s in [("c", 5), ("a", 4), ("d", 3), ("b", 2), ("e", 1)]],
                        columns=["query_id", "doc_id", "score"])
-    res = ir_measures.calc_aggregate([ps.measures.get("PREC@3"), ps.measures.get("hlm.NDCG@3")], qrels, run)
-    assert res[ps.measures.get("PREC@3")] == pytest.approx(1 / 3)
+    res = ir_measures.calc_aggregate([ps.measures.get("hlm.PREC@3"), ps.measures.get("hlm.NDCG@3")], qrels, run)
+    assert res[ps.measures.get("hlm.PREC@3")] == pytest.approx(1 / 3)
     ideal = 1 + 1 / np.log2(3) + 1 / np.log2(4)
     assert res[ps.measures.get("hlm.NDCG@3")] == pytest.approx((1 / np.log2(3)) / ideal)
     assert str(ps.measures.get("NDCG@5", dataset="irds:sci/hepth-core-citations/test/c10")) == "hlm.NDCG@5"

@@ -336,7 +336,7 @@ def test_reranker_orders_by_descending_facet_score(trained):
 
 
 class TestFacetRerankComponent(conftest.TransformerTestCase):
-    """``facet_rerank`` as the component composes it on a dataset: seed text >> candidate text >> model."""
+    """``sciface_rerank`` as the component composes it on a dataset: seed text >> candidate text >> model."""
 
     @staticmethod
     def get_transformer():

@@ -191,7 +191,7 @@ def test_bad_backend_or_precision(facet_model, kwargs, match):
 def test_component_rejects_bad_backend(facet_model):
     path = str(facet_model.path)
     with pytest.raises(ValueError, match="'backend' got 'tensorrt'.*one of 'torch', 'openvino', 'onnx'"):
-        ps.pipeline(f'facet_rerank(model="{path}", backend="tensorrt")')
+        ps.pipeline(f'sciface_rerank(model="{path}", backend="tensorrt")')
     with pytest.raises(BackendError, match="needs backend 'openvino' or 'onnx'"):
         F.facet_rerank_component(model=path, precision="int8")
     with pytest.raises(BackendError, match="calibrates on .* dataset"):

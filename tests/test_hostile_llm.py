@@ -554,7 +554,7 @@ def test_pipeline_cannot_read_or_write_outside_allowed_dirs(outside, tmp_path):
         f"hlm_agents(analyzer_system={secret!r})",
         f"hlm_agents(example_path={str(outside / 'evil.txt')!r})",
         f"hlm_agents(guider_task={str(outside / 'task.json')!r})",
-        f"facet_label(system_template={secret!r})",
+        f"sciface_label(system_template={secret!r})",
     ]
     if not str(outside).startswith(os.path.realpath(tempfile.gettempdir())):  # a cache may go under /tmp
         cases.append(f"mir_pointwise(llm={{'cache_dir': {str(outside / 'cache')!r}}})")

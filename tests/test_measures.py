@@ -79,14 +79,15 @@ def test_group_weights_give_the_mean_of_group_means():
 
 
 def test_parse_names_and_aliases():
-    assert str(M.get("NDCG%20")) == "NDCG%20"
-    assert str(M.get("MAP", dataset="irds:sci/csfcube/method")) == "csfcube.MAP"
+    assert str(M.get("sciface.NDCG%20")) == "sciface.NDCG%20"
+    assert str(M.get("NDCG%20", dataset="irds:sci/csfcube/method")) == "sciface.NDCG%20"
+    assert str(M.get("MAP", dataset="irds:sci/csfcube/method")) == "sciface.MAP"
     assert M.get("nDCG@10") == ir_measures.nDCG @ 10
     assert M.get("map") == ir_measures.AP
-    assert [str(x) for x in M.parse("NDCG%20, R@3")] == ["NDCG%20", "R@3"]
+    assert [str(x) for x in M.parse("sciface.NDCG%20, R@3")] == ["sciface.NDCG%20", "R@3"]
     with pytest.raises(ValueError, match="unknown measure 'NDCG%21'"):
         M.get("NDCG%21")
-    assert "csfcube.RP" in M.names()
+    assert "sciface.RP" in M.names()
 
 
 def test_dataset_modules_register_no_measure_and_the_plugins_register_them_when_looked_up():
@@ -107,8 +108,9 @@ def test_dataset_modules_register_no_measure_and_the_plugins_register_them_when_
     assert proc.returncode == 0, err[-3000:]
     got = json.loads(out.strip().splitlines()[-1])
     assert got["before"] == [[], [], False]
-    assert {"csfcube.NDCG%20", "NDCG%20", "doris.R@5", "mir.mAP", "hlm.NDCG@3", "PREC@3"} <= set(got["names"])
-    assert got["MAP"] == "csfcube.MAP" and got["Recall"] == "R@50"
+    assert {"sciface.NDCG%20", "doris.R@5", "mir.mAP", "hlm.NDCG@3", "hlm.PREC@3"} <= set(got["names"])
+    assert not {"NDCG%20", "PREC@3", "csfcube.MAP"} & set(got["names"])  # former names: aliases, not listed
+    assert got["MAP"] == "sciface.MAP" and got["Recall"] == "R@50"
 
 
 # ---------------------------------------------------------------- CSFCube: the published SPECTER figures
@@ -168,7 +170,7 @@ def test_a_cut_run_warns_that_pool_measures_change_and_the_uncut_run_matches_the
     full = ps.pipeline("pool >> bm25", dataset="irds:sci/csfcube")(topics)
     with warnings.catch_warnings():
         warnings.simplefilter("error", M.ShortRunWarning)
-        table = ps.Experiment([full], topics, qrels, ["NDCG%20", "MAP", "csfcube.RR"], dataset="sci/csfcube/method")
+        table = ps.Experiment([full], topics, qrels, ["NDCG%20", "MAP", "sciface.RR"], dataset="sci/csfcube/method")
     assert (table["NDCG%20"][0], table["MAP"][0]) == (pytest.approx(0.4098, abs=5e-5), pytest.approx(0.2227, abs=5e-5))
     cut = full[full["rank"] < 100]
     with pytest.warns(M.ShortRunWarning, match=r"ranks only part of the judged pool for 11 of its 17 queries .*100 of "
@@ -178,4 +180,4 @@ def test_a_cut_run_warns_that_pool_measures_change_and_the_uncut_run_matches_the
     # measures that do not depend on the pool's length stay silent on the cut run
     with warnings.catch_warnings():
         warnings.simplefilter("error", M.ShortRunWarning)
-        ps.Experiment([cut], topics, qrels, ["csfcube.RR", "csfcube.P@20"], dataset="sci/csfcube/method")
+        ps.Experiment([cut], topics, qrels, ["sciface.RR", "sciface.P@20"], dataset="sci/csfcube/method")

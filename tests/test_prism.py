@@ -372,7 +372,7 @@ def test_prism_yaml_builds_every_pipeline():
     assert {"A2A", "F2F", "A2C", "F2C", "PRISM", "PRISM_agents", "PRISM_single", "PRISM_noA2A_maxsim"} <= set(systems)
     assert all(isinstance(s, pt.Transformer) for s in systems.values())
     whole = ps.pipeline(
-        "paper_fields >> prism(prism_sections, dense, dense(dataset='sci/acl-fulltext/chunks-256'), k=60)",
+        "prism_paper_fields >> prism(prism_sections, dense, dense(dataset='sci/acl-fulltext/chunks-256'), k=60)",
         dataset="irds:sci/acl-fulltext/references",
     )
     assert isinstance(whole, pt.Transformer)

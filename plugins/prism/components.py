@@ -1,6 +1,6 @@
-"""PRISM's pipeline components (``paper_fields``, ``query_field``, ``prism_sections``,
-``prism_agents``, ``prism_single_agent``, ``chunks_to_papers``, ``aspect_fusion``,
-``exclude_query_paper``) and ``prism``, which assembles the whole method: aspect queries of the query
+"""PRISM's pipeline components (``prism_paper_fields``, ``prism_query_field``, ``prism_sections``,
+``prism_agents``, ``prism_single_agent``, ``prism_chunks_to_papers``, ``prism_aspect_fusion``,
+``prism_exclude_query_paper``) and ``prism``, which assembles the whole method: aspect queries of the query
 paper retrieved from chunk corpora, mapped back to papers and fused with RRF.  See ``docs/prism.md``.
 """
 from __future__ import annotations
@@ -89,17 +89,17 @@ def _chain(inputs, t: pt.Transformer, name: str) -> pt.Transformer:
 @params(dataset=Param(DATASET, optional=True), fields=Param(list, item=str, min_len=1))
 def paper_fields_component(*inputs, context=None, dataset: Optional[str] = None,
                            fields: Sequence[str] = ("text", "title", "abstract", "full_text", "sections")):
-    """``paper_fields``: adds the query paper's title, abstract, full text and sections (by qid)."""
-    return _chain(inputs, PaperFields(dataset_of(dataset, context, "paper_fields"), fields), "paper_fields")
+    """``prism_paper_fields``: adds the query paper's title, abstract, full text and sections (by qid)."""
+    return _chain(inputs, PaperFields(dataset_of(dataset, context, "prism_paper_fields"), fields), "prism_paper_fields")
 
 
 @params(field=Param(str, min_len=1), fallback=Param(str, list, item=str),
         drop=Param(str, list, item=str, optional=True))
 def query_field_component(*inputs, field: str = "text", fallback: Sequence[str] = (),
                           drop: Optional[Sequence[str]] = None):
-    """``query_field(field=...)``: makes a column (``text``, ``full_text``, ``method_query``, ...) the query."""
+    """``prism_query_field(field=...)``: makes a column (``text``, ``full_text``, ``method_query``, ...) the query."""
     t = QueryField(field, fallback) if drop is None else QueryField(field, fallback, drop)
-    return _chain(inputs, t, "query_field")
+    return _chain(inputs, t, "prism_query_field")
 
 
 @params(SectionAspectQueries, aspects=_ASPECTS, max_words=Param(int, min=1, max=1_000_000, optional=True))
@@ -125,19 +125,20 @@ def prism_single_agent_component(*inputs, context=None, **params):
 @params(agg=Param(str, choices=AGGREGATIONS), k=Param(int, min=1, max=10_000),
         num_results=Param(int, min=1, max=MAX_RESULTS, optional=True))
 def chunks_to_papers_component(*inputs, agg: str = "max", k: int = 2, num_results: Optional[int] = None):
-    """``chunks_to_papers(agg=max)``: a chunk ranking (docnos <paper>%p<i>) as a paper ranking."""
-    return _chain(inputs, ChunkToPaper(agg, k, num_results), "chunks_to_papers")
+    """``prism_chunks_to_papers(agg=max)``: a chunk ranking (docnos <paper>%p<i>) as a paper ranking."""
+    return _chain(inputs, ChunkToPaper(agg, k, num_results), "prism_chunks_to_papers")
 
 
 @params(column=Param(str, min_len=1, optional=True))
 def exclude_query_paper_component(*inputs, column: Optional[str] = None):
-    """``exclude_query_paper``: drops the query paper (and its chunks) from its own ranking."""
-    return _chain(inputs, ExcludeQueryPaper(column), "exclude_query_paper")
+    """``prism_exclude_query_paper``: drops the query paper (and its chunks) from its own ranking."""
+    return _chain(inputs, ExcludeQueryPaper(column), "prism_exclude_query_paper")
 
 
 @params(method=Param(str, choices=FUSIONS), num_results=Param(int, min=1, max=MAX_RESULTS, optional=True))
 def aspect_fusion_component(*inputs, method: str = "maxsim", num_results: Optional[int] = 1000):
-    """``aspect_fusion(a, b, ..., method=maxsim|sum)``: PRISM Table 6's score-level merging of aspect chunk rankings."""
+    """``prism_aspect_fusion(a, b, ..., method=maxsim|sum)``: PRISM Table 6's score-level merging of aspect
+    chunk rankings."""
     return AspectScoreFusion(*inputs, method=method, num_results=num_results)
 
 

@@ -1,5 +1,5 @@
 """SciFACE: facet-aware cross-encoders (Background, Method), their training, warm start and
-re-rankers (``facet_rerank``), and the LLM facet labeller (``facet_label``).  See ``docs/sciface.md``."""
+re-rankers (``sciface_rerank``), and the LLM facet labeller (``sciface_label``).  See ``docs/sciface.md``."""
 from pyterrier_sci.lazy import lazy_exports
 
 _MODULES = {  # module -> the public names it defines, imported on first use

@@ -1,5 +1,5 @@
-"""SciFACE's pipeline components: ``facet_rerank`` (a facet model's re-ranking, or the controllable
-weighted mode) and ``facet_label`` (the LLM facet labeller).  See ``docs/sciface.md``."""
+"""SciFACE's pipeline components: ``sciface_rerank`` (a facet model's re-ranking, or the controllable
+weighted mode) and ``sciface_label`` (the LLM facet labeller).  See ``docs/sciface.md``."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -31,8 +31,8 @@ def facet_rerank_component(*inputs, context=None, facet: Optional[str] = None, m
                            weights: Union[None, str, Mapping[str, float]] = None, normalise: str = "zscore",
                            dataset: Optional[str] = None, add_text: bool = True, batch_size: int = 32,
                            verbose: bool = False, backend: str = "torch", precision: str = "fp32") -> pt.Transformer:
-    """``facet_rerank(facet=method, model=PATH)``: SciFACE facet re-ranking of the input's results.
-    ``facet_rerank(weights=same_method_different_problem, background_model=P1, method_model=P2)``:
+    """``sciface_rerank(facet=method, model=PATH)``: SciFACE facet re-ranking of the input's results.
+    ``sciface_rerank(weights=same_method_different_problem, background_model=P1, method_model=P2)``:
     the controllable mode.  ``facet`` defaults to ``model``'s own facet (and to ``method`` without
     ``model``); a ``facet`` that differs from the model's is an error.  Without model paths the
     artifacts are looked up under the work directory at ``facet/<facet>``.  With a dataset (the
@@ -41,16 +41,16 @@ def facet_rerank_component(*inputs, context=None, facet: Optional[str] = None, m
     exports cached under the work directory); int8 calibrates on the first pairs of the dataset's
     corpus (:func:`~pyterrier_sci.plugins.sciface.cross_encoder.calibration_pairs`)."""
     check_backend(backend, precision)
-    dataset = dataset_of(dataset, context, "facet_rerank", required=False)
+    dataset = dataset_of(dataset, context, "sciface_rerank", required=False)
     if precision == "int8" and not dataset:
-        raise BackendError("facet_rerank(precision='int8') calibrates on (seed, candidate) pairs of the dataset's "
+        raise BackendError("sciface_rerank(precision='int8') calibrates on (seed, candidate) pairs of the dataset's "
                            "corpus: give the pipeline a dataset, or dataset='irds:...'")
     engine = dict(backend=backend, precision=precision, calibration=dataset if precision == "int8" else None,
                   work=context.workdir() if context is not None else None)
 
     def default_path(f):
         if context is None:
-            raise ValueError(f"facet_rerank needs the {f} model's path (model=... / {f}_model=...)")
+            raise ValueError(f"sciface_rerank needs the {f} model's path (model=... / {f}_model=...)")
         p = Path(context.workdir()) / "facet" / f
         if not p.exists():
             raise FileNotFoundError(f"no {f} facet model at {p}; pass {f}_model=PATH or train one "
@@ -72,16 +72,16 @@ def facet_rerank_component(*inputs, context=None, facet: Optional[str] = None, m
         ds = pt.get_dataset(pt_dataset_id(dataset))
         rr = SeedText(dataset) >> pt.text.get_text(ds, ["title", "abstract"]) >> rr
     if len(inputs) > 1:
-        raise ValueError("facet_rerank takes at most one input pipeline")
+        raise ValueError("sciface_rerank takes at most one input pipeline")
     return inputs[0] >> rr if inputs else rr
 
 
 @params(FacetLabeller, llm=Param(dict, optional=True), on_error=Param(str, choices=("raise", "flag")),
         max_abstract_tokens=Param(int, min=1, max=1_000_000), max_tokens=Param(int, min=1, max=1_000_000))
 def facet_label_component(*inputs, context=None, llm: Optional[dict] = None, **params) -> pt.Transformer:
-    """``facet_label``: LLM facet labels (SciFACE) of the input's (seed, candidate) rows; the
+    """``sciface_label``: LLM facet labels (SciFACE) of the input's (seed, candidate) rows; the
     ``llm`` section of the config is the client's settings (a component's ``llm=`` overrides)."""
     t = FacetLabeller(llm=pipeline_settings(context, {"llm": llm}), **params)
     if len(inputs) > 1:
-        raise ValueError("facet_label takes at most one input pipeline")
+        raise ValueError("sciface_label takes at most one input pipeline")
     return inputs[0] >> t if inputs else t

@@ -1,5 +1,6 @@
-"""CSFCube's official measures (``eval_scripts/ranking_eval.py``): ``NDCG%20`` and the ``csfcube.*``
-family, averaged per test fold then across folds; on ``sci/csfcube`` ids the short names mean these."""
+"""CSFCube's official measures (``eval_scripts/ranking_eval.py``), as SciFACE evaluates with them: the
+``sciface.*`` family (``sciface.NDCG%20``, ``sciface.MAP``, ...), averaged per test fold then across
+folds; on ``sci/csfcube`` ids the short names (``NDCG%20``, ``MAP``) mean these."""
 from pyterrier_sci import measures
 from pyterrier_sci.datasets import csfcube
 
@@ -24,14 +25,16 @@ _DEFS = {
 
 
 def register_measures() -> None:
-    """Registers ``csfcube.<name>`` for each measure, ``NDCG%20``, and the short names on ``sci/csfcube`` ids."""
-    aliases, built = {}, {}
+    """Registers ``sciface.<name>`` for each measure and the short names (``NDCG%20``, ``MAP``, ...) on
+    ``sci/csfcube`` ids; the former names ``csfcube.<name>`` and a bare ``NDCG%20`` still work, with a
+    deprecation warning."""
+    aliases = {}
     for short, (fn, desc) in _DEFS.items():
-        full = f"csfcube.{short}"
-        built[short] = measures.RankListMeasure(short if short == "NDCG%20" else full, fn,
-                                                group_of=csfcube.test_fold_of, description=desc,
-                                                over_pool=short not in ("P@20", "RR"))  # ideal/cutoff from the pool
-        measures.register(full, built[short], replace=True)
+        full = f"sciface.{short}"
+        measures.register(full, measures.RankListMeasure(full, fn, group_of=csfcube.test_fold_of, description=desc,
+                                                         over_pool=short not in ("P@20", "RR")),  # ideal/cutoff
+                          replace=True)                                                           # from the pool
         aliases[short] = full
-    measures.register("NDCG%20", built["NDCG%20"], replace=True)
+        measures.register_old_name(f"csfcube.{short}", full)
+    measures.register_old_name("NDCG%20", "sciface.NDCG%20")
     measures.register_aliases(csfcube.NAME, aliases)

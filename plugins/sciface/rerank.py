@@ -1,8 +1,8 @@
 """SciFACE's re-rankers over a result frame: :class:`FacetControl` (the controllable weighted sum of
-the z-normalised Background and Method scores, ``facet_rerank(weights=...)``) and :class:`SeedText`
+the z-normalised Background and Method scores, ``sciface_rerank(weights=...)``) and :class:`SeedText`
 (the seed paper's title and abstract from a docstore); :class:`FacetReranker` (one facet model) is
 the scorer a :class:`~.cross_encoder.FacetCrossEncoder` hands out and lives beside it.  All take the
-facet models' ``backend`` and ``precision`` (docs/sciface.md, "Backends"); the ``facet_rerank``
+facet models' ``backend`` and ``precision`` (docs/sciface.md, "Backends"); the ``sciface_rerank``
 component is built in :mod:`.components`."""
 from __future__ import annotations
 
