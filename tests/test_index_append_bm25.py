@@ -136,3 +136,17 @@ def test_cli_appends_to_a_lucene_index(tmp_path, capsys):
     rebuilt = index_corpus(docs[:50] + [{"docno": d["docno"], "text": d["text"][:40] + " " + d["text"][40:]}
                                         for d in docs[50:]], tmp_path / "r.lucene", "lucene")
     _assert_equal_scores(str(path), rebuilt, _queries(docs), 60)
+
+
+def test_run_manifest_records_the_generation_searched(tmp_path):
+    from pyterrier_sci.manifest import model_entries
+    index = corpus_index("irds:sci/csfcube", "pisa", work_dir=tmp_path)
+    bm25 = BM25(index, num_results=5)
+    assert model_entries([bm25])[f"index:{index.path}"]["note"].startswith("generation 0; ")
+    from pyterrier_sci.corpus import corpus_texts
+    first = next(iter(corpus_texts("irds:sci/csfcube")))["docno"]
+    retract_documents(index.path, [first])
+    bm25 = BM25(str(index.path), num_results=5)
+    bm25(pd.DataFrame({"qid": ["1"], "query": ["citation"]}))
+    note = model_entries([bm25])[f"index:{index.path}"]["note"]
+    assert note.startswith("generation 1; ") and "sumsha256:" in note

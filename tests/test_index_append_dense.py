@@ -218,3 +218,18 @@ def test_cli_appends_and_retracts_any_index(tmp_path, capsys):
     _same(idx, _flat(tmp_path / "flat", final), _vecs(5, 13), k=len(final))
     assert main(["index", "irds:sci/csfcube", "--output", str(tmp_path / "none"), "--retract", str(ids)]) == 2
     assert "no index at" in capsys.readouterr().err
+
+
+def test_run_manifest_records_the_generation_searched(tmp_path):
+    """Experiments record the generation they ran on: the retriever declares its index (component protocol), and
+    the run manifest's ``models`` lists it with the generation it opened and the documents' hash."""
+    from pyterrier_sci.manifest import model_entries
+    from pyterrier_sci.plugins.dense import DenseRetriever
+    path = _flat(tmp_path / "flat", _docs("d", _vecs(40, 14)))
+    retract_documents(path, ["d3"])
+    r = DenseRetriever("default", index=str(path), verbose=False)
+    r.flex_index()  # opened: generation 1
+    retract_documents(path, ["d4"])  # the index moves on; the retriever searched generation 1
+    entry = model_entries([r])[f"index:{path}"]
+    want = DocSet.of(f"d{i}" for i in range(40) if i != 3)
+    assert entry["kind"] == "dense_index" and entry["note"] == f"generation 1; 39 documents; docs {want.hash}"

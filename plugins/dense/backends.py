@@ -49,6 +49,6 @@ __all__ = ["BACKENDS", "PRECISIONS", "BackendError", "check_backend", "ENGINES",
            "CROSS_ENCODER_TYPE", "CE_INT8_MIN_PEARSON", "CE_FP32_RTOL", "CE_EXPORT_VERSION", "CHECK_PAIRS",
            "calibration_from_pairs", "load_cross_encoder", "ExportedCrossEncoder"]
 
-# the OpenVINO export had this name here before the engines' registry (tests/test_facet_backends.py patches
+# the OpenVINO export had this name here before the engines' registry (tests/test_sciface_backends.py patches
 # it); the export is ENGINES["openvino"].export (openvino_engine.OpenVINOEngine.export), which does not read it
 _export_openvino = ENGINES["openvino"].export

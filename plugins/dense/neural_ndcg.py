@@ -13,7 +13,7 @@ As ``tau -> 0`` it tends to the exact NDCG of the score order (tested), and it i
 This follows allRank's ``neuralNDCG`` (deterministic variant, powered gains 2^y - 1, Sinkhorn
 scaling, truncation at ``k``, padded items marked by ``y < 0`` and kept out of the sort and the
 Sinkhorn scaling by a separate block, so padded lists have finite gradients and lose no precision;
-``tests/test_neural_ndcg.py`` checks values against a float64 reference).  allRank itself is not a
+``tests/test_dense_neural_ndcg.py`` checks values against a float64 reference).  allRank itself is not a
 dependency: its last release pins torch <= 1.8 and imports torchvision at import time.
 """
 from __future__ import annotations

@@ -114,7 +114,7 @@ def test_labeller_counts_and_skips_unusable_and_prompt_is_the_papers():
 
 def test_llm_labelled_route_end_to_end(tmp_path):
     """gather -> LLM labels -> triplets -> cross-encoder training -> facet re-ranking."""
-    from test_facet import make_tiny_bert
+    from test_sciface import make_tiny_bert
 
     base = make_tiny_bert(tmp_path / "bert")
     with ScriptedServer(responder=responder) as srv:
