@@ -24,9 +24,11 @@ from typing import Iterable, Iterator, Optional, Sequence, Union
 
 from pyterrier_sci.artifacts import lock
 from pyterrier_sci.errors import SciError
+from pyterrier_sci.protocol import ModelRef
 
 __all__ = ["IndexUpdateError", "DocSet", "HASH_PREFIX", "generation_of", "docs_record", "history_entry",
-           "already_applied", "update_lock", "read_docnos", "read_docs", "APPEND", "RETRACT", "MODES"]
+           "already_applied", "update_lock", "read_docnos", "read_docs", "describe_generation", "index_ref", "APPEND",
+           "RETRACT", "MODES"]
 
 HASH_PREFIX = "sumsha256:"
 _MOD = 1 << 256
@@ -100,6 +102,31 @@ def docs_record(meta: Optional[dict]) -> Optional[dict]:
     """The ``docs`` record (count and hash) of a ``pt_meta.json``, or None (an index built before it existed)."""
     rec = (meta or {}).get("docs")
     return rec if isinstance(rec, dict) else None
+
+
+def describe_generation(meta: Optional[dict]) -> str:
+    """``generation 3; 1234 documents; docs sumsha256:...`` (what a run manifest records of an index)."""
+    if meta is None:
+        return "not built yet"
+    docs = docs_record(meta)
+    count = docs.get("count") if docs else meta.get("num_docs", meta.get("doc_count"))
+    text = f"generation {generation_of(meta)}"
+    if count is not None:
+        text += f"; {count} documents"
+    return text + (f"; docs {docs['hash']}" if docs else "; docs hash not recorded (never updated)")
+
+
+def index_ref(path: Union[str, Path], kind: str, meta: Optional[dict] = None) -> ModelRef:
+    """The component-protocol entry of an index a component searches (``sci_models()``; run manifests list it
+    under ``models``, as ``index:<path>``): its generation and the documents it holds in the note - ``meta``, the
+    ``pt_meta.json`` the component loaded (else the one on disk now).  Its files are not hashed (an index can
+    be large; the documents' hash names what it holds)."""
+    if meta is None:
+        try:
+            meta = json.loads((Path(path) / "pt_meta.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            meta = None
+    return ModelRef(f"index:{path}", kind, None, describe_generation(meta if isinstance(meta, dict) else None))
 
 
 def history_entry(generation: int, op: str, batch: DocSet) -> dict:

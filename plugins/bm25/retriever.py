@@ -21,6 +21,7 @@ from pyterrier_pisa import PisaIndex
 from pyterrier_sci import artifacts
 from pyterrier_sci.corpus import corpus_texts, index_path
 from pyterrier_sci.data import work_dir as default_work_dir
+from pyterrier_sci.generations import index_ref
 from pyterrier_sci.quiet import quiet_native
 
 from .indexing import index_corpus
@@ -187,6 +188,8 @@ class BM25(pt.Transformer):
         return "pisa" if type(self.index).__name__ == "PisaIndex" else "lucene"
 
     def _retriever(self, k: int) -> pt.Transformer:
+        if not self._retrievers:  # the generation this retriever searches (sci_models)
+            self._index_meta = _read_meta(Path(self.index.path))
         if k not in self._retrievers:
             if self.backend == "pisa":
                 self._retrievers[k] = pisa_bm25(self.index, k1=self.k1, b=self.b, num_results=k,
@@ -242,6 +245,11 @@ class BM25(pt.Transformer):
         state["_retrievers"] = {}  # native retrieval contexts are rebuilt where unpickled
         return state
 
+    def sci_models(self):
+        """The component protocol (:mod:`pyterrier_sci.protocol`): the index with the generation it searched
+        (:func:`pyterrier_sci.generations.index_ref`; run manifests record it)."""
+        return [index_ref(str(self.index.path), "sparse_index", self.__dict__.get("_index_meta"))]
+
     def fuse_rank_cutoff(self, k: int) -> Optional["BM25"]:
         if k < self.num_results:
             return BM25(self.index, self.k1, self.b, k, self.rerank_depth, self.threads, self.verbose)
@@ -257,6 +265,14 @@ class BM25(pt.Transformer):
 
     def __hash__(self) -> int:
         return hash(("BM25", str(self.index.path), self.k1, self.b, self.num_results, self.rerank_depth))
+
+
+def _read_meta(path: Path) -> Optional[dict]:
+    try:
+        meta = json.loads((path / "pt_meta.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return meta if isinstance(meta, dict) else None
 
 
 def _clean_query(q) -> str:

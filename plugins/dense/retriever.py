@@ -20,6 +20,7 @@ import pyterrier_alpha as pta
 
 from pyterrier_sci.artifacts import build_atomically
 from pyterrier_sci.corpus import corpus_id, corpus_size, corpus_texts, doc_texts
+from pyterrier_sci.generations import index_ref
 from pyterrier_sci.models import DEFAULT_MODEL, check_backend, encoder_ref
 from pyterrier_sci.progress import Estimate, announce
 
@@ -389,8 +390,16 @@ class DenseRetriever(pt.Transformer):
 
     def sci_models(self):
         """The component protocol (:mod:`pyterrier_sci.protocol`): the encoder, by the name given and the
-        local directory it resolves to (hashed into manifests)."""
-        return [encoder_ref(self.model)]
+        local directory it resolves to (hashed into manifests), and the index with the generation it searched
+        (:func:`pyterrier_sci.generations.index_ref`: the one it opened, else the one on disk)."""
+        refs = [encoder_ref(self.model)]
+        if self.index is not None:
+            opened = self.__dict__.get("_flex")
+            meta = opened.manifest if hasattr(opened, "manifest") else \
+                opened.flex.payload(return_dvecs=False, return_docnos=False)[0] if isinstance(opened, FlatIndex) \
+                else None
+            refs.append(index_ref(self.index, "dense_index", meta))
+        return refs
 
     def _key(self):
         cal = self.calibration
