@@ -1,0 +1,48 @@
+"""The quick tier of every declared reproduction (pipelines/reproduce/*.yaml), run for real and compared
+with the figures recorded by `pyterrier-sci reproduce --tier quick --record`: a figure that drifts
+beyond its tolerance, or a published figure a table claims to reproduce and misses, fails here.
+
+The LLM rows of the quick tier run against the loopback OpenAI-compatible server: their call counts,
+and their behaviour (a judge that says "Yes" to every paper keeps the first-stage order, §5.2.1)."""
+import pytest
+
+from pyterrier_sci import reproduce as R
+from pyterrier_sci.llm.loopback import ScriptedServer
+
+from conftest import DATA
+
+TABLES = [(p.id, t.key) for p, t in R.select()]
+DATA_OF = {"sciface": "csfcube", "mir": "mir-multicite", "doris_mae": "doris-mae"}
+
+
+@pytest.mark.parametrize("paper,table", TABLES, ids=[f"{p}/{t}" for p, t in TABLES])
+def test_quick_tier_keeps_its_recorded_figures(paper, table):
+    if not (DATA / DATA_OF.get(paper, paper)).exists():
+        pytest.skip(f"no data for {paper} under {DATA}")
+    (res,) = R.reproduce(f"{paper}/{table}", tier="quick")
+    ran = [c for c in res.cells if c.reproduced is not None]
+    assert ran, f"{paper}/{table}: the quick tier ran nothing"
+    unrecorded = [c for c in ran if c.recorded is None]
+    assert not unrecorded, (f"{paper}/{table}: no recorded figure for {[(c.system, c.dataset, c.measure) for c in
+                                                                         unrecorded][:5]}; run pyterrier-sci "
+                            f"reproduce {paper}/{table} --tier quick --record")
+    assert not res.failed, "\n".join(f"{c.system} {c.dataset} {c.measure}: {c.reason}" for c in res.failed)
+
+
+@pytest.mark.skipif(not (DATA / "mir-multicite").exists(), reason="no MIR-MultiCite data")
+def test_mir_llm_rows_against_the_loopback_server():
+    with ScriptedServer(responder=lambda kind, body: " Yes") as srv:
+        (res,) = R.reproduce("mir/table3", tier="quick", llm=srv.base_url)
+        calls = srv.calls
+    cells = {(c.system, c.measure): c for c in res.cells}
+    # 3 proposals x top 10: one pointwise judgement per paper; the agent analyses each proposal once,
+    # then each paper
+    assert calls >= 3 * 10 * 2
+    for m in ("R@3", "R@5", "mAP"):
+        first = cells[("MiniLM_FT_top10", m)].reproduced
+        assert first is not None
+        # every paper judged relevant: the first-stage order stays, so do the figures
+        assert cells[("Pointwise_ZS", m)].reproduced == pytest.approx(first, abs=1e-6)
+        assert cells[("Agent_ZS", m)].reproduced == pytest.approx(first, abs=1e-6)
+        assert cells[("Pointwise_ZS", m)].status in (R.STATUS_DIFFERS, R.STATUS_REPRODUCED)
+    assert not [c for c in res.failed if c.system == "MiniLM_FT_top10"]
