@@ -25,6 +25,7 @@ import datetime
 import html
 import json
 import math
+import os
 import re
 import sys
 import time
@@ -603,7 +604,8 @@ def record(results: Sequence[TableResult]) -> List[Path]:
                                                                        "pyterrier-pisa", "ir-measures")
                                  if k in env["versions"]},
                     "git": (env.get("git") or {}).get("commit"),
-                    "date": datetime.date.today().isoformat(), "command": r.command + " --record"})
+                    "date": datetime.date.today().isoformat(), "command": r.command + " --record",
+                    "load_average": [round(x, 2) for x in os.getloadavg()]})   # others' work slows the timing
             data["paper"] = paper.id
             artifacts.atomic_write_text(path, json.dumps(data, indent=1, sort_keys=True) + "\n", "the recorded figures")
         written.append(path)
@@ -772,7 +774,10 @@ def docs_table(paper: Paper, table: Table, tier: Optional[str] = None) -> str:
         lines.append(f"| {_md_cell(s.label or s.name)} | " + " | ".join(vals) + " |")
     if rec:
         cpu = (rec.get("cpu") or {}).get("model") or "unknown CPU"
-        how = (f"Recorded by `{rec.get('command')}` on {rec.get('date')} ({rec.get('seconds')} s on {cpu}); "
+        load = rec.get("load_average")
+        load = f", load average {load[0]:g} while other jobs ran" if load and load[0] > 2.5 else ""
+        how = (f"Recorded by `{rec.get('command')}` on {rec.get('date')} ({rec.get('seconds')} s on "
+               f"{rec.get('cpu', {}).get('usable_cores', '?')} cores of {cpu}{load}); "
                f"in parentheses the paper's Table {table.number}")
     else:
         how = f"Not recorded yet: `pyterrier-sci reproduce {paper.id}/{table.key} --tier {tier} --record`"

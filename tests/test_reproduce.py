@@ -263,3 +263,26 @@ def test_the_readme_and_docs_tables_are_not_stale():
     (regenerate them with `pyterrier-sci reproduce --write-docs`)."""
     from conftest import ROOT
     assert R.stale_docs(ROOT) == []
+
+
+def test_on_ray_gives_the_local_figures(home):
+    pytest.importorskip("ray")
+    d = _paper(home)
+    doc = yaml.safe_load((d / "toy.yaml").read_text())
+    systems = doc["tables"]["t5"]["systems"]
+    doc["tables"]["t5"]["systems"] = {"SPECTER": systems["SPECTER"],
+                                      "BM25": {**systems["BM25"], "pipeline": "pool >> bm25"}}
+    doc["tables"]["t6"] = {**doc["tables"]["t5"], "number": "6",
+                           "systems": {"BM25": {"pipeline": "pool >> bm25(k1=1.2, b=0.75)"}}}
+    (d / "toy.yaml").write_text(yaml.safe_dump(doc))
+    local = R.reproduce("toy", tier="full", directory=d)
+    shutil.rmtree(home / "work" / "reproduce")          # the Ray tasks compute the runs again
+    try:
+        remote = R.reproduce("toy", tier="full", directory=d, on_ray=True, num_cpus=2)
+    finally:
+        import ray
+        ray.shutdown()
+    assert [r.table.key for r in remote] == ["t5", "t6"]
+    assert [[(c.system, c.dataset, c.measure, c.reproduced) for c in r.cells] for r in remote] == \
+        [[(c.system, c.dataset, c.measure, c.reproduced) for c in r.cells] for r in local]
+    assert all(r.manifest_path.is_file() for r in remote)

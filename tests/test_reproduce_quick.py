@@ -5,11 +5,10 @@ beyond its tolerance, or a published figure a table claims to reproduce and miss
 The LLM rows of the quick tier run against the loopback OpenAI-compatible server: their call counts,
 and their behaviour (a judge that says "Yes" to every paper keeps the first-stage order, §5.2.1)."""
 import pytest
+from conftest import DATA
 
 from pyterrier_sci import reproduce as R
 from pyterrier_sci.llm.loopback import ScriptedServer
-
-from conftest import DATA
 
 TABLES = [(p.id, t.key) for p, t in R.select()]
 DATA_OF = {"sciface": "csfcube", "mir": "mir-multicite", "doris_mae": "doris-mae"}
@@ -23,8 +22,8 @@ def test_quick_tier_keeps_its_recorded_figures(paper, table):
     ran = [c for c in res.cells if c.reproduced is not None]
     assert ran, f"{paper}/{table}: the quick tier ran nothing"
     unrecorded = [c for c in ran if c.recorded is None]
-    assert not unrecorded, (f"{paper}/{table}: no recorded figure for {[(c.system, c.dataset, c.measure) for c in
-                                                                         unrecorded][:5]}; run pyterrier-sci "
+    missing = [(c.system, c.dataset, c.measure) for c in unrecorded][:5]
+    assert not unrecorded, (f"{paper}/{table}: no recorded figure for {missing}; run pyterrier-sci "
                             f"reproduce {paper}/{table} --tier quick --record")
     assert not res.failed, "\n".join(f"{c.system} {c.dataset} {c.measure}: {c.reason}" for c in res.failed)
 
