@@ -19,6 +19,7 @@ from typing import Any, Iterable, Iterator, Optional, Sequence, Tuple, Union
 from pyterrier_pisa import PisaIndex, PisaIndexer
 
 from pyterrier_sci.artifacts import build_atomically, write_pt_meta
+from pyterrier_sci.generations import DocSet
 from pyterrier_sci.quiet import quiet_native
 
 from .lucene import RAM_BUFFER_MB as LUCENE_RAM_BUFFER_MB  # Lucene's indexing buffer (MB); no JVM needed
@@ -139,28 +140,36 @@ def index_corpus(docs: Iterable[dict], path: Union[str, Path], backend: str = "p
         raise ValueError(f"batch_size must be a positive integer, not {batch_size!r}")
     if not ram_buffer_mb > 0:
         raise ValueError(f"ram_buffer_mb must be positive, not {ram_buffer_mb!r}")
-    checked = checked_docs(docs, text_field, backend)
+    held = DocSet()  # the documents' count and hash, recorded as generation 0 (pyterrier_sci.generations)
+    checked = _counted(checked_docs(docs, text_field, backend), held)
+    record = dict(record or {})
     path = Path(path)
     if backend == "pisa":
         def build_pisa(tmp: Path) -> None:
             _build_pisa(checked, tmp, threads, batch_size or PISA_BATCH_SIZE, verbose)
-            _add_record(tmp, record)
+            _add_record(tmp, record, held)
         build_atomically(path, build_pisa, overwrite=overwrite, what=f"the PISA index {path}")
         return PisaIndex(str(path), threads=threads)
 
     def build(tmp: Path) -> None:
         LuceneIndexer(tmp, text_field="text", threads=threads, batch_size=batch_size or LUCENE_BATCH_SIZE,
                       ram_buffer_mb=ram_buffer_mb).index({"docno": d, "text": t} for d, t in _nonempty(checked))
-        _add_record(tmp, record)
+        _add_record(tmp, record, held)
     build_atomically(path, build, overwrite=overwrite, what=f"the Lucene index {path}")
     return LuceneIndex(str(path))
 
 
-def _add_record(directory: Path, record: Optional[dict]) -> None:
-    """Adds ``record``'s keys to the ``pt_meta.json`` a build wrote (inside the build: before its rename)."""
-    if record:
-        meta = json.loads((directory / "pt_meta.json").read_text(encoding="utf-8"))
-        write_pt_meta(directory, **{**meta, **record})
+def _counted(checked: Iterator[Tuple[str, str]], held: DocSet) -> Iterator[Tuple[str, str]]:
+    for docno, text in checked:
+        held.add((docno,))
+        yield docno, text
+
+
+def _add_record(directory: Path, record: dict, held: DocSet) -> None:
+    """Adds ``record``'s keys, generation 0 and the count and hash of the documents indexed to the
+    ``pt_meta.json`` a build wrote (inside the build: before its rename)."""
+    meta = json.loads((directory / "pt_meta.json").read_text(encoding="utf-8"))
+    write_pt_meta(directory, **{**meta, **record, "generation": 0, "docs": held.record()})
 
 
 def _nonempty(checked: Iterator[Tuple[str, str]]) -> Iterator[Tuple[str, str]]:

@@ -17,6 +17,7 @@ import numpy as np
 import pyterrier as pt
 
 from pyterrier_sci.artifacts import write_pt_meta
+from pyterrier_sci.generations import DocSet
 
 from .ann import ann_index, ann_topk
 from .calibration import Calibration
@@ -84,13 +85,21 @@ def write_flat_index(directory: Union[str, os.PathLike], docs: Iterable[dict],
     keys to add to its ``pt_meta.json`` (:mod:`.index_meta`) and the int8 calibration (kept in
     ``calibration.json``; None for fp32)."""
     from pyterrier_dr import FlexIndex
-    FlexIndex(str(directory), verbose=False).indexer().index(docs)
+    held = DocSet()  # the documents' count and hash, recorded as generation 0 (pyterrier_sci.generations)
+    FlexIndex(str(directory), verbose=False).indexer().index(_counted(docs, held))
     record, calibration = describe()
     meta = read_pt_meta(directory)
     meta.update(record)
+    meta.update(generation=0, docs=held.record())
     write_pt_meta(directory, **meta)
     if calibration is not None:
         write_calibration_texts(directory, calibration)
+
+
+def _counted(docs: Iterable[dict], held: DocSet) -> Iterable[dict]:
+    for d in docs:
+        held.add((str(d["docno"]),))
+        yield d
 
 
 def open_index(path: Union[str, os.PathLike]) -> VectorIndex:

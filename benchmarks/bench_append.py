@@ -1,0 +1,206 @@
+"""Appending 1 % new documents to an index vs rebuilding it on the final collection (issue 35, item 3), for
+BM25 (Lucene, PISA) and dense (flat, sharded), as ratios measured in one run, plus the memory an append takes
+as the index grows.
+
+The documents are a stream of hep-th papers (``sci/hepth-core-citations/train``, title + abstract): the base
+index holds the first N, the appended ones are the next N x ``--fraction`` papers of the stream (new ids).  For
+each index type: the base index is built once (not timed) and copied; then, ``--rounds`` times, interleaved
+(append, rebuild, append, ...) so both see the same machine load: *append* = the new documents appended to a
+fresh copy of the base index (a new generation: :mod:`pyterrier_sci.plugins.bm25.growth`,
+:mod:`pyterrier_sci.plugins.dense.growth`), *rebuild* = an index of the final collection built from scratch
+(for dense: every document encoded).  The ratio is append / rebuild per round (median, min-max).  A PISA
+index has no append: its change *is* a rebuild (docs/indexes.md), reported as it is.
+
+Memory: the peak of Python's traced heap (``tracemalloc``, numpy's buffers included) while 1 % is appended to
+flat dense indexes of two sizes 10x apart (vectors given, nothing encoded): it stays at the copy chunk, it does
+not grow with the index.
+
+    python benchmarks/bench_append.py [--bm25-docs 27000] [--dense-docs 3000] [--fraction 0.01] [--rounds 2]
+        [--out benchmarks/results/bench_append.md]
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import tracemalloc
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from pyterrier_sci.bench import interleaved, load_note, markdown
+
+DATASET = "irds:sci/hepth-core-citations/train"
+
+
+def cpu_name() -> str:
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
+        model = next(line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name"))
+    except (OSError, subprocess.CalledProcessError, StopIteration):
+        model = platform.processor() or "unknown CPU"
+    return f"{model}, {os.cpu_count()} CPUs"
+
+
+def stream(n_base: int, n_new: int):
+    """(base documents, appended documents): the first ``n_base`` papers, then the next ``n_new`` under new ids."""
+    from pyterrier_sci.corpus import corpus_texts
+    docs = list(itertools.islice(corpus_texts(DATASET), n_base + n_new))
+    return docs[:n_base], [{"docno": f"new~{d['docno']}", "text": d["text"]} for d in docs[n_base:]]
+
+
+def _fresh(src: Path, dst: Path) -> Path:
+    if dst.exists():
+        shutil.rmtree(dst)
+    shutil.copytree(src, dst)
+    return dst
+
+
+def bench_bm25(work: Path, n: int, fraction: float, rounds: int) -> list:
+    from pyterrier_sci.plugins.bm25 import corpus_index, index_corpus
+    from pyterrier_sci.plugins.bm25.growth import append_documents
+    rows = []
+    base, new = stream(n, max(1, int(n * fraction)))
+    final = base + new
+    index_corpus(base, work / "lucene-base", "lucene")
+    n_rebuilt = itertools.count()
+
+    def lucene_append():
+        append_documents(_fresh(work / "lucene-base", work / "lucene-grown"), new)
+
+    def lucene_rebuild():
+        index_corpus(final, work / f"lucene-rebuilt-{next(n_rebuilt)}", "lucene")
+    t = interleaved({"append": lucene_append, "rebuild": lucene_rebuild}, rounds, alternate=True)
+    rows.append(_row("BM25 Lucene (new segment)", len(base), len(new), t))
+    # PISA: the base is the dataset's corpus index (it records its source); an append rebuilds the final collection
+    from pyterrier_sci.corpus import corpus_texts
+    pisa_base = Path(corpus_index(DATASET, "pisa", work_dir=work / "pisa-work").path)
+    corpus = list(corpus_texts(DATASET))
+    pnew = [{"docno": f"new~{d['docno']}", "text": d["text"]} for d in corpus[:max(1, int(len(corpus) * fraction))]]
+
+    def pisa_append():
+        append_documents(_fresh(pisa_base, work / "pisa-grown"), pnew)
+
+    def pisa_rebuild():
+        index_corpus(corpus + pnew, work / f"pisa-rebuilt-{next(n_rebuilt)}", "pisa")
+    t = interleaved({"append": pisa_append, "rebuild": pisa_rebuild}, rounds, alternate=True)
+    rows.append(_row("BM25 PISA (rebuild path)", len(corpus), len(pnew), t))
+    return rows
+
+
+def bench_dense(work: Path, n: int, fraction: float, rounds: int) -> list:
+    from pyterrier_sci.plugins.dense import DenseRetriever
+    from pyterrier_sci.plugins.dense.fanout import write_sharded_flex
+    from pyterrier_sci.plugins.dense.flat import write_flat_index
+    from pyterrier_sci.plugins.dense.growth import append_documents
+    from pyterrier_sci.plugins.dense.index_meta import encoder_record
+    base, new = stream(n, max(1, int(n * fraction)))
+    final = base + new
+    def encoder():  # loaded afresh by every build, as by every append (which loads the index's encoder)
+        return DenseRetriever("default", index=None, verbose=False, batch_size=32)
+    record = {"encoder": encoder_record("default", "torch", "fp32", None, encoder().encoder.max_seq_length),
+              "fields": None, "corpus": None, "vectors": "fp32"}
+
+    def build_flat(path: Path, docs):
+        vecs = encoder().encode([d["text"] for d in docs])
+        write_flat_index(path, ({"docno": d["docno"], "doc_vec": v} for d, v in zip(docs, vecs)),
+                         lambda: (record, None))
+        return vecs
+
+    base_vecs = build_flat(work / "flat-base", base)
+    write_sharded_flex(work / "sharded-base", [d["docno"] for d in base], base_vecs, 4, model="default",
+                       encoder=record["encoder"])
+    n_rebuilt = itertools.count()
+
+    def flat_append():
+        append_documents(_fresh(work / "flat-base", work / "flat-grown"), new)
+
+    def sharded_append():
+        append_documents(_fresh(work / "sharded-base", work / "sharded-grown"), new)
+
+    def rebuild():  # every document encoded, then written (flat; a sharded index of them costs the same encoding)
+        build_flat(work / f"flat-rebuilt-{next(n_rebuilt)}", final)
+    t = interleaved({"append": flat_append, "sharded": sharded_append, "rebuild": rebuild}, rounds, alternate=True)
+    rows = [_row("dense flat (rewrite, 1 % encoded)", len(base), len(new), t)]
+    t.times["append"] = t.times["sharded"]
+    rows.append(_row("dense sharded (new shard)", len(base), len(new), t))
+    return rows
+
+
+def _row(name, n_base, n_new, t) -> dict:
+    r = t.ratio("append", "rebuild")
+    return {"index": name, "base docs": n_base, "appended": n_new, "append s": t.median("append"),
+            "rebuild s": t.median("rebuild"), "append / rebuild": f"{100 * r.median:.2f} % "
+            f"({100 * r.min:.2f}-{100 * r.max:.2f}, n={r.n})"}
+
+
+def bench_memory(work: Path, sizes=(20_000, 200_000), dim: int = 384, fraction: float = 0.01) -> list:
+    """Peak traced Python heap while appending ``fraction`` (vectors given) to flat indexes of ``sizes``."""
+    from pyterrier_dr import FlexIndex
+
+    from pyterrier_sci.plugins.dense.growth import append_documents
+    rows = []
+    rng = np.random.default_rng(0)
+    for n in sizes:
+        path = work / f"mem-{n}"
+        FlexIndex(str(path), verbose=False).indexer().index(
+            {"docno": f"d{i}", "doc_vec": rng.standard_normal(dim).astype(np.float32)} for i in range(n))
+        new = ({"docno": f"n{i}", "doc_vec": rng.standard_normal(dim).astype(np.float32)}
+               for i in range(int(n * fraction)))
+        tracemalloc.start()
+        t0 = time.perf_counter()
+        append_documents(path, new)
+        seconds = time.perf_counter() - t0
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        rows.append({"flat index": f"{n:,} x {dim}", "index MB": (path / "vecs.f4").stat().st_size / 2**20,
+                     "appended": int(n * fraction), "append s": seconds, "peak traced heap MB": peak / 2**20})
+        shutil.rmtree(path)
+    return rows
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--bm25-docs", type=int, default=27_000)
+    p.add_argument("--dense-docs", type=int, default=3_000)
+    p.add_argument("--fraction", type=float, default=0.01)
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--out", default="benchmarks/results/bench_append.md")
+    p.add_argument("--skip", nargs="*", default=[], choices=["bm25", "dense", "memory"])
+    args = p.parse_args(argv)
+    before = os.getloadavg()
+    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    lines = [f"# bench_append: {100 * args.fraction:g} % appended vs rebuilt", "",
+             f"CPU: {cpu_name()}; Python {platform.python_version()}; {when}",
+             f"command: python benchmarks/bench_append.py {' '.join(argv if argv is not None else sys.argv[1:])}", ""]
+    with tempfile.TemporaryDirectory(prefix="bench-append-") as tmp:
+        work = Path(tmp)
+        rows = []
+        if "bm25" not in args.skip:
+            rows += bench_bm25(work, args.bm25_docs, args.fraction, args.rounds)
+        if "dense" not in args.skip:
+            rows += bench_dense(work, args.dense_docs, args.fraction, args.rounds)
+        if rows:
+            lines += ["## time (median of the rounds; ratio per round: median, min-max)", "",
+                      markdown(pd.DataFrame(rows)), ""]
+        if "memory" not in args.skip:
+            lines += ["## memory of a flat dense append (vectors given: nothing encoded)", "",
+                      markdown(pd.DataFrame(bench_memory(work))), ""]
+    lines.append(load_note(before))
+    text = "\n".join(lines) + "\n"
+    print(text)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text, encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
