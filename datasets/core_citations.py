@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Dict, Iterable, Iterator, List, NamedTuple, Optional, Set, Tuple
 
 import ir_datasets
+import numpy as np
 
 from pyterrier_sci.data import (
     DamagedDataError,
@@ -347,7 +348,6 @@ def read_hlm_release(root: Path, split: str) -> Tuple[CoreCitationSet, Dict[str,
     5 superficial ids) and ``<root>/text/<digit>/<id>.txt`` (first line the title, the rest the
     abstract; ``<digit>`` is the id's last digit).  Returns the split (candidates graded 2/1) and
     the papers it mentions."""
-    import numpy as np
     root = Path(root)
     table_path = root / f"{split}_table.npy"
     if not table_path.exists():

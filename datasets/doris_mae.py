@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 import ir_datasets
+import pandas as pd
 
 from pyterrier_sci.corpus import irds_id
 from pyterrier_sci.data import (
@@ -519,7 +520,6 @@ def aspect_topics(dataset: str):
     """A PyTerrier topics frame (``qid``, ``query``) with the aspect structure: ``aspects`` (tuple of
     aspect texts, sub-aspects excluded), ``sub_aspects`` (tuple of tuples of texts) and
     ``n_aspects`` (|Q|).  The ``aspects`` column is what the aspect modes of the dense scorer read."""
-    import pandas as pd
     rows = [{"qid": q.query_id, "query": q.text, "aspects": tuple(q.aspect_texts()),
              "sub_aspects": tuple(tuple(t for _, t in a.sub_aspects) for a in q.aspects),
              "n_aspects": q.n_aspects} for q in _variant_queries(_variant_of(dataset))]
@@ -530,7 +530,6 @@ def scores_frame(dataset: str):
     """The judgements of a ``sci/doris-mae`` id as a frame: ``qid``, ``docno``, ``score`` (S of Eq. 1/2),
     ``n_aspects`` (|Q|), ``normalised`` (S/|Q|) and ``relevant`` (normalised >= 1, removed abstracts
     excluded), in pool order."""
-    import pandas as pd
     variant = _variant_of(dataset)
     n = {q.query_id: q.n_aspects for q in _variant_queries(variant)}
     rows = [(qid, d, s, n[qid]) for qid, d, s in _judged(variant)]
@@ -544,7 +543,6 @@ def human_test_set():
     """The release's 250 human-annotated question pairs (``aspect_id``, ``abstract_id``, ``aspect``,
     ``annotator_1``..``annotator_3``) and the LLM's score of the same pairs (``gpt``), for the
     agreement statistics of :mod:`pyterrier_sci.plugins.doris_mae.anno_gpt`."""
-    import pandas as pd
     rel = release()
     rows = []
     for t in rel.test_set():

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import pandas as pd
+import pyterrier as pt
 
 
 def best(fn: Callable[[], Any], repeats: int) -> Tuple[float, Any]:
@@ -133,7 +134,6 @@ def csfcube_rerank_sample(n_queries: int, depth: int) -> pd.DataFrame:
     their candidate pool, as a result frame with ``title`` and ``abstract`` (what the LLM re-rankers
     read)."""
     import ir_datasets
-    import pyterrier as pt
 
     ds = pt.get_dataset("irds:sci/csfcube/method")
     topics = ds.get_topics().head(n_queries)

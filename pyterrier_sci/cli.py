@@ -9,7 +9,11 @@ import argparse
 import contextlib
 import errno
 import json
+import os
+import shutil
 import sys
+import textwrap
+import traceback
 from typing import Iterator, List, Optional
 
 import pandas as pd
@@ -63,8 +67,6 @@ def cmd_datasets(args) -> int:
 
 def cmd_components(args) -> int:
     """Each component's name and the first sentence of its description, wrapped to the terminal."""
-    import shutil
-    import textwrap
 
     width = max(60, min(120, shutil.get_terminal_size((100, 24)).columns))
     for name in REGISTRY.names():
@@ -268,7 +270,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _split_debug(argv: List[str]):
     """``--debug`` anywhere before a ``--`` (or ``$PYTERRIER_SCI_DEBUG=1``) shows tracebacks."""
-    import os
     debug = os.environ.get("PYTERRIER_SCI_DEBUG", "") not in ("", "0")
     out = []
     for i, a in enumerate(argv):
@@ -370,7 +371,6 @@ def main(argv: Optional[List[str]] = None) -> int:
     except Exception as e:  # noqa: BLE001 - one line per failure; --debug shows the traceback
         _name_what_was_written(e, args)
         if debug:
-            import traceback
             traceback.print_exc()
         lines = [f"{prog}: error: {describe_error(e)}"]
         if isinstance(e, PipelineError):
@@ -387,7 +387,6 @@ def main(argv: Optional[List[str]] = None) -> int:
 def _drop_stdout() -> None:
     """Points the standard output at /dev/null, so that the interpreter's last flush does not fail
     again on the closed pipe."""
-    import os
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())

@@ -13,6 +13,7 @@ import hashlib
 import io
 import json
 import os
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, Optional, Sequence, Tuple, Union
@@ -110,7 +111,6 @@ class DataFile:
 def _download(url: str, dest: Path, md5: Optional[str]) -> Path:
     """Downloads through a temporary file beside ``dest`` (:func:`~pyterrier_sci.artifacts.atomic_file`),
     checked before it is renamed into place (no half-written file)."""
-    import urllib.request
 
     h = hashlib.md5()
     with atomic_file(dest, "the data file") as tmp:

@@ -10,8 +10,11 @@ import os
 import platform
 import re
 import subprocess
+from importlib import metadata
 from pathlib import Path
 from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
+
+import numpy as np
 
 __all__ = ["MANIFEST_VERSION", "LIBRARIES", "library_versions", "git_state", "environment", "jsonable",
            "manifest_header", "artifact_manifest"]
@@ -40,7 +43,6 @@ _SECRET = re.compile(r"(api_?key|secret|password|token$|^key$)", re.I)
 
 def library_versions() -> Dict[str, Optional[str]]:
     """The installed version of each of :data:`LIBRARIES` (``None`` when it is not installed)."""
-    from importlib import metadata
     out: Dict[str, Optional[str]] = {}
     for shown, dists in LIBRARIES.items():
         out[shown] = None
@@ -110,7 +112,6 @@ def jsonable(x: Any) -> Any:
     if isinstance(x, bool) or x is None or isinstance(x, str):
         return x
     try:
-        import numpy as np
         if isinstance(x, np.generic):
             x = x.item()
     except ImportError:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple, Union
@@ -73,7 +74,6 @@ def _read_saved_run(path: Path) -> Optional[pd.DataFrame]:
     try:
         res = pt.io.read_results(str(path))
     except Exception as e:  # EOFError (truncated gzip), zlib.error, UnicodeDecodeError, parser errors
-        import warnings
         warnings.warn(f"saved run {path} cannot be read ({type(e).__name__}: {e}); it is removed and computed "
                       "again", artifacts.DamagedFileWarning, stacklevel=3)
         artifacts.discard(path)

@@ -33,6 +33,7 @@ from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, 
 
 import ir_measures
 import numpy as np
+import pandas as pd
 from ir_measures import Metric
 from ir_measures.measures import Measure
 
@@ -280,7 +281,6 @@ class RankingMeasure(Measure):
 
     def per_query(self, qrels, run) -> Dict[str, float]:
         """Unweighted per-query values (NaN = left out) from PyTerrier (or ir_measures) frames."""
-        import pandas as pd
         q = qrels.rename(columns={"qid": "query_id", "docno": "doc_id", "label": "relevance"})
         r = run.rename(columns={"qid": "query_id", "docno": "doc_id"})
         if "rank" in r.columns:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple, Union
 
 import pyterrier as pt
+import yaml
 
 from pyterrier_sci.registry import (  # noqa: F401 (re-exported)
     MAX_RESULTS,
@@ -326,7 +327,6 @@ def _read_config_text(path: Path, shown: str) -> str:
 def _yaml_load(text: str, shown: str) -> Any:
     """``yaml.safe_load`` with bounds: nesting depth, alias uses and the size of the document once
     its aliases are expanded (a "billion laughs" file is refused in milliseconds)."""
-    import yaml
 
     class Limit(Exception):  # noqa: N818
         def __init__(self, why, mark=None):
@@ -392,7 +392,6 @@ def _yaml_load(text: str, shown: str) -> Any:
 
 
 def _yaml_children(node) -> List[Any]:
-    import yaml
     if isinstance(node, yaml.SequenceNode):
         return list(node.value)
     if isinstance(node, yaml.MappingNode):

@@ -30,6 +30,7 @@ protocol"); nothing reads attribute names.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from importlib import resources
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Protocol, runtime_checkable
 
 import pyterrier as pt
@@ -144,7 +145,6 @@ def usage_holders(systems: Any) -> List[Any]:
 def package_templates(package: str) -> Dict[str, str]:
     """The templates shipped in ``package``'s ``templates/`` folder, as ``{"<package>/templates/<file>":
     text}`` (for a component's :meth:`sci_templates`); nothing when the package has none."""
-    from importlib import resources
     out: Dict[str, str] = {}
     try:
         folder = resources.files(package).joinpath("templates")

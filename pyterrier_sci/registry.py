@@ -8,6 +8,7 @@ from __future__ import annotations
 import collections.abc
 import difflib
 import inspect
+import json
 import math
 import os
 import re
@@ -422,7 +423,6 @@ def check_artifact(path: Union[str, os.PathLike], types: Dict[str, Optional[Sequ
     """``path`` must be a directory holding a ``pt_meta.json`` whose ``type`` is a key of ``types``
     (and whose ``format`` is in that key's list, when one is given).  Returns the metadata; ``None``
     when the path does not exist and ``must_exist`` is false (the factory will build it there)."""
-    import json
 
     def fail(why):
         want = "; ".join(f"type {t}" + (f" ({', '.join(fs)})" if fs else "") for t, fs in types.items())
@@ -564,7 +564,6 @@ class Registry:
     def get(self, name: str) -> ComponentSpec:
         name = self.current_name(name)
         if name not in self._specs:
-            import difflib
             close = difflib.get_close_matches(name, self._specs, n=3)
             hint = f"; did you mean {', '.join(close)}?" if close else ""
             raise UnknownComponentError(f"unknown component {name!r}{hint} (known: {', '.join(sorted(self._specs))})")

@@ -15,11 +15,14 @@ Models are written atomically by :func:`pyterrier_sci.artifacts.build_atomically
 """
 from __future__ import annotations
 
+import inspect
 import json
 import math
 import random
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Tuple, Union
+
+import numpy as np
 
 from pyterrier_sci.artifacts import write_pt_meta
 from pyterrier_sci.errors import NonFiniteTrainingError  # noqa: F401 - defined there, re-exported
@@ -84,7 +87,6 @@ def guard_finite(trainer):
 
 def seed_everything(seed: int) -> None:
     """Seeds Python's, NumPy's and PyTorch's random generators."""
-    import numpy as np
     import torch
     random.seed(seed)
     np.random.seed(seed)
@@ -110,7 +112,6 @@ def trainer_arguments(kind: str, output_dir: Union[str, Path], *, epochs: int, b
 
     ``extra`` keyword arguments are passed on and override these (e.g. ``batch_sampler``,
     ``weight_decay``, ``optim``, ``eval_strategy``)."""
-    import inspect
 
     from transformers import TrainingArguments
     if kind == "sentence_transformer":

@@ -477,6 +477,50 @@ def test_the_import_checker_sees_violations(tmp_path):
     assert _compare(project, found, found) == ([], [])
 
 
+
+def _function_level_third_party_imports(root: Path):
+    """``(file, line, top-level module)`` of each import of a third-party module inside a function."""
+    found = []
+    for folder in SOURCE_FOLDERS:
+        for path in sorted((root / folder).rglob("*.py")):
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+            for fn in ast.walk(tree):
+                if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    continue
+                for node in ast.walk(fn):
+                    if isinstance(node, ast.Import):
+                        names = [a.name for a in node.names]
+                    elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                        names = [node.module or ""]
+                    else:
+                        continue
+                    for name in names:
+                        top = name.split(".")[0]
+                        if top != "pyterrier_sci":
+                            found.append((str(path.relative_to(root)), node.lineno, top))
+    return sorted(set(found))
+
+
+def test_only_heavy_optional_libraries_load_inside_functions():
+    """An import inside a function is of a library in ``pyterrier_sci.lazy.LAZY_LIBRARIES`` (heavy or
+    optional); the standard library, numpy, pandas, yaml and the rest are imported at the top."""
+    from pyterrier_sci.lazy import LAZY_LIBRARIES
+    bad = [f"{f}:{line}: import of {top} inside a function: move it to the top of the module"
+           for f, line, top in _function_level_third_party_imports(ROOT) if top not in LAZY_LIBRARIES]
+    assert not bad, "\n".join(bad)
+
+
+def test_the_lazy_import_checker_sees_function_level_imports(tmp_path):
+    _write(tmp_path, {
+        "pyterrier_sci/__init__.py": "import json\n",
+        "pyterrier_sci/a.py": "def f():\n    import torch\n    from os import path\n"
+                              "class K:\n    def m(self):\n        import numpy.linalg\n"
+                              "        from pyterrier_sci import b\n",
+        "plugins/__init__.py": "", "datasets/__init__.py": "",
+    })
+    assert _function_level_third_party_imports(tmp_path) == [
+        ("pyterrier_sci/a.py", 2, "torch"), ("pyterrier_sci/a.py", 3, "os"), ("pyterrier_sci/a.py", 6, "numpy")]
+
 # ---------------------------------------------------------------------------------------------------
 # packaging
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import io
+import multiprocessing
 import os
 import shutil
 import subprocess
@@ -44,7 +45,6 @@ def import_colbert():
     if _imported:
         import colbert
         return colbert
-    import multiprocessing
     method = multiprocessing.get_start_method(allow_none=True)
     tok_par = os.environ.get("TOKENIZERS_PARALLELISM")
     try:

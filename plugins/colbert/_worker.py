@@ -10,7 +10,10 @@ import json
 import math
 import os
 import sys
+import time
 import traceback
+
+import numpy as np
 
 from pyterrier_sci.plugins.colbert._compat import build_extensions_here, import_colbert
 
@@ -37,7 +40,6 @@ def reuse_sample_encoding(emit, max_bytes: int = REUSE_MAX_BYTES) -> None:
     passages are found by walking the sample alongside each chunk (equal strings: equal embeddings, up
     to float rounding in other batches).  Any other call encodes as before.  Emits ``reused`` with the
     passages served so (the build's metadata records it) and ``advance`` for the progress bar."""
-    import numpy as np
     import torch
     from colbert.indexing.collection_encoder import CollectionEncoder
     original = CollectionEncoder.encode_passages
@@ -101,10 +103,8 @@ def assign_codes_with_faiss(threads=None) -> dict:
     centroids go to the lower id, as in torch.  The GPU path is left as colbert-ai wrote it.
     ``threads`` bounds FAISS's OpenMP threads as torch's are.  Returns the running totals of the
     replacement (``vectors``, ``seconds``), which the build records."""
-    import time
 
     import faiss
-    import numpy as np
     import torch
     from colbert.indexing.codecs.residual import ResidualCodec
     original = ResidualCodec.compress_into_codes

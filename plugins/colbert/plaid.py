@@ -6,6 +6,7 @@ and the ``colbert`` pipeline component.  Details: ``docs/colbert.md``.
 from __future__ import annotations
 
 import importlib
+import itertools
 import json
 import os
 import select
@@ -16,6 +17,8 @@ import sys
 import threading
 import time
 import weakref
+from concurrent.futures import ThreadPoolExecutor
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Union
 
@@ -254,7 +257,6 @@ class ColBERTIndexer(pt.Indexer):
 
     def _write_inputs(self, it: Iterable[Dict[str, Any]], tmp: Path) -> int:
         """Writes the passages (one a line) for the worker and the docno lookup; returns their count."""
-        import itertools
 
         from npids import Lookup
         fields = [self.text_field] if isinstance(self.text_field, str) else list(self.text_field)
@@ -439,7 +441,6 @@ def _search_all(searcher, qvecs, k: int, exhaustive: bool = False, verbose: bool
             bar.update(1)
         bar.close()
         return out
-    from concurrent.futures import ThreadPoolExecutor
 
     def one(i):
         torch.set_num_threads(1)  # this thread's torch and colbert-ai's C++ steps: one thread
@@ -501,7 +502,6 @@ def exact_maxsim(searcher, qvec, pids: np.ndarray, block: int = EXACT_BLOCK) -> 
 
 
 def _colbert_version() -> str:
-    from importlib.metadata import version
     return version("colbert-ai")
 
 

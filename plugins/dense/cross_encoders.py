@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Optional, Sequence, Union
 
 import numpy as np
+from tqdm.auto import tqdm
 
 from pyterrier_sci.data import work_dir
 from pyterrier_sci.models import BackendError, model_slug, resolve_model
@@ -201,7 +202,6 @@ class ExportedCrossEncoder(Exported):
         pairs = [tuple(inputs)] if single else [tuple(p) for p in inputs]
         out = np.zeros((len(pairs), self.num_labels), dtype=np.float32)
         order = np.argsort([-sum(len(t) for t in p) for p in pairs], kind="stable")
-        from tqdm.auto import tqdm
         for start in tqdm(range(0, len(pairs), batch_size), desc="Batches", disable=not show_progress_bar):
             idx = order[start:start + batch_size]
             out[idx] = self._run(engine_inputs(features(self._source, [pairs[i] for i in idx]))).reshape(len(idx), -1)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Optional, Sequence, Union
 
 import numpy as np
+from tqdm.auto import tqdm
 
 from pyterrier_sci.data import work_dir
 from pyterrier_sci.models import BackendError, load_sentence_transformer, model_slug, resolve_model, weights_sha256
@@ -217,7 +218,6 @@ class ExportedEncoder(Exported):
         dim = self.get_sentence_embedding_dimension()
         out = np.zeros((len(texts), dim), dtype=np.float32)
         order = np.argsort([-len(t) for t in texts], kind="stable")
-        from tqdm.auto import tqdm
         for start in tqdm(range(0, len(texts), batch_size), desc="Batches", disable=not show_progress_bar):
             idx = order[start:start + batch_size]
             out[idx] = self._embed([texts[i] for i in idx])

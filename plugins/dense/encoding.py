@@ -5,6 +5,8 @@ from __future__ import annotations
 import itertools
 from typing import Callable, Iterable, Iterator, Optional
 
+import numpy as np
+
 #: documents read from the stream and sorted by length at a time (bounds memory; sentence-transformers
 #: sorts each ``encode`` call's input by length, so a window this long pads about as little as one call)
 WINDOW = 2048
@@ -19,7 +21,6 @@ def encode_stream(encoder, docs: Iterable[dict], batch_size: int = 32,
     batch, so that ``on_batch(n)`` is called after every batch with the ``n`` documents it encoded
     (a progress bar moves per batch, not per window).  The vectors are the ones one ``encode`` call
     over the window gives: the batches are the same."""
-    import numpy as np
     it = iter(docs)
     while chunk := list(itertools.islice(it, window)):
         texts = [d["text"] for d in chunk]

@@ -9,6 +9,7 @@ tokenizer (same truncation), and its pooling, dense and normalisation modules ru
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 from pathlib import Path
 from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
@@ -47,7 +48,6 @@ class Engine:
 
     def check_available(self) -> None:
         """One :class:`BackendError` naming the packages the engine needs and this environment lacks."""
-        import importlib.util
         missing = [m for m in self.packages if importlib.util.find_spec(m) is None]
         if missing:
             raise BackendError(f"backend {self.name!r} needs the package(s) {', '.join(missing)} "

@@ -11,6 +11,7 @@ import json
 import threading
 import warnings
 from collections import OrderedDict
+from importlib import metadata
 from pathlib import Path
 from typing import Callable, Optional, Union
 
@@ -50,7 +51,6 @@ def check_threads(threads) -> Optional[int]:
 
 def library_versions() -> dict:
     """The versions of the libraries an export depends on (those installed)."""
-    from importlib import metadata
     out = {}
     for d in ("openvino", "nncf", "onnxruntime", "onnx", "torch", "transformers", "sentence-transformers"):
         try:

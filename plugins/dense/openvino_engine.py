@@ -4,6 +4,9 @@ static quantisation (``nncf.quantize``, ``ModelType.TRANSFORMER``, SmoothQuant o
 from __future__ import annotations
 
 import contextlib
+import importlib
+import io
+import logging
 import warnings
 from pathlib import Path
 from typing import Optional, Sequence
@@ -23,7 +26,6 @@ def no_telemetry():
     write ``~/intel/``; with no network its DNS lookup can hang, and the interpreter's exit waits for it.
     The toolkit sends none and writes nothing there: while the block runs, both use the stub OpenVINO
     ships for installations without ``openvino_telemetry``."""
-    import importlib
     patches = []
     try:
         from openvino.tools.ovc import telemetry_stub
@@ -55,8 +57,6 @@ def no_telemetry():
 @contextlib.contextmanager
 def _quiet_nncf():
     """NNCF's progress bars (rich, on stdout) and INFO log lines stay out of the caller's output."""
-    import io
-    import logging
     log = logging.getLogger("nncf")
     level = log.level
     log.setLevel(logging.WARNING)

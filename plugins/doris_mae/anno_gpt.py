@@ -19,6 +19,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 import pandas as pd
+import pyterrier as pt
 
 from pyterrier_sci.artifacts import atomic_file
 from pyterrier_sci.corpus import irds_id
@@ -204,7 +205,6 @@ class AnnoGPT(UsesLLM):
         appends each finished chunk to it (one JSON object per pair, flushed and synced), so an
         interrupted run resumes where it stopped; unusable answers are kept in the file and not asked
         again (delete their lines to retry).  Returns every annotation of the file."""
-        import pyterrier as pt
         path = Path(path)
         _drop_partial_last_line(path)
         done = read_annotations(path)

@@ -5,6 +5,9 @@ import math
 import warnings
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
+import numpy as np
+import pandas as pd
+
 from pyterrier_sci import measures as _measures
 from pyterrier_sci.corpus import sorted_results
 from pyterrier_sci.datasets.doris_mae import NAME, REMOVED_ABSTRACTS, aspect_count, scores_frame
@@ -159,7 +162,6 @@ def register_measures() -> None:
 # ----------------------------------------------------------------------------------------------
 
 def _qrels_dicts(dataset_or_qrels) -> Tuple[Dict[str, Dict[str, float]], Dict[str, float]]:
-    import pandas as pd
     if isinstance(dataset_or_qrels, str):
         df = scores_frame(dataset_or_qrels).rename(columns={"qid": "query_id", "docno": "doc_id", "score": "relevance"})
     else:
@@ -175,7 +177,6 @@ def _ranked(res) -> Dict[str, List[str]]:
 def bootstrap_se(values: Sequence[float], n: int = 1000, seed: int = 0) -> float:
     """Standard deviation of the mean over ``n`` resamples of the queries (with replacement), NaN
     values (left-out queries) dropped inside each resample - the paper's bootstrap."""
-    import numpy as np
     v = np.asarray(list(values), dtype=float)
     if v.size == 0:
         return float("nan")
@@ -194,8 +195,6 @@ def evaluate(runs: Mapping[str, "object"], qrels, measures: Sequence[str] = tupl
     over the queries it keeps, and with ``bootstrap=N`` a ``<measure> SE`` column (bootstrap standard
     error over queries, the paper's ``±``).  ``qrels`` is a ``sci/doris-mae`` id or a qrels frame
     (``qid``, ``docno``, ``label``, optional ``n_aspects``); ``qids`` restricts the queries."""
-    import numpy as np
-    import pandas as pd
     judged, n = _qrels_dicts(qrels)
     if qids is not None:
         keep = {str(q) for q in qids}
@@ -217,8 +216,6 @@ def evaluate(runs: Mapping[str, "object"], qrels, measures: Sequence[str] = tupl
 def random_baseline(qrels, trials: int = 100, seed: int = 0, measures: Sequence[str] = tuple(PAPER_MEASURES),
                     scale: float = 100.0, qids: Optional[Iterable[str]] = None, name: str = "Random"):
     """The paper's random row: the mean, over ``trials`` random shufflings of every pool, of each measure."""
-    import numpy as np
-    import pandas as pd
     judged, n = _qrels_dicts(qrels)
     if qids is not None:
         keep = {str(q) for q in qids}

@@ -3,6 +3,9 @@ and ``MAP`` / ``AP``, on ``sci/mir-multicite`` ids), averaged over the proposals
 the paper's table (:func:`evaluate`)."""
 from typing import Dict, Mapping, Optional, Sequence, Set
 
+import numpy as np
+import pandas as pd
+
 from pyterrier_sci import measures as _measures
 from pyterrier_sci.corpus import sorted_results
 from pyterrier_sci.datasets import mir_multicite
@@ -71,8 +74,6 @@ def evaluate(runs: Mapping[str, object], dataset: str, measures: Sequence[str] =
              scale: float = 100.0):
     """The paper's table: one row per run (``{name: result frame}``), each measure's mean x``scale``
     over the proposals of ``dataset`` that have ground truth, and ``n`` (how many)."""
-    import numpy as np
-    import pandas as pd
     v = mir_multicite.view_of(dataset)
     relevant = {q: {d for d, r in docs.items() if r} for q, docs in v.judged().items()}
     for q in v.qids():

@@ -6,6 +6,7 @@ starting point for facet training on tiny training sets (``base_model=<its path>
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Iterable, Optional, Sequence, Tuple, Union
 
@@ -109,7 +110,6 @@ def distil_cross_encoder(pairs: pd.DataFrame, path: Union[str, Path], base_model
         raise ValueError("margin_mse distillation needs at least two candidates per seed")
 
     def build(tmp: Path):
-        import shutil
 
         import torch
         from sentence_transformers.cross_encoder import CrossEncoderTrainer

@@ -6,6 +6,8 @@ that off); why: ``docs/llm.md``.
 import os
 import sys
 
+import numpy as np
+
 
 def _disable_extra_bufts() -> None:
     import llama_cpp.llama_cpp as lib
@@ -19,7 +21,6 @@ def _disable_extra_bufts() -> None:
 
 
 def _fast_logprobs() -> None:
-    import numpy as np
     from llama_cpp import llama as L  # noqa: N812
 
     Llama = L.Llama  # noqa: N806

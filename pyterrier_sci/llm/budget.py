@@ -7,6 +7,7 @@ rerun with a larger budget resumes at no cost.  Cache hits are free.  See ``docs
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import threading
 import uuid
@@ -333,7 +334,6 @@ def share_budget(settings: Any, context: Any = None, parent: Any = None) -> Any:
     """``settings`` on the run's ledger: the context's (a component built by the pipeline language),
     or ``parent``'s budget and ledger when ``settings`` has no budget of its own (a second model of
     one component, e.g. HLM-Cite's guider)."""
-    import dataclasses
     if parent is not None and parent.budget and not settings.budget:
         return dataclasses.replace(settings, budget=dict(parent.budget), ledger=parent.ledger)
     if context is not None and settings.budget:

@@ -15,6 +15,8 @@ from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
+import pyterrier as pt
+
 from pyterrier_sci.protocol import ModelRef
 
 from . import dryrun
@@ -440,7 +442,6 @@ class LLMClient:
         if not items:
             return []
         self._check_budget()
-        import pyterrier as pt
         bar = pt.tqdm(total=len(items), desc=desc or "llm", unit="call", leave=False,
                       disable=not self.settings.progress or len(items) < 2)
         try:

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import sys
 import threading
+import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
@@ -129,7 +131,6 @@ def _local_tokenizer(model: str) -> Optional[Tuple[str, Callable[[str], int]]]:
     """A transformers tokenizer of that name already on this machine (a local folder, or the
     Hugging Face cache); nothing is downloaded."""
     try:
-        import warnings
 
         from transformers import AutoTokenizer
         with warnings.catch_warnings():
@@ -301,7 +302,6 @@ class DryRunReport:
                            "assumptions": list(ASSUMPTIONS)}, indent=2)
 
     def print(self, as_json: bool = False, file: Any = None) -> int:
-        import sys
         out = file or sys.stdout
         if as_json:
             print(self.to_json(), file=out)

@@ -19,7 +19,10 @@ request is recorded (``server.requests``; its headers in ``server.headers``).  S
 """
 from __future__ import annotations
 
+import gzip
 import json
+import math
+import socket
 import threading
 import time
 from collections import deque
@@ -46,14 +49,12 @@ class Reply:
 
 def yes_no(yes: bool, p: float = 0.9, space: bool = True) -> Reply:
     """A completion answer " Yes"/" No" whose first position has both alternatives."""
-    import math
     y, n = (" Yes", " No") if space else ("Yes", "No")
     top = {y: math.log(p if yes else 1 - p), n: math.log(1 - p if yes else p), "\n": math.log(0.001)}
     return Reply(content=y if yes else n, top_logprobs=[top])
 
 
 def choice_reply(answer: str, p: float = 0.9) -> Reply:
-    import math
     other = "B" if answer == "A" else "A"
     return Reply(content=" " + answer, top_logprobs=[{" " + answer: math.log(p), " " + other: math.log(1 - p)}])
 
@@ -73,7 +74,6 @@ class _Handler(BaseHTTPRequestHandler):
 
     def setup(self):
         super().setup()
-        import socket
         self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def do_POST(self):
@@ -117,7 +117,6 @@ class _Handler(BaseHTTPRequestHandler):
         data = text.encode("utf8")
         headers = dict(headers or {})
         if reply is not None and reply.gzip:
-            import gzip
             data = gzip.compress(data)
             headers["content-encoding"] = "gzip"
         try:

@@ -10,6 +10,7 @@ hang on a slow one.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import re
 import threading
 import time
@@ -54,7 +55,6 @@ def remaining(timeout: Optional[float], in_httpx: bool = False) -> Optional[floa
 def http_libs():
     """The HTTP packages the installed ``openai`` uses: (``httpx``, ``httpcore``) or their
     successors (``httpx2``, ``httpcore2``)."""
-    import importlib
 
     from openai import _base_client
     httpx = getattr(_base_client, "httpx2", None) or getattr(_base_client, "httpx")
@@ -73,7 +73,6 @@ def proxy_mounts(max_bytes: int) -> dict:
     reached directly, as Go's HTTP client does: a proxy's loopback is not the caller's.  A proxy
     that cannot be used (an unsupported scheme, a SOCKS proxy without ``socksio``) is one
     :class:`LLMError` naming it."""
-    import importlib
     httpx, _ = http_libs()
     env = importlib.import_module(httpx.__name__ + "._utils").get_environment_proxies()
     if env:
