@@ -233,3 +233,36 @@ def test_run_manifest_records_the_generation_searched(tmp_path):
     entry = model_entries([r])[f"index:{path}"]
     want = DocSet.of(f"d{i}" for i in range(40) if i != 3)
     assert entry["kind"] == "dense_index" and entry["note"] == f"generation 1; 39 documents; docs {want.hash}"
+
+
+@pytest.mark.parametrize("ann", ["hnsw", "ivf"])
+def test_ann_structures_are_carried_into_an_append(tmp_path, ann):
+    """An append adds the new vectors to a flat index's HNSW graph / IVF posting lists (not built again); a
+    retraction leaves the structure to be built again.  The carried structure finds the exact top-100 about as
+    well as one built on the final collection (docs/indexes.md has the figures on real vectors)."""
+    import faiss
+
+    from pyterrier_sci.plugins.dense.ann import check_ann
+    vecs = _vecs(3000, 20)
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    base, new = _docs("d", vecs[:2700]), _docs("n", vecs[2700:])
+    path = _flat(tmp_path / "flat", base)
+    _, settings = check_ann(ann, {"n_list": 32} if ann == "ivf" else None)
+    queries = _vecs(50, 21)
+    open_index(path).ann_search(ann, settings, queries, 100)  # builds the structure
+    (name,) = [p.name for p in path.glob("*.faiss")]
+    append_documents(path, new)
+    assert (path / name).exists()  # carried, not rebuilt
+    carried = faiss.read_index(str(path / name), faiss.IO_FLAG_SKIP_STORAGE if ann == "hnsw" else 0)
+    assert carried.ntotal == 3000
+    grown = open_index(path)
+    _, exact = grown.search(queries, 100)
+    _, found = grown.ann_search(ann, settings, queries, 100)
+    rebuilt = open_index(_flat(tmp_path / "rebuilt", base + new))
+    _, found_rebuilt = rebuilt.ann_search(ann, settings, queries, 100)
+
+    def recall(got):
+        return np.mean([len(set(g) & set(e)) / 100 for g, e in zip(got, exact)])
+    assert recall(found) >= recall(found_rebuilt) - 0.05 and recall(found) > 0.5
+    retract_documents(path, ["d1"])
+    assert not (path / name).exists()

@@ -29,7 +29,7 @@ from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Unio
 import numpy as np
 import pyterrier as pt
 
-from pyterrier_sci.artifacts import build_atomically, write_pt_meta
+from pyterrier_sci.artifacts import atomic_file, build_atomically, write_pt_meta
 from pyterrier_sci.filesums import record_files
 from pyterrier_sci.generations import (
     APPEND,
@@ -52,7 +52,7 @@ from .retriever import DenseRetriever
 from .shards import ARTIFACT_FORMAT, SHARD_FILE, shard_name
 
 __all__ = ["GrowingDenseIndex", "DenseAppender", "open_growing", "append_documents", "retract_documents",
-           "update_index", "generation_name", "COPY_CHUNK"]
+           "update_index", "generation_name", "carry_ann", "COPY_CHUNK"]
 
 #: stored vectors copied per read when a flat index or a shard is written again
 COPY_CHUNK = 8192
@@ -210,6 +210,8 @@ def _flat_update(path: Path, meta: dict, new_docs: Optional[Iterable[dict]], ret
         write_pt_meta(tmp, **new)
         if (path / CALIBRATION_FILE).exists():
             shutil.copyfile(path / CALIBRATION_FILE, tmp / CALIBRATION_FILE)
+        if checked is not None:
+            carry_ann(path, tmp, index.num_docs)
         out["meta"] = new
 
     try:
@@ -218,6 +220,39 @@ def _flat_update(path: Path, meta: dict, new_docs: Optional[Iterable[dict]], ret
     except _NothingToDoError:
         return meta
     return out["meta"]
+
+
+def carry_ann(old: Path, new: Path, old_count: int) -> List[str]:
+    """The FAISS structures (:mod:`.ann`) of the flat index ``old`` carried into its appended generation ``new``
+    (whose first ``old_count`` rows are ``old``'s): the new rows added to an HNSW graph (each inserted as HNSW
+    inserts, the graph of the others kept) and to the posting lists of an IVF index (its centroids kept);
+    written atomically into ``new``.  Returns the names carried.  A Voyager structure, and every structure after
+    a retraction (positions move), is not carried: it is built again on first use.  The recall@100 of carried
+    structures against rebuilt ones is in docs/indexes.md."""
+    names = sorted(p.name for p in old.glob("pyterrier_sci-hnsw_*.faiss")) + \
+        sorted(p.name for p in old.glob("ivf_nlist-*_train-*.faiss"))
+    if not names:
+        return []
+    import faiss
+    from pyterrier_dr import FlexIndex
+    dvecs = FlexIndex(str(new), verbose=False).payload(return_docnos=False)[0]
+    added = np.ascontiguousarray(dvecs[old_count:], dtype=np.float32)
+    for name in names:
+        if name.startswith("ivf_"):
+            native = faiss.read_index(str(old / name))
+            native.add(added)
+        else:  # the graph without storage: the storage is the index's own vectors
+            native = faiss.read_index(str(old / name), faiss.IO_FLAG_SKIP_STORAGE)
+            storage = faiss.IndexFlatIP(dvecs.shape[1])
+            for lo in range(0, old_count, COPY_CHUNK):
+                storage.add(np.ascontiguousarray(dvecs[lo:min(lo + COPY_CHUNK, old_count)], dtype=np.float32))
+            native.storage = storage
+            native.add(added)
+        with atomic_file(new / name, f"the carried {name} of {new}") as tmp:
+            faiss.write_index(native, str(tmp), *([] if name.startswith("ivf_") else [faiss.IO_FLAG_SKIP_STORAGE]))
+        if not name.startswith("ivf_"):
+            del native, storage
+    return names
 
 
 def _vectors_checked(checked: "_Checked") -> Iterator[dict]:
