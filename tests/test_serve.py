@@ -293,3 +293,35 @@ def test_ray_serve_one_replica_answers_as_in_process(service, tmp_path):
     finally:
         serve.shutdown()
         ray.shutdown()
+
+
+def test_llm_stage_spends_the_configured_budget_and_uses_the_cache(tmp_path):
+    """A served LLM re-ranker (listwise, against the scripted loopback server) spends the config's
+    budget: the warm-up is one call, a repeated query is a cache hit, and once the budget is spent
+    the answer is a 503 naming it (no traceback, no key)."""
+    from llm_server import Reply, ScriptedServer, prompt_of
+
+    def oracle(kind, body):
+        return Reply("[2] > [1]") if "anking" in prompt_of(kind, body) else Reply("Yes")
+
+    with ScriptedServer(oracle) as llm:
+        config = {"dataset": "irds:sci/csfcube",
+                  "components": {"bm25": {"component": "bm25", "backend": "pisa", "k1": 0.9, "b": 0.4},
+                                 "judge": {"component": "listwise", "text_field": "abstract"}},
+                  "pipelines": {"LLM": "bm25 % 4 >> text >> judge"},
+                  "llm": {"base_url": llm.base_url, "model": "test-model", "cache_dir": str(tmp_path / "cache"),
+                          "mode": "completion", "max_retries": 1, "backoff": 0.01, "backoff_max": 0.02,
+                          "progress": False, "timeout": 5, "budget": {"calls": 3}}}
+        from pyterrier_sci.serve import SearchService
+        svc = SearchService(config, ["LLM"], trusted=True).load()
+        assert llm.calls == 1                                   # the warm-up query
+        with LiveServer(SearchAPI(svc)) as srv:
+            status, _, first = request(srv.url + "/v1/search", "POST", {"query": "dependency parsing", "k": 4})
+            assert status == 200 and len(first["results"]) == 4 and llm.calls == 2
+            status, _, again = request(srv.url + "/v1/search", "POST", {"query": "dependency parsing", "k": 4})
+            assert status == 200 and again["results"] == first["results"] and llm.calls == 2   # cached
+            status, _, _ = request(srv.url + "/v1/search", "POST", {"query": "topic models", "k": 4})
+            assert status == 200 and llm.calls == 3
+            status, _, body = request(srv.url + "/v1/search", "POST", {"query": "speech recognition", "k": 4})
+            assert status == 503 and body["error"]["code"] == "llm_budget_spent" and llm.calls == 3
+            assert "budget" in body["error"]["message"] and "Traceback" not in body["error"]["message"]

@@ -21,7 +21,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from pyterrier_sci.errors import one_line
+from pyterrier_sci.errors import LLMBudgetExceeded, one_line
 from pyterrier_sci.llm.trust import API_KEY_ENV, REDACTED, redact
 
 from .api import SearchAPI, ServeSettings
@@ -306,6 +306,12 @@ def create_app(api: SearchAPI, mcp_host: str = "127.0.0.1"):
     @app.exception_handler(DeadlineExceededError)
     async def _deadline(request: Request, e: DeadlineExceededError):
         return err(504, "deadline_exceeded", str(e))
+
+    @app.exception_handler(LLMBudgetExceeded)
+    async def _budget(request: Request, e: LLMBudgetExceeded):
+        # the config's llm budget is spent: no further LLM call until the operator raises it
+        LOGGER.warning("LLM budget spent: %s", one_line(redact(str(e)), 400))
+        return err(503, "llm_budget_spent", one_line(str(e), 400))
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, e: RequestValidationError):

@@ -10,6 +10,8 @@ from typing import Any, Dict, List, Optional
 
 from pydantic import BaseModel, ConfigDict
 
+from pyterrier_sci.errors import LLMBudgetExceeded, one_line
+
 from .api import SearchAPI
 from .batching import DeadlineExceededError, OverloadedError, ShuttingDownError
 from .service import ServeError
@@ -71,6 +73,8 @@ def create_mcp(api: SearchAPI, name: str = "pyterrier-sci"):
             raise ToolError(f"busy: {e}") from None
         except (DeadlineExceededError, ShuttingDownError) as e:
             raise ToolError(str(e)) from None
+        except LLMBudgetExceeded as e:
+            raise ToolError(f"llm_budget_spent: {one_line(str(e), 400)}") from None
 
     async def immediate(value):
         return value

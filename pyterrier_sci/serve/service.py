@@ -282,9 +282,11 @@ class SearchService:
     def hits(self, res: pd.DataFrame, query: str, k: int, exclude: Sequence[str] = ()) -> List[dict]:
         """The top ``k`` rows of one query's result frame as ``{docno, score, rank, title, snippet}``
         (rank 0-based, renumbered after ``exclude`` is dropped)."""
-        if len(res) and "rank" in res.columns:
+        if len(res) == 0:
+            return []
+        if "rank" in res.columns:
             res = res.sort_values("rank", kind="stable")
-        elif len(res):
+        else:
             res = res.sort_values("score", ascending=False, kind="stable")
         out = []
         skip = set(exclude)
