@@ -141,6 +141,63 @@ def _row(name, n_base, n_new, t) -> dict:
             f"({100 * r.min:.2f}-{100 * r.max:.2f}, n={r.n})"}
 
 
+def bench_ann(work: Path, source: Path, fractions=(0.01, 0.1, 0.5), n_queries: int = 200) -> list:
+    """recall@100 (against the exact top-100 of the final collection) of FAISS HNSW / IVF structures carried
+    through an append (built on the base, the appended vectors added) and of structures built on the final
+    collection, on the vectors of a real flat index (``source``); queries: ``n_queries`` of its documents,
+    left out of the collection.  Also the time of the carried append and of building the structure again."""
+    from pyterrier_dr import FlexIndex
+
+    from pyterrier_sci.plugins.dense.ann import check_ann
+    from pyterrier_sci.plugins.dense.flat import open_index
+    from pyterrier_sci.plugins.dense.growth import append_documents
+    src = FlexIndex(str(source), verbose=False)
+    docnos, dvecs, _ = src.payload()
+    vecs = np.asarray(dvecs, dtype=np.float32)
+    names = [str(d) for d in docnos.fwd[np.arange(len(vecs))]]
+    rng = np.random.default_rng(0)
+    held = np.sort(rng.choice(len(vecs), n_queries, replace=False))
+    queries = vecs[held]
+    keep = np.setdiff1d(np.arange(len(vecs)), held)
+    rows = []
+    for frac in fractions:
+        cut = int(len(keep) * (1 - frac))
+        base = [{"docno": names[i], "doc_vec": vecs[i]} for i in keep[:cut]]
+        new = [{"docno": names[i], "doc_vec": vecs[i]} for i in keep[cut:]]
+        for ann, params in (("hnsw", None), ("ivf", None)):
+            _, settings = check_ann(ann, params)
+            grown = work / f"ann-{ann}-{frac}"
+            rebuilt = work / f"ann-{ann}-{frac}-rebuilt"
+            for path in (grown, rebuilt):
+                if path.exists():
+                    shutil.rmtree(path)
+            FlexIndex(str(grown), verbose=False).indexer().index(base)
+            open_index(grown).ann_search(ann, settings, queries[:1], 100)  # the base's structure
+            t0 = time.perf_counter()
+            append_documents(grown, new)
+            t_append = time.perf_counter() - t0
+            FlexIndex(str(rebuilt), verbose=False).indexer().index(base + new)
+            t0 = time.perf_counter()
+            open_index(rebuilt).ann_search(ann, settings, queries[:1], 100)
+            t_build = time.perf_counter() - t0
+            g, r = open_index(grown), open_index(rebuilt)
+            _, exact = r.search(queries, 100)
+            exact_names = r.docnos_of(exact)
+
+            def recall(index):
+                _, pos = index.ann_search(ann, settings, queries, 100)
+                found = index.docnos_of(np.where(pos < 0, 0, pos))
+                return float(np.mean([len(set(f[p >= 0]) & set(e)) / 100
+                                      for f, p, e in zip(found, pos, exact_names)]))
+            rows.append({"ANN": ann, "base docs": cut, "appended": len(new),
+                         "recall@100 carried": f"{recall(g):.3f}", "recall@100 rebuilt": f"{recall(r):.3f}",
+                         "append s (carried)": t_append,
+                         "structure rebuild s": t_build})
+            shutil.rmtree(grown)
+            shutil.rmtree(rebuilt)
+    return rows
+
+
 def bench_memory(work: Path, sizes=(20_000, 200_000), dim: int = 384, fraction: float = 0.01) -> list:
     """Peak traced Python heap while appending ``fraction`` (vectors given) to flat indexes of ``sizes``."""
     from pyterrier_dr import FlexIndex
@@ -166,6 +223,13 @@ def bench_memory(work: Path, sizes=(20_000, 200_000), dim: int = 384, fraction: 
     return rows
 
 
+def _csfcube_index():
+    from pyterrier_sci.corpus import index_path
+    from pyterrier_sci.data import work_dir
+    from pyterrier_sci.models import model_slug
+    return index_path(work_dir(), "irds:sci/csfcube", "dense-" + model_slug("default"), None)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--bm25-docs", type=int, default=27_000)
@@ -173,7 +237,10 @@ def main(argv=None) -> int:
     p.add_argument("--fraction", type=float, default=0.01)
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--out", default="benchmarks/results/bench_append.md")
-    p.add_argument("--skip", nargs="*", default=[], choices=["bm25", "dense", "memory"])
+    p.add_argument("--skip", nargs="*", default=[], choices=["bm25", "dense", "memory", "ann"])
+    p.add_argument("--ann-index", default=None,
+                   help="a flat dense index whose vectors the ANN recall runs on (default: the CSFCube MiniLM corpus "
+                        "index of the work directory, when built)")
     args = p.parse_args(argv)
     before = os.getloadavg()
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
@@ -190,6 +257,13 @@ def main(argv=None) -> int:
         if rows:
             lines += ["## time (median of the rounds; ratio per round: median, min-max)", "",
                       markdown(pd.DataFrame(rows)), ""]
+        if "ann" not in args.skip:
+            source = Path(args.ann_index) if args.ann_index else _csfcube_index()
+            if source is not None and (source / "vecs.f4").exists():
+                lines += [f"## ANN structures carried through an append: recall@100 vs the exact top-100 ({source})",
+                          "", markdown(pd.DataFrame(bench_ann(work, source))), ""]
+            else:
+                lines += ["## ANN: skipped (no flat dense index to take vectors from; give --ann-index)", ""]
         if "memory" not in args.skip:
             lines += ["## memory of a flat dense append (vectors given: nothing encoded)", "",
                       markdown(pd.DataFrame(bench_memory(work))), ""]
