@@ -32,7 +32,7 @@ from pyterrier_sci.registry import DATASET, Param, check_dataset, irds_id, param
 
 __all__ = ["PaperDate", "parse_date", "optional_date", "acl_anthology_date", "arxiv_id_date", "arxiv_header_date",
            "QueryDates", "DateCutoff", "date_cutoff_component", "document_dates", "query_dates", "has_document_dates",
-           "has_query_dates", "QUERY", "UNDATED"]
+           "has_query_dates", "later_training_query", "check_dated", "QUERY", "UNDATED"]
 
 #: ``before=QUERY``: each query's cutoff is its own paper's date
 QUERY = "query"
@@ -128,8 +128,9 @@ def arxiv_id_date(arxiv_id: str) -> str:
 
 
 _MONTHS = {m.lower(): i for i, m in enumerate(calendar.month_abbr) if m}
-_DAY_MONTH_YEAR = re.compile(r"\b(\d{1,2})[\s-]+([A-Za-z]{3})[a-z]*[\s-]+(\d{4}|\d{2})\b")
-_MONTH_DAY_YEAR = re.compile(r"\b([A-Za-z]{3})[a-z]*\s+(\d{1,2})\b.*?\b(\d{4})\b")
+_MONTH = "(" + "|".join(_MONTHS) + ")"
+_DAY_MONTH_YEAR = re.compile(r"\b(\d{1,2})[\s-]+" + _MONTH + r"[a-z]*[\s-]+(\d{4}|\d{2})\b", re.I)
+_MONTH_DAY_YEAR = re.compile(r"\b" + _MONTH + r"[a-z]*\s+(\d{1,2})\b.*?\b(\d{4})\b", re.I)
 
 
 def _header_day(header: str) -> Optional[datetime.date]:
@@ -362,6 +363,24 @@ class DateCutoff(pt.Transformer):
         state = dict(self.__dict__)
         state["_docs"] = state["_queries"] = None  # read again where unpickled
         return state
+
+
+def later_training_query(train: str, test: str) -> Optional[Tuple[str, PaperDate, str, PaperDate]]:
+    """A chronological protocol's check (MIR §4: train on the earlier proposals, test on the later ones):
+    ``(train qid, its date, test qid, its date)`` of a training query dated after a test query (the latest
+    training query against the earliest test query, at the precision both share), or None when there is
+    none or either dataset gives no query dates.  Undated queries are not compared."""
+    if not (has_query_dates(train) and has_query_dates(test)):
+        return None
+    tr = [(q, d) for q, d in query_dates(train).items() if d is not None]
+    te = [(q, d) for q, d in query_dates(test).items() if d is not None]
+    if not tr or not te:
+        return None
+    latest = max(tr, key=lambda qd: qd[1].start)
+    earliest = min(te, key=lambda qd: qd[1].end)
+    if latest[1].start > earliest[1].end:
+        return latest[0], latest[1], earliest[0], earliest[1]
+    return None
 
 
 def check_dated(dataset: str, before, component: str = "date_cutoff") -> None:

@@ -6,6 +6,9 @@ from typing import Optional, Sequence
 
 import pyterrier as pt
 
+from pyterrier_sci.corpus import dataset_of
+from pyterrier_sci.dates import later_training_query
+from pyterrier_sci.errors import ParameterError
 from pyterrier_sci.models import BACKENDS, PRECISIONS
 from pyterrier_sci.plugins.llm.components import build_llm_component, declare_llm_params
 from pyterrier_sci.registry import DATASET, MAX_RESULTS, PATH, Param, params
@@ -44,14 +47,24 @@ def mir_dense_component(*inputs, context=None, model: Optional[str] = None, data
                         train: bool = False, train_dataset: Optional[str] = None, num_results: int = 1000,
                         batch_size: int = 32, fields: Optional[Sequence[str]] = None, verbose: bool = False,
                         device: Optional[str] = None, backend: str = "torch", precision: str = "fp32",
-                        **training) -> pt.Transformer:
+                        chronological: bool = True, **training) -> pt.Transformer:
     """``mir_dense``: dense retrieval with a MIR fine-tuned model (a saved model path, or trained on
     ``train_dataset`` with ``train=True`` and the training settings of ``MIRTrainingConfig``); ``backend``
-    and ``precision`` choose the encoder's engine as for ``dense`` (docs/dense.md)."""
+    and ``precision`` choose the encoder's engine as for ``dense`` (docs/dense.md).  ``chronological``
+    (default true): MIR's splits are chronological (§4), so a model trained here is refused for a dataset with a
+    proposal dated before one of ``train_dataset`` (the proposals' dates, docs/dates.md)."""
     if train:
         if not train_dataset:
             raise ValueError("mir_dense(train=True) needs train_dataset='irds:sci/mir-multicite/...' "
                              "(a training split)")
+        test = dataset_of(dataset, context, "mir_dense", required=False)
+        later = later_training_query(train_dataset, test) if chronological and test else None
+        if later is not None:
+            raise ParameterError(f"mir_dense: the training proposal {later[0]} of {train_dataset} ({later[1]}) is "
+                                 f"later than the proposal {later[2]} of {test} ({later[3]}); MIR's splits are "
+                                 f"chronological "
+                                 f"(train on the earlier proposals, docs/dates.md); set chronological: false to train "
+                                 f"anyway", component="mir_dense", param="train_dataset")
         unknown = set(training) - set(MIRTrainingConfig.__dataclass_fields__)
         if unknown:
             raise TypeError(f"mir_dense: unknown training settings {sorted(unknown)}")
