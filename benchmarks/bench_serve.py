@@ -164,7 +164,7 @@ def table(rec: dict) -> str:
         same = f"{r['identical']}/{r['of']} (max score diff {r['max_score_diff']:.1e})" if "identical" in r else ""
         batch = f"{r['mean_batch']:.1f}" if "mean_batch" in r else ""
         rows.append({"pipeline": r["pipeline"], "mode": r["mode"], "clients": r["clients"],
-                     "req/s": r["throughput"], "p50 ms": r["p50_ms"], "p99 ms": r["p99_ms"],
+                     "req/s": r["throughput"], "p50 ms": r["p50_ms"] or "-", "p99 ms": r["p99_ms"] or "-",
                      "mean batch": batch, "results equal in-process": same})
     head = (f"CPU: {rec['cpu']['model']} ({rec['cpu']['usable_cores']} usable cores); {rec['load']}; "
             f"{rec['requests']} requests per row, k={rec['k']}; server start to ready {rec['start_to_ready_s']:.1f} s "

@@ -235,6 +235,10 @@ def test_cli_refuses_a_public_address_without_a_token_and_redacts_it(tmp_path):
     out = subprocess.run([sys.executable, "-m", "pyterrier_sci.cli", "serve", CONFIG, "--token-file", str(short)],
                          capture_output=True, text=True, env=env, timeout=120)
     assert out.returncode == 2 and "at least 16 characters" in out.stderr
+    out = subprocess.run([sys.executable, "-m", "pyterrier_sci.cli", "serve", CONFIG, "--pipelines", "bm25", "nope"],
+                         capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 2 and "'nope' is neither a pipeline nor a component" in out.stderr
+    assert "minilm" in out.stderr and "Traceback" not in out.stderr    # the names it knows
 
 
 def test_token_and_api_key_never_reach_the_log(tmp_path):

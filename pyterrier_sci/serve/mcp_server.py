@@ -4,11 +4,7 @@ research agents - ``search``, ``get_paper``, ``similar_papers`` (paper-to-paper,
 (``pyterrier-sci serve CONFIG --mcp-stdio``) or streamable HTTP (mounted at ``/mcp`` of the HTTP server).
 The tools call the same :class:`~.api.SearchAPI` as the HTTP routes; a bad request is a tool error whose
 text names the cause."""
-from __future__ import annotations
-
 from typing import Any, Dict, List, Optional
-
-from pydantic import BaseModel, ConfigDict
 
 from pyterrier_sci.errors import LLMBudgetExceeded, one_line
 
@@ -23,38 +19,41 @@ INSTRUCTIONS = ("Search a collection of scientific papers with the retrieval pip
                 "given paper; suggest_citations: papers to cite for a passage; list_pipelines: the pipelines.")
 
 
-class Hit(BaseModel):
-    docno: str
-    score: float
-    rank: int
-    title: str
-    snippet: str
+def result_models():
+    """The tools' result types (pydantic, imported here: the CLI starts without it)."""
+    from pydantic import BaseModel, ConfigDict
 
+    class Hit(BaseModel):
+        docno: str
+        score: float
+        rank: int
+        title: str
+        snippet: str
 
-class SearchResult(BaseModel):
-    """The top ``k`` papers of a pipeline; ``query``, ``paper`` or ``passage`` says what was asked."""
-    pipeline: str
-    k: int
-    results: List[Hit]
-    took_ms: float
-    query: Optional[str] = None
-    paper: Optional[str] = None
-    passage: Optional[str] = None
+    class SearchResult(BaseModel):
+        """The top ``k`` papers of a pipeline; ``query``, ``paper`` or ``passage`` says what was asked."""
+        pipeline: str
+        k: int
+        results: List[Hit]
+        took_ms: float
+        query: Optional[str] = None
+        paper: Optional[str] = None
+        passage: Optional[str] = None
 
+    class Paper(BaseModel):
+        """A paper's record: its docno, title, abstract and the collection's other fields."""
+        model_config = ConfigDict(extra="allow")
+        docno: str
+        title: Optional[str] = None
+        abstract: Optional[str] = None
 
-class Paper(BaseModel):
-    """A paper's record: its docno, title, abstract and the collection's other fields."""
-    model_config = ConfigDict(extra="allow")
-    docno: str
-    title: Optional[str] = None
-    abstract: Optional[str] = None
+    class Pipelines(BaseModel):
+        pipelines: List[Dict[str, Any]]
+        dataset: Optional[str] = None
+        expressions_allowed: bool
+        limits: Dict[str, int]
 
-
-class Pipelines(BaseModel):
-    pipelines: List[Dict[str, Any]]
-    dataset: Optional[str] = None
-    expressions_allowed: bool
-    limits: Dict[str, int]
+    return Hit, SearchResult, Paper, Pipelines
 
 
 def create_mcp(api: SearchAPI, name: str = "pyterrier-sci"):
@@ -62,6 +61,7 @@ def create_mcp(api: SearchAPI, name: str = "pyterrier-sci"):
     from mcp.server.mcpserver import MCPServer
     from mcp.server.mcpserver.exceptions import ToolError
 
+    _, SearchResult, Paper, Pipelines = result_models()  # noqa: N806 (classes)
     server = MCPServer(name, instructions=INSTRUCTIONS, log_level="WARNING")
 
     async def call(coro):
