@@ -643,8 +643,8 @@ def dry_run_table(paper: Paper, table: Table, tier: str = "quick", llm: Optional
                 with dry_run() as run:
                     system(topics)
                 reports.append(run.report([system], [f"{table.key}/{s.name}"], dataset=label))
-    models = {name: {k: v for k, v in (spec or {}).items() if k != "quick"}
-              for name, spec in (paper.raw.get("models") or {}).items()
+    models = {name: dict(cfg.components.get(name) or {})      # with the tier's overrides
+              for name in (paper.raw.get("models") or {})
               if any(re.search(rf"\b{re.escape(name)}\b", s.pipeline or "") for s in _systems_of(table, tier))}
     rec = _recorded_entry(paper, table, tier)
     return {"rows": rows, "models": models, "llm": reports, "recorded_seconds": rec.get("seconds"),
