@@ -29,7 +29,7 @@ import os
 import re
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
@@ -368,6 +368,7 @@ class TableResult:
     command: str = ""
     figures: Dict[str, Dict[str, Dict[str, float]]] = field(default_factory=dict)
     source_file: str = ""
+    partial: bool = False                # only some systems ran (--systems): recorded figures are merged
 
     @property
     def failed(self) -> List[Cell]:
@@ -532,12 +533,26 @@ def _command(paper: Paper, table: Table, tier: str) -> str:
     return f"pyterrier-sci reproduce {paper.id}/{table.key} --tier {tier}"
 
 
+def _only(table: Table, systems: Optional[Sequence[str]], paper: Paper) -> Table:
+    """The table restricted to ``systems`` (names; None: all)."""
+    if not systems:
+        return table
+    unknown = [n for n in systems if n not in table.systems]
+    if unknown:
+        raise ReproductionError(f"table {table.key} has no system {', '.join(map(repr, unknown))} "
+                                f"(declared: {', '.join(table.systems)})", where=str(paper.path))
+    return replace(table, systems={n: s for n, s in table.systems.items() if n in systems})
+
+
 def run_table(paper: Any, table: Any, tier: str = "full", llm: Optional[str] = None,
-              trusted: bool = False) -> TableResult:
+              trusted: bool = False, systems: Optional[Sequence[str]] = None) -> TableResult:
     """Runs one table (``table`` a key or a :class:`Table`) in a tier: reuses saved runs and trained
-    models, writes the table's manifest, compares with the published and recorded figures."""
+    models, writes the table's manifest, compares with the published and recorded figures.
+    ``systems`` runs only those systems (their figures are then merged into what is recorded)."""
     paper = load_paper(paper)
     table = paper.tables[table] if isinstance(table, str) else table
+    partial = bool(systems)
+    table = _only(table, systems, paper)
     if tier not in TIERS:
         raise ReproductionError(f"unknown tier {tier!r} (tiers: {', '.join(TIERS)})")
     for ds in table.datasets.values():
@@ -557,8 +572,8 @@ def run_table(paper: Any, table: Any, tier: str = "full", llm: Optional[str] = N
     m["figures"] = [{"system": c.system, "dataset": c.dataset, "measure": c.measure, "published": c.published,
                      "recorded": c.recorded, "reproduced": c.reproduced, "status": c.status} for c in cells]
     path = manifest.write_manifest(m, _save_root(paper, table, tier) / "manifest.json", "the table's manifest")
-    return TableResult(paper.id, table, tier, cells, seconds, path, _command(paper, table, tier), figures,
-                       str(paper.path))
+    command = _command(paper, table, tier) + (f" --systems {','.join(table.systems)}" if partial else "")
+    return TableResult(paper.id, table, tier, cells, seconds, path, command, figures, str(paper.path), partial)
 
 
 def _on_ray(jobs: List[Tuple[Paper, Table]], tier: str, llm: Optional[str], address: Optional[str],
@@ -576,12 +591,15 @@ def _on_ray(jobs: List[Tuple[Paper, Table]], tier: str, llm: Optional[str], addr
 
 def reproduce(spec: Optional[str] = None, tier: str = "quick", llm: Optional[str] = None, on_ray: bool = False,
               ray_address: Optional[str] = None, num_cpus: Optional[int] = None,
-              directory: Optional[Path] = None) -> List[TableResult]:
-    """Runs the tables ``spec`` names (``PAPER[/TABLE]``, all for None) in ``tier``."""
+              directory: Optional[Path] = None, systems: Optional[Sequence[str]] = None) -> List[TableResult]:
+    """Runs the tables ``spec`` names (``PAPER[/TABLE]``, all for None) in ``tier`` (only ``systems``
+    of one table when given)."""
     jobs = select(spec, directory)
+    if systems and len(jobs) != 1:
+        raise ReproductionError("--systems needs one table: PAPER/TABLE")
     if on_ray:
         return _on_ray(jobs, tier, llm, ray_address, num_cpus)
-    return [run_table(p, t, tier=tier, llm=llm) for p, t in jobs]
+    return [run_table(p, t, tier=tier, llm=llm, systems=systems) for p, t in jobs]
 
 
 def record(results: Sequence[TableResult]) -> List[Path]:
@@ -598,8 +616,13 @@ def record(results: Sequence[TableResult]) -> List[Path]:
         with artifacts.lock(path, "the recorded figures"):
             data = read_recorded(paper)
             for r in rs:
+                figures, seconds = dict(r.figures), round(r.seconds or 0.0, 1)
+                before = data["tables"].get(r.table.key, {}).get(r.tier) or {}
+                if r.partial and before:      # the other systems' figures stay; the time is the sum of the runs
+                    figures = {**(before.get("figures") or {}), **figures}
+                    seconds = round(seconds + float(before.get("seconds") or 0.0), 1)
                 data["tables"].setdefault(r.table.key, {})[r.tier] = jsonable({
-                    "figures": r.figures, "seconds": round(r.seconds or 0.0, 1), "cpu": env["cpu"],
+                    "figures": figures, "seconds": seconds, "cpu": env["cpu"],
                     "versions": {k: env["versions"].get(k) for k in ("pyterrier", "torch", "sentence-transformers",
                                                                        "pyterrier-pisa", "ir-measures")
                                  if k in env["versions"]},
@@ -828,6 +851,8 @@ def add_reproduce_commands(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--llm", default=None, help="base URL of an OpenAI-compatible server for the LLM rows")
     p.add_argument("--report", default=None, metavar="DIR", help="write the matrix as reproductions.html and .md")
     p.add_argument("--record", action="store_true", help="record this run's figures in pipelines/reproduce/recorded/")
+    p.add_argument("--systems", default=None, metavar="A,B",
+                   help="run only these systems of one table (--record merges their figures)")
     p.add_argument("--list", action="store_true", help="list the declared papers and tables")
     p.add_argument("--write-docs", action="store_true",
                    help="regenerate the README's and docs' tables from the recorded figures (run in the checkout)")
@@ -880,10 +905,13 @@ def reproduce_main(args: argparse.Namespace) -> int:
     if args.dry_run:
         _print_dry_run(jobs, args.tier, args.llm, sys.stdout)
         return 0
+    systems = [x.strip() for x in args.systems.split(",") if x.strip()] if args.systems else None
+    if systems and len(jobs) != 1:
+        raise ReproductionError("--systems needs one table: PAPER/TABLE")
     if args.on_ray:
         results = _on_ray(jobs, args.tier, args.llm, args.ray_address, None)
     else:
-        results = [run_table(p, t, tier=args.tier, llm=args.llm) for p, t in jobs]
+        results = [run_table(p, t, tier=args.tier, llm=args.llm, systems=systems) for p, t in jobs]
     print_results(results)
     if args.report:
         for p in write_matrix(results, args.report):

@@ -286,3 +286,25 @@ def test_on_ray_gives_the_local_figures(home):
     assert [[(c.system, c.dataset, c.measure, c.reproduced) for c in r.cells] for r in remote] == \
         [[(c.system, c.dataset, c.measure, c.reproduced) for c in r.cells] for r in local]
     assert all(r.manifest_path.is_file() for r in remote)
+
+
+def test_systems_runs_part_of_a_table_and_record_merges(home, capsys, monkeypatch):
+    d = _paper(home)
+    monkeypatch.setattr(R, "papers_dir", lambda: d)
+    assert main(["reproduce", "toy/t5", "--tier", "quick", "--record"]) == 0
+    capsys.readouterr()
+    path = d / "recorded" / "toy.json"
+    rec = json.loads(path.read_text())
+    kept = rec["tables"]["t5"]["quick"]["figures"]["BM25_tuned"]
+    rec["tables"]["t5"]["quick"]["figures"]["BM25"]["Method"]["MAP"] = 99.0     # to be replaced by the run
+    path.write_text(json.dumps(rec))
+    CALLS["n"] = 0
+    assert main(["reproduce", "toy/t5", "--tier", "quick", "--systems", "BM25", "--record"]) == 1   # 99.0 drifted
+    out = capsys.readouterr().out
+    assert "BM25_tuned" not in out and "SPECTER" not in out.split("tier quick")[1]
+    after = json.loads(path.read_text())["tables"]["t5"]["quick"]
+    assert abs(after["figures"]["BM25"]["Method"]["MAP"] - 22.27) < 0.01
+    assert after["figures"]["BM25_tuned"] == kept and "--systems BM25" in after["command"]
+    assert main(["reproduce", "toy/t5", "--tier", "quick"]) == 0
+    with pytest.raises(R.ReproductionError, match="no system 'Nope'"):
+        R.reproduce("toy/t5", tier="quick", directory=d, systems=["Nope"])
