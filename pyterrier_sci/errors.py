@@ -19,7 +19,9 @@ __all__ = ["SciError", "PipelineError", "ParameterError", "UnknownComponentError
            "ScaleError", "MissingDataError", "DamagedDataError", "RunFileError", "ModelNotFoundError",
            "BackendError", "NonFiniteTrainingError", "LLMError", "UntrustedConfigError", "LLMCacheError",
            "LLMBudgetExceeded", "TooLarge", "ServerUnavailable", "LinkReplacedWarning", "DamagedFileWarning",
-           "ShortRunWarning", "DeprecatedNameWarning", "warn_deprecated_name", "one_line", "SHOW_COLUMNS"]
+           "ShortRunWarning", "DeprecatedNameWarning", "warn_deprecated_name", "IndexUpdateError", "ReproductionError",
+           "ServeError",
+           "OverloadedError", "DeadlineExceededError", "ShuttingDownError", "one_line", "SHOW_COLUMNS"]
 
 
 class SciError(Exception):
@@ -253,3 +255,37 @@ class TooLarge(SciError):  # noqa: N818
 
 class ServerUnavailable(SciError, RuntimeError):  # noqa: N818
     """The local server cannot be started (a package is missing, or it did not come up)."""
+
+
+class IndexUpdateError(SciError, ValueError):
+    """An append or a retraction that cannot be done as asked (a docno already held or not held, an index
+    that cannot grow, a change that would leave it empty); nothing was changed."""
+
+
+class ReproductionError(PipelineError):
+    """A reproduction file that cannot be used (its schema, a name it uses), or a table that cannot run."""
+
+
+class ServeError(SciError, ValueError):
+    """A request the service refuses: ``status`` is the HTTP status (4xx), ``code`` a short name of the
+    cause (``unknown_pipeline``, ``k_out_of_range``, ``query_too_long``, ``unknown_docno`` ...)."""
+
+    def __init__(self, message: str, status: int = 400, code: str = "bad_request"):
+        super().__init__(message)
+        self.message, self.status, self.code = message, status, code
+
+
+class OverloadedError(SciError, RuntimeError):
+    """The server's queue is full; ``retry_after`` seconds is when to try again (HTTP 503)."""
+
+    def __init__(self, retry_after: int):
+        super().__init__(f"the server is busy (queue full); retry after {retry_after} s")
+        self.retry_after = retry_after
+
+
+class DeadlineExceededError(SciError, RuntimeError):
+    """A request's deadline passed before its results were ready (HTTP 504)."""
+
+
+class ShuttingDownError(SciError, RuntimeError):
+    """The server is shutting down and takes no new work (HTTP 503)."""

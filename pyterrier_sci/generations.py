@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Iterable, Iterator, Optional, Sequence, Union
 
 from pyterrier_sci.artifacts import lock
-from pyterrier_sci.errors import SciError
+from pyterrier_sci.errors import IndexUpdateError  # noqa: F401 - defined there, re-exported
 from pyterrier_sci.protocol import ModelRef
 
 __all__ = ["IndexUpdateError", "DocSet", "HASH_PREFIX", "generation_of", "docs_record", "history_entry",
@@ -36,11 +36,6 @@ _MOD = 1 << 256
 #: the one added here)
 APPEND, RETRACT = "append", "retract"
 MODES = ("create", "overwrite", APPEND)
-
-
-class IndexUpdateError(SciError, ValueError):
-    """An append or a retraction that cannot be done as asked (a docno already held or not held, an index
-    that cannot grow, a change that would leave it empty); nothing was changed."""
 
 
 def _digest(docno: str) -> int:

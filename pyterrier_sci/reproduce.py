@@ -36,12 +36,15 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import pandas as pd
 import pyterrier as pt
+import yaml
 
 from pyterrier_sci import artifacts, manifest
 from pyterrier_sci import measures as _measures
 from pyterrier_sci.data import data_dir, read_json
 from pyterrier_sci.environment import environment, jsonable
-from pyterrier_sci.errors import PipelineError
+from pyterrier_sci.errors import (
+    ReproductionError,  # noqa: F401 - defined there, re-exported
+)
 from pyterrier_sci.evaluation import Experiment
 from pyterrier_sci.experiment import run_path, topics_and_qrels, write_run
 from pyterrier_sci.llm.dryrun import concat_reports, dry_run
@@ -65,10 +68,6 @@ _TABLE_KEYS = {"number", "title", "source", "datasets", "measures", "systems", "
 _SYSTEM_KEYS = {"pipeline", "run", "label", "tiers", "published", "reproduces", "tolerance", "drift", "differs",
                 "needs"}
 _PAPER_KEYS = {"paper", "config", "components", "models", "pipelines", "tables", "settings", "llm", "ray"}
-
-
-class ReproductionError(PipelineError):
-    """A reproduction file that cannot be used (its schema, a name it uses), or a table that cannot run."""
 
 
 # ------------------------------------------------------------------------------------------------ schema
@@ -262,7 +261,6 @@ def load_paper(spec: Any, directory: Optional[Path] = None) -> Paper:
         spec = files[str(spec)]
     path = Path(spec) if isinstance(spec, (str, Path)) else Path("<mapping>")
     if isinstance(spec, (str, Path)):
-        import yaml
         if not path.is_file():
             raise ReproductionError(f"no reproduction file {path}", where=str(path))
         try:

@@ -14,6 +14,7 @@ import importlib
 from pathlib import Path
 from typing import Optional, Sequence
 
+import numpy as np
 import pandas as pd
 import pyterrier as pt
 import pyterrier_alpha as pta
@@ -180,7 +181,6 @@ class DenseRetriever(pt.Transformer):
 
     def encode(self, texts: Sequence[str], desc: Optional[str] = None):
         """Embeddings (float32 rows) of ``texts``; one progress bar when ``desc`` is given and verbose."""
-        import numpy as np
         texts = list(texts)
         if not texts:
             return np.zeros((0, self.encoder.get_sentence_embedding_dimension()), dtype=np.float32)
@@ -300,7 +300,6 @@ class DenseRetriever(pt.Transformer):
     def _search_before(self, index, inp: pd.DataFrame, qvecs, k: int) -> pd.DataFrame:
         """Retrieval under the date cutoff: exact search masks the documents the cutoff does not allow
         (:func:`.search.masked_search`); ANN over-fetches and filters."""
-        import numpy as np
         if self.ann:
             res = ann_search(index, inp, qvecs, min(k * ANN_OVERFETCH, index.num_docs), self.ann, self.ann_params)
             res = self.date_cutoff.transform(res)
@@ -337,7 +336,6 @@ class DenseRetriever(pt.Transformer):
     def _corpus_doc_vecs(self, docnos: Sequence[str]):
         """Vectors of ``docnos`` (rows in that order), each document encoded once per retriever (its
         text from the corpus, as the corpus index would hold it)."""
-        import numpy as np
         new = [d for d in dict.fromkeys(docnos) if d not in self._doc_vecs]
         if new:
             vecs = self.encode(doc_texts(self.corpus, new, self.fields), desc="documents")
@@ -359,7 +357,6 @@ class DenseRetriever(pt.Transformer):
     def _query_vecs(self, inp: pd.DataFrame):
         """``(vecs, pos)``: each distinct query of ``inp`` encoded once, and per row of ``inp`` the
         row of ``vecs`` holding its query."""
-        import numpy as np
         codes, _ = pd.factorize(inp["qid"], sort=False)
         first = np.unique(codes, return_index=True)[1]  # the first row of each query, in code order
         texts = inp["query"].iloc[first].astype(str).tolist()
@@ -440,7 +437,6 @@ def _score_with_index(index, inp: pd.DataFrame, qvecs, pos, block: int = 65536):
     (the scores of ``FlexIndex.scorer()``): one docno lookup for the whole frame, then the stored
     rows gathered and dotted with their query's vector ``block`` rows at a time, with no per-query
     loop, progress bar or per-row vector column.  A sharded index finds each docno's shard."""
-    import numpy as np
     from pyterrier_dr import SimFn
     docids = index.positions_of(inp["docno"].astype(str).to_numpy())
     if (docids < 0).any():

@@ -22,6 +22,7 @@ import json
 import os
 import resource
 import shutil
+import socket
 import sys
 import time
 import warnings
@@ -253,7 +254,6 @@ class _ShardEncoder:
 
         build_atomically(path, build, what=f"{shard_name(i)} of {spec['index']}")
         progress.update.remote(i, end - start)
-        import socket
         return {"shard": i, "num_docs": end - start, "built": bool(built), "seconds": time.perf_counter() - t0,
                 "pid": os.getpid(), "host": socket.gethostname(), "threads": self._threads(),
                 "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}

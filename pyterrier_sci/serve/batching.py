@@ -18,23 +18,13 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 import pandas as pd
 
+from pyterrier_sci.errors import (  # noqa: F401 - defined there, re-exported
+    DeadlineExceededError,
+    OverloadedError,
+    ShuttingDownError,
+)
+
 __all__ = ["MicroBatcher", "OverloadedError", "DeadlineExceededError", "ShuttingDownError", "BatchStats"]
-
-
-class OverloadedError(Exception):
-    """The queue is full; ``retry_after`` seconds is when to try again."""
-
-    def __init__(self, retry_after: int):
-        super().__init__(f"the server is busy (queue full); retry after {retry_after} s")
-        self.retry_after = retry_after
-
-
-class DeadlineExceededError(Exception):
-    """The request's deadline passed before its results were ready."""
-
-
-class ShuttingDownError(Exception):
-    """The server is shutting down and takes no new work."""
 
 
 @dataclass

@@ -16,7 +16,10 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 import pandas as pd
 import pyterrier as pt
 
-from pyterrier_sci.errors import SciError
+from pyterrier_sci.errors import (
+    SciError,
+    ServeError,  # noqa: F401 - defined there, re-exported
+)
 from pyterrier_sci.pipeline import PipelineConfig, build_all, load_config
 from pyterrier_sci.registry import irds_id
 
@@ -29,15 +32,6 @@ DOCNO_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/#@+-]{0,199}$")
 SECRET_KEY = re.compile(r"key|token|secret|password", re.I)
 #: the query of the warm-up call made while loading (opens indexes, compiles encoders)
 WARMUP_QUERY = "retrieval of scientific papers"
-
-
-class ServeError(SciError, ValueError):
-    """A request the service refuses: ``status`` is the HTTP status (4xx), ``code`` a short name of the
-    cause (``unknown_pipeline``, ``k_out_of_range``, ``query_too_long``, ``unknown_docno`` ...)."""
-
-    def __init__(self, message: str, status: int = 400, code: str = "bad_request"):
-        super().__init__(message)
-        self.message, self.status, self.code = message, status, code
 
 
 @dataclass
