@@ -1,6 +1,8 @@
 """Tables in the docs that quote a recorded benchmark run (``<!-- recorded: FILE, SECTION -->`` above the
 table) are the recorded table, line for line: a figure typed by hand, or a rerun not copied over, fails here."""
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -39,3 +41,23 @@ def test_a_quoted_table_is_the_recorded_one(doc, recorded, section, table):
     assert source.is_file(), f"{doc.name} quotes {recorded}, which is not in the repository"
     assert table == _table_after(source.read_text(encoding="utf-8"), "## " + section), \
         f"{doc.name}: the table under <!-- recorded: {recorded}, {section} --> differs from the recorded run"
+
+
+GENERATED = re.compile(r"<!-- generated: python (?P<script>benchmarks/\S+\.py) --table (?P<file>\S+) -->\n"
+                       r"(?P<body>(?:(?!## ).*\n)+)")  # up to the next heading
+
+
+def _generated():
+    for doc in sorted((ROOT / "docs").glob("*.md")):
+        for m in GENERATED.finditer(doc.read_text(encoding="utf-8")):
+            yield pytest.param(doc, m["script"], m["file"], m["body"], id=f"{doc.name}:{m['file']}")
+
+
+@pytest.mark.parametrize("doc,script,recorded,body", list(_generated()))
+def test_a_generated_table_is_the_scripts_output_for_the_recorded_run(doc, script, recorded, body):
+    out = subprocess.run([sys.executable, str(ROOT / script), "--table", str(ROOT / recorded)], cwd=ROOT,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    lines = [line for line in body.splitlines() if line.strip()]
+    assert lines == [line for line in out.stdout.splitlines() if line.strip()], \
+        f"{doc.name}: the table differs from `{script} --table {recorded}`"
