@@ -27,8 +27,8 @@ from pyterrier_sci.errors import IndexUpdateError  # noqa: F401 - defined there,
 from pyterrier_sci.protocol import ModelRef
 
 __all__ = ["IndexUpdateError", "DocSet", "HASH_PREFIX", "generation_of", "docs_record", "history_entry",
-           "already_applied", "update_lock", "read_docnos", "read_docs", "describe_generation", "index_ref", "APPEND",
-           "RETRACT", "MODES"]
+           "next_generation_meta", "already_applied", "update_lock", "read_docnos", "read_docs",
+           "describe_generation", "index_ref", "APPEND", "RETRACT", "MODES"]
 
 HASH_PREFIX = "sumsha256:"
 _MOD = 1 << 256
@@ -126,6 +126,14 @@ def index_ref(path: Union[str, Path], kind: str, meta: Optional[dict] = None) ->
 
 def history_entry(generation: int, op: str, batch: DocSet) -> dict:
     return {"generation": generation, "op": op, "count": batch.count, "batch": batch.hash}
+
+
+def next_generation_meta(meta: dict, op: str, batch: DocSet, docs: DocSet, **extra) -> dict:
+    """``meta`` as the next generation records it: ``op`` of ``batch`` appended to the history, ``docs`` the
+    documents it then holds, and any ``extra`` entries (the index's own, such as ``num_docs``)."""
+    g = generation_of(meta) + 1
+    history = list(meta.get("history") or []) + [history_entry(g, op, batch)]
+    return dict(meta, **extra, generation=g, docs=docs.record(), history=history)
 
 
 def already_applied(meta: Optional[dict], op: str, batch: DocSet) -> bool:

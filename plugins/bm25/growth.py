@@ -43,7 +43,7 @@ from pyterrier_sci.generations import (
     already_applied,
     docs_record,
     generation_of,
-    history_entry,
+    next_generation_meta,
     read_docnos,
     read_docs,
     update_lock,
@@ -80,11 +80,6 @@ def _meta(path: Path) -> dict:
         raise IndexUpdateError(f"{path} holds {what}, not a BM25 index (PISA or Lucene) to update")
     return meta
 
-
-def _next_meta(meta: dict, op: str, batch: DocSet, docs: DocSet, **extra) -> dict:
-    g = generation_of(meta) + 1
-    history = list(meta.get("history") or []) + [history_entry(g, op, batch)]
-    return dict(meta, **extra, generation=g, docs=docs.record(), history=history)
 
 
 # ------------------------------------------------------------------------------------------ Lucene
@@ -173,7 +168,7 @@ def _lucene_update(path: Path, meta: dict, docs: Optional[Iterable[dict]], retra
             writer.close()
             docs_now = DocSet(current.count + batch.count, current.value + batch.value) if op == APPEND else \
                 DocSet(current.count, current.value).remove(retract)
-            out["meta"] = _next_meta(meta, op, batch, docs_now, num_docs=docs_now.count)
+            out["meta"] = next_generation_meta(meta, op, batch, docs_now, num_docs=docs_now.count)
             write_pt_meta(tmp, **out["meta"])
 
         try:
@@ -336,7 +331,8 @@ def _pisa_update(path: Path, meta: dict, docs: Optional[Iterable[dict]], retract
         if writer.written != docs_now.count:
             raise IndexUpdateError(f"the rebuilt PISA index holds {writer.written} documents, its record "
                                    f"{docs_now.count} (was the corpus changed?)")
-        out["meta"] = _next_meta({**meta, **written}, op, batch, docs_now, source=source, num_docs=docs_now.count)
+        out["meta"] = next_generation_meta({**meta, **written}, op, batch, docs_now, source=source,
+                                           num_docs=docs_now.count)
         write_pt_meta(tmp, **out["meta"])
 
     found: List[str] = []

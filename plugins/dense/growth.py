@@ -39,7 +39,7 @@ from pyterrier_sci.generations import (
     already_applied,
     docs_record,
     generation_of,
-    history_entry,
+    next_generation_meta,
     read_docnos,
     read_docs,
     update_lock,
@@ -164,11 +164,6 @@ def _with_vectors(path: Path, docs: Iterable[dict], batch_size: int, verbose: bo
     bar.close()
 
 
-def _commit_meta(meta: dict, op: str, batch: DocSet, docs: DocSet) -> dict:
-    g = generation_of(meta) + 1
-    history = list(meta.get("history") or []) + [history_entry(g, op, batch)]
-    return dict(meta, generation=g, docs=docs.record(), history=history)
-
 
 # ------------------------------------------------------------------------------------------ flat
 
@@ -203,7 +198,7 @@ def _flat_update(path: Path, meta: dict, new_docs: Optional[Iterable[dict]], ret
             docs = DocSet(current.count + checked.batch.count, current.value + checked.batch.value)
         else:
             docs = DocSet(current.count, current.value).remove(retract)
-        new = _commit_meta({**kept, **written}, op, out.get("batch", batch), docs)
+        new = next_generation_meta({**kept, **written}, op, out.get("batch", batch), docs)
         if new["doc_count"] != docs.count:
             raise IndexUpdateError(f"the new generation of {path} holds {new['doc_count']} documents, its record "
                                    f"{docs.count} (was the index changed meanwhile?)")
@@ -403,7 +398,7 @@ def _commit_sharded(path: Path, meta: dict, entries: List[dict], op: str, batch:
     if entries[-1]["end"] != docs.count:
         raise IndexUpdateError(f"the new generation of {path} holds {entries[-1]['end']} documents, its record "
                                f"{docs.count} (was the index changed meanwhile?)")
-    new = _commit_meta(meta, op, batch, docs)
+    new = next_generation_meta(meta, op, batch, docs)
     new.update(shards=entries, num_shards=len(entries), num_docs=entries[-1]["end"])
     write_pt_meta(path, **new)  # the commit
     _remove_unreferenced(path, new)
