@@ -202,8 +202,13 @@ def test_components_are_described_in_whole_sentences(capsys):
     assert first_sentence("``y``: one line\ncontinued here\n\nnext paragraph") == "``y``: one line continued here"
     assert main(["components"]) == 0
     lines = capsys.readouterr().out.splitlines()
+    blank = lines.index("")
+    described, deprecated = lines[:blank], lines[blank + 1:]
+    assert deprecated[0].startswith("deprecated names")
+    old_names = dict(line.split(None, 1) for line in deprecated[1:])
+    assert old_names["facet_rerank"] == "now sciface_rerank" and len(old_names) == len(REGISTRY.aliases())
     entries, current = [], None
-    for line in lines:
+    for line in described:
         if line.startswith(" "):
             current[1] += " " + line.strip()
         else:

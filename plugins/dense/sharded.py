@@ -656,7 +656,8 @@ def update_main(args) -> int:
     settings), updated by the function its type and format register in :data:`UPDATES_GROUP`."""
     if args.output:
         path = Path(args.output).expanduser()
-    elif args.shards:
+    elif args.shards is not None:
+        _check_int(args.shards, "--shards")
         path = default_index_path(args.dataset, args.model, args.shards, args.fields, args.limit, args.backend,
                                   args.precision)
     else:
@@ -682,9 +683,10 @@ def update_main(args) -> int:
 def index_main(args) -> int:
     if args.append or args.retract:
         return update_main(args)
-    if not args.shards:
-        raise ShardedIndexError("index: --shards N is required to build an index (or give --append/--retract to "
+    if args.shards is None:
+        raise ShardedIndexError("--shards N is required to build an index (or give --append/--retract to "
                                 "update one)", where="index")
+    _check_int(args.shards, "--shards")
     path = build_sharded_index(args.dataset, args.model, args.output, args.shards, workers=args.workers,
                                ray_address=args.ray_address, fields=args.fields, batch_size=args.batch_size,
                                verbose=not args.quiet, limit=args.limit, device=args.device,
