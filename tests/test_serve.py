@@ -329,3 +329,41 @@ def test_llm_stage_spends_the_configured_budget_and_uses_the_cache(tmp_path):
             status, _, body = request(srv.url + "/v1/search", "POST", {"query": "speech recognition", "k": 4})
             assert status == 503 and body["error"]["code"] == "llm_budget_spent" and llm.calls == 3
             assert "budget" in body["error"]["message"] and "Traceback" not in body["error"]["message"]
+
+
+@pytest.mark.skipif(os.environ.get("PYTERRIER_SCI_SKIP_RAY") == "1", reason="Ray tests disabled")
+def test_cli_on_ray_serve_and_ctrl_c_removes_it(service):
+    """``pyterrier-sci serve --ray-replicas 1``: a local Ray instance, one replica answering as in-process;
+    SIGINT removes the application and ends Ray (the process exits)."""
+    pytest.importorskip("ray.serve")
+    import socket
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    env = dict(os.environ, PYTHONSAFEPATH="1")
+    proc = subprocess.Popen([sys.executable, "-m", "pyterrier_sci.cli", "serve", CONFIG, "--pipelines", "bm25",
+                             "--ray-replicas", "1", "--port", str(port), "--no-mcp"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        deadline = time.monotonic() + 240
+        got = None
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                status, _, got = request(f"http://127.0.0.1:{port}/v1/search", "POST", {"query": QUERIES[1], "k": 5},
+                                         timeout=30)
+                if status == 200:
+                    break
+            except OSError:
+                pass
+            time.sleep(1)
+        assert proc.poll() is None and got is not None and "results" in got, proc.stderr.read()[-3000:]
+        same_hits(got["results"], expected(service, "bm25", QUERIES[1], 5))
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(120)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            raise
+    assert proc.returncode == 0
