@@ -218,6 +218,15 @@ def test_cli_appends_and_retracts_any_index(tmp_path, capsys):
     _same(idx, _flat(tmp_path / "flat", final), _vecs(5, 13), k=len(final))
     assert main(["index", "irds:sci/csfcube", "--output", str(tmp_path / "none"), "--retract", str(ids)]) == 2
     assert "no index at" in capsys.readouterr().err
+    # one paper appended: a shard of one document (npids wrote it unreadable before pyterrier_sci.upstream);
+    # the DATASET is not needed to update the index at --output
+    one = _docs("one", _vecs(1, 15))
+    docs.write_text(json.dumps({"docno": one[0]["docno"], "doc_vec": one[0]["doc_vec"].tolist()}) + "\n")
+    assert main(["index", "--output", str(path), "--append", str(docs), "--quiet"]) == 0
+    assert "generation 3" in capsys.readouterr().err
+    _same(ShardedDenseIndex(path), _flat(tmp_path / "flat3", final + one), _vecs(5, 16), k=len(final) + 1)
+    assert main(["index", "--shards", "2"]) == 2
+    assert "give the DATASET" in capsys.readouterr().err
 
 
 def test_run_manifest_records_the_generation_searched(tmp_path):

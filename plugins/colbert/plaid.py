@@ -27,9 +27,23 @@ import pandas as pd
 import pyterrier as pt
 import pyterrier_alpha as pta
 
-from pyterrier_sci.artifacts import build_atomically, write_pt_meta
+from pyterrier_sci.artifacts import atomic_write_text, build_atomically, write_pt_meta
 from pyterrier_sci.corpus import corpus_texts, sorted_results
+from pyterrier_sci.generations import (
+    APPEND,
+    RETRACT,
+    DocSet,
+    IndexUpdateError,
+    already_applied,
+    docs_record,
+    generation_of,
+    history_entry,
+    read_docnos,
+    read_docs,
+    update_lock,
+)
 from pyterrier_sci.protocol import ModelRef
+from pyterrier_sci.upstream import fix_npids_single_docno_blocks
 
 from ._compat import (
     ColBERTError,
@@ -50,11 +64,14 @@ from .checkpoint import (
     resolve_checkpoint,
 )
 
-__all__ = ["ColBERTIndex", "ColBERTIndexer", "ColBERTRetriever", "build_checkpoint",
+__all__ = ["ColBERTIndex", "ColBERTIndexer", "ColBERTAppender", "retract_colbert", "update_index", "ColBERTRetriever",
+           "build_checkpoint",
            "resolve_checkpoint", "ColBERTError", "ColBERTTimeoutError", "ColBERTWorkerError",
            "CheckpointNotFoundError", "COLBERTV2", "DEFAULT_CHECKPOINT"]
 
 PLAID_DIR = "plaid"
+#: where the partitions appended to a PLAID index live, one ColBERT index each (``segments/g00001``)
+SEGMENTS_DIR = "segments"
 # loaded searchers, shared by every ColBERTIndex object of the same index and checkpoint (a pipeline that
 # names `colbert` several times loads the index and the query encoder once); the lock serialises
 # searches, which set the shared searcher's settings per call
@@ -104,10 +121,56 @@ class ColBERTIndex(pta.Artifact, pt.Indexer):
         return DEFAULT_CHECKPOINT
 
     def __len__(self) -> int:
-        return int(self.metadata()["doc_count"])
+        meta = self.metadata()
+        return int(meta.get("num_docs", meta["doc_count"]))
 
     def __repr__(self) -> str:
         return f"ColBERTIndex({str(self.path)!r}, checkpoint={self.checkpoint!r})"
+
+    # --- growth (docs/indexes.md): appended partitions and retracted documents
+    @property
+    def generation(self) -> int:
+        """The generation of the index (0: as built; each append or retraction adds one)."""
+        return generation_of(self.metadata())
+
+    def parts(self) -> List[tuple]:
+        """``[(name, ColBERTIndex), ...]``: the index as built (name ``""``), then each partition appended to it
+        (a ColBERT index of its own under ``segments/``), oldest first."""
+        meta = self.metadata()
+        out = [("", self)]
+        for seg in meta.get("segments") or []:
+            out.append((seg["name"], ColBERTIndex(Path(self.path) / seg["name"], checkpoint=self.checkpoint,
+                                                  verbose=self.verbose)))
+        return out
+
+    def retracted(self) -> frozenset:
+        """``{(part name, docno)}`` of the documents retracted (still stored in their part, never returned)."""
+        meta = self.metadata()
+        name = meta.get("retracted")
+        if not name:
+            return frozenset()
+        pairs = (line.split("\t", 1) for line in (Path(self.path) / name).read_text(encoding="utf-8").splitlines())
+        return frozenset((p[0], p[1]) for p in pairs if len(p) == 2)
+
+    def locate(self, docnos: Sequence[str]) -> List[tuple]:
+        """For each docno, ``(part index, passage id)`` of its live copy (the newest part holding it and not
+        retracted), or ``(-1, -1)``."""
+        parts, gone = self.parts(), self.retracted()
+        out = [(-1, -1)] * len(docnos)
+        arr = np.asarray([str(d) for d in docnos], dtype=str)
+        for i in reversed(range(len(parts))):
+            name, part = parts[i]
+            pids = np.asarray(part.docnos().inv[arr], dtype=np.int64) if len(arr) else np.zeros(0, dtype=np.int64)
+            for j, (d, pid) in enumerate(zip(arr, pids)):
+                if out[j][0] < 0 and pid >= 0 and (name, d) not in gone:
+                    out[j] = (i, int(pid))
+        return out
+
+    def retract(self, docnos) -> "ColBERTIndex":
+        """Retracts ``docnos`` (a list or a file of them) as a new generation: they are never returned again (their
+        stored embeddings stay until the index is rebuilt); returns the index."""
+        retract_colbert(self.path, docnos)
+        return ColBERTIndex(self.path, checkpoint=self._checkpoint, verbose=self.verbose)
 
     def docnos(self):
         """The ``npids.Lookup`` of passage id <-> docno."""
@@ -121,11 +184,20 @@ class ColBERTIndex(pta.Artifact, pt.Indexer):
     def indexer(self, text_field: Union[str, Sequence[str]] = "text", doc_maxlen: int = 300, nbits: int = 2,
                 kmeans_niters: int = 4, index_bsize: int = 64, threads: Optional[int] = None,
                 timeout: Optional[float] = None, overwrite: bool = False,
-                verbose: Optional[bool] = None) -> "ColBERTIndexer":
-        """An indexer writing this index; see :class:`ColBERTIndexer`."""
+                verbose: Optional[bool] = None, mode: Optional[str] = None) -> "ColBERTIndexer":
+        """An indexer writing this index; see :class:`ColBERTIndexer`.  ``mode='append'`` (PyTerrier's
+        convention): an indexer appending documents to this built index as a new partition
+        (:class:`ColBERTAppender`; the index's own text field, passage length and compression are used);
+        ``'overwrite'`` is ``overwrite=True``."""
+        mode = str(getattr(mode, "value", mode)) if mode is not None else None
+        if mode == APPEND:
+            return ColBERTAppender(self, kmeans_niters=kmeans_niters, index_bsize=index_bsize, threads=threads,
+                                   timeout=timeout, verbose=self.verbose if verbose is None else verbose)
+        if mode not in (None, "create", "overwrite"):
+            raise ValueError(f"mode must be 'create', 'overwrite' or 'append', not {mode!r}")
         return ColBERTIndexer(self, text_field=text_field, doc_maxlen=doc_maxlen, nbits=nbits,
                               kmeans_niters=kmeans_niters, index_bsize=index_bsize, threads=threads,
-                              timeout=timeout, overwrite=overwrite,
+                              timeout=timeout, overwrite=overwrite or mode == "overwrite",
                               verbose=self.verbose if verbose is None else verbose)
 
     def index(self, it: Iterable[Dict[str, Any]]) -> "ColBERTIndex":
@@ -266,6 +338,7 @@ class ColBERTIndexer(pt.Indexer):
             return 0
         it = itertools.chain([first], it)
         n = 0
+        fix_npids_single_docno_blocks()  # pyterrier_sci.upstream: one-docno blocks
         with open(tmp / "collection.txt", "w", encoding="utf-8") as out, \
                 Lookup.builder(tmp / "docnos.npids") as docnos:
             for doc in it:
@@ -279,6 +352,158 @@ class ColBERTIndexer(pt.Indexer):
                 docnos.add(str(docno))
                 n += 1
         return n
+
+
+class ColBERTAppender(pt.Indexer):
+    """``ColBERTIndex.indexer(mode='append')``: appends documents to a built PLAID index as a new *partition*
+    (issue 35): a ColBERT index of the new documents alone (its own centroids, trained on them; the index's
+    checkpoint, text field, passage length and compression) under ``segments/g<generation>``, searched beside
+    the others and merged by score.  The documents already indexed are not touched (the cost is that of indexing
+    the new ones); the index's ``pt_meta.json``, written last, is the commit, so an append killed midway leaves
+    the previous generation as it was.  Retrieval is approximate as PLAID's is: recall@100 against an index
+    rebuilt on the final collection is in docs/indexes.md."""
+
+    def __init__(self, index: "ColBERTIndex", kmeans_niters: int = 4, index_bsize: int = 64,
+                 threads: Optional[int] = None, timeout: Optional[float] = None, verbose: bool = True):
+        self.index_ref = index
+        self.kmeans_niters = kmeans_niters
+        self.index_bsize = index_bsize
+        self.threads = threads
+        self.timeout = timeout
+        self.verbose = verbose
+
+    def index_inputs(self):
+        field = self.index_ref.metadata().get("text_field", "text")
+        return [["docno"] + ([field] if isinstance(field, str) else list(field))]
+
+    def index(self, it: Iterable[Dict[str, Any]]) -> "ColBERTIndex":
+        if hasattr(it, "to_dict"):
+            it = it.to_dict(orient="records")
+        path = Path(self.index_ref.path)
+        with update_lock(path):
+            index = ColBERTIndex(path, checkpoint=self.index_ref._checkpoint, verbose=self.verbose)
+            meta = index.metadata()
+            g = generation_of(meta) + 1
+            name = f"{SEGMENTS_DIR}/g{g:05d}"
+            target = path / name
+            referenced = {seg["name"] for seg in meta.get("segments") or []}
+            for left in sorted((path / SEGMENTS_DIR).glob("g*")) if (path / SEGMENTS_DIR).is_dir() else []:
+                if f"{SEGMENTS_DIR}/{left.name}" not in referenced and not left.is_symlink():
+                    shutil.rmtree(left)  # what an append killed before its commit left
+            batch, held = DocSet(), []
+
+            def checked():
+                seen = set()
+                for chunk in iter(lambda: list(itertools.islice(source, 1024)), []):
+                    names = [str(d["docno"]) for d in chunk]
+                    for d in names:
+                        if d in seen:
+                            raise IndexUpdateError(f"docno {d!r} is given twice in the documents to append")
+                        seen.add(d)
+                    held.extend(d for d, (part, _) in zip(names, index.locate(names)) if part >= 0)
+                    if held and not rerun:  # a rerun of the last append holds them all: read on to tell
+                        raise IndexUpdateError(f"docno(s) {held[:5]} are already in the ColBERT index {path}: "
+                                               "retract them first to replace them")
+                    batch.add(names)
+                    yield from chunk
+            source = iter(it)
+            last = (meta.get("history") or [{}])[-1]
+            rerun = isinstance(last, dict) and last.get("op") == APPEND
+            seg = ColBERTIndex(target, checkpoint=index.checkpoint, verbose=self.verbose)
+            try:
+                ColBERTIndexer(seg, text_field=meta.get("text_field", "text"), doc_maxlen=meta.get("doc_maxlen", 300),
+                               nbits=meta.get("nbits", 2), kmeans_niters=self.kmeans_niters,
+                               index_bsize=self.index_bsize, threads=self.threads, timeout=self.timeout,
+                               verbose=self.verbose).index(checked())
+            except ValueError as e:
+                if batch.count == 0 and "no documents" in str(e):
+                    return index
+                raise
+            if held:
+                shutil.rmtree(target, ignore_errors=True)
+                if already_applied(meta, APPEND, batch):
+                    return index
+                raise IndexUpdateError(f"docno(s) {held[:5]} are already in the ColBERT index {path}: retract them "
+                                       "first to replace them")
+            current = DocSet.from_record(docs_record(meta)) or _docset(index)
+            docs = DocSet(current.count + batch.count, current.value + batch.value)
+            segments = list(meta.get("segments") or []) + [{"name": name, "doc_count": batch.count, "generation": g}]
+            history = list(meta.get("history") or []) + [history_entry(g, APPEND, batch)]
+            write_pt_meta(path, **{**meta, "segments": segments, "generation": g, "docs": docs.record(),
+                                   "history": history, "num_docs": docs.count})  # the commit
+        return ColBERTIndex(path, checkpoint=self.index_ref._checkpoint, verbose=self.index_ref.verbose)
+
+
+def _docset(index: "ColBERTIndex") -> DocSet:
+    """The live documents of an index that records none yet (read once from its docno lookups)."""
+    gone = index.retracted()
+    out = DocSet()
+    for name, part in index.parts():
+        lookup = part.docnos()
+        for d in lookup.fwd[np.arange(len(lookup))]:
+            if (name, str(d)) not in gone:
+                out.add((str(d),))
+    return out
+
+
+def retract_colbert(path: Union[str, Path], docnos) -> dict:
+    """Retracts ``docnos`` (a list, or a file of them) from the ColBERT index at ``path`` as a new generation:
+    the retracted ``(partition, docno)`` pairs are written to a new ``retracted.g<generation>.tsv`` named by the
+    ``pt_meta.json`` (the commit); search drops them (it fetches as many more).  Returns the new metadata."""
+    path = Path(path)
+    names = read_docnos(docnos)
+    if len(set(names)) != len(names):
+        raise IndexUpdateError("a docno is given twice in the documents to retract")
+    with update_lock(path):
+        index = ColBERTIndex(path)
+        meta = index.metadata()
+        batch = DocSet.of(names)
+        where = index.locate(names)
+        missing = [d for d, (part, _) in zip(names, where) if part < 0]
+        if missing or not names:
+            if names and len(missing) == len(names) and already_applied(meta, RETRACT, batch):
+                return meta
+            if not names:
+                return meta
+            raise IndexUpdateError(f"docno(s) {missing[:5]} are not in the ColBERT index {path}: nothing retracted")
+        current = DocSet.from_record(docs_record(meta)) or _docset(index)
+        if len(names) >= current.count:
+            raise IndexUpdateError(f"retracting {len(names)} documents would leave the ColBERT index {path} empty")
+        parts = index.parts()
+        gone = sorted(index.retracted() | {(parts[p][0], d) for d, (p, _) in zip(names, where)})
+        g = generation_of(meta) + 1
+        name = f"retracted.g{g:05d}.tsv"
+        atomic_write_text(path / name, "".join(f"{part}\t{d}\n" for part, d in gone), what=str(path / name))
+        docs = DocSet(current.count, current.value).remove(names)
+        history = list(meta.get("history") or []) + [history_entry(g, RETRACT, batch)]
+        old = meta.get("retracted")
+        new = {**meta, "retracted": name, "num_retracted": len(gone), "generation": g, "docs": docs.record(),
+               "history": history, "num_docs": docs.count}
+        write_pt_meta(path, **new)  # the commit
+        if old and old != name:
+            (path / old).unlink(missing_ok=True)
+        return new
+
+
+def update_index(path: Union[str, Path], append: Optional[Union[str, Path]] = None,
+                 retract: Optional[Union[str, Path, Sequence[str]]] = None, *, fields: Optional[Sequence[str]] = None,
+                 verbose: bool = False, **kwargs) -> dict:
+    """``pyterrier-sci index --append DOCS --retract IDS`` on a ColBERT/PLAID index: the retraction first, then
+    the append as a new partition (each its own generation); returns the final ``pt_meta.json``.  The appended
+    records carry the index's own text field (``text_field`` of its metadata), or ``--fields`` joined into it."""
+    path = Path(path)
+    index = ColBERTIndex(path, verbose=verbose)
+    meta = index.metadata()
+    if retract is not None:
+        meta = retract_colbert(path, retract)
+    if append is not None:
+        field = meta.get("text_field", "text")
+        docs = read_docs(append, fields)
+        if fields and isinstance(field, str) and field != "text":
+            docs = ({**d, field: d["text"]} for d in docs)
+        ColBERTIndex(path, verbose=verbose).indexer(mode=APPEND).index(docs)
+        meta = ColBERTIndex(path).metadata()
+    return meta
 
 
 #: token vectors decompressed and scored at once (PLAID's last stage, exact re-scoring): 8,192 vectors
@@ -659,25 +884,48 @@ class ColBERTRetriever(pt.Transformer):
         if len(inp) == 0:
             return pd.DataFrame(columns=cols)
         index = self.built_index()
-        searcher = index.searcher()
+        parts, gone = index.parts(), index.retracted()
         inp = inp.drop(columns=[c for c in ("docno", "score", "rank") if c in inp.columns]).reset_index(drop=True)
+        found = []  # per part: (docnos per query, scores per query)
         with _LOCK:
-            # set on every call: the searcher is shared, and dense_search keeps the first values it sees
-            settings = self.search_settings()
-            searcher.configure(ncells=settings["ncells"], centroid_score_threshold=settings["centroid_score_threshold"],
-                               ndocs=settings["ndocs"], query_maxlen=self.query_maxlen)
-            searcher.checkpoint.query_tokenizer.query_maxlen = self.query_maxlen
-            with quiet():  # all queries in one batch
-                qvecs = self._encode(searcher, inp["query"].astype(str).tolist())
-            results = _search_all(searcher, qvecs, self.num_results, settings["exhaustive"], self.verbose)
-        all_pids = [p for p, _ in results]
-        all_scores = [sc for _, sc in results]
-        counts = np.asarray([len(p) for p in all_pids])
+            qvecs = None
+            for name, part in parts:
+                searcher = part.searcher()
+                dropped = sum(1 for p, _ in gone if p == name)
+                k = self.num_results + dropped  # as many more as the part has retracted documents
+                # set on every call: the searcher is shared, and dense_search keeps the first values it sees
+                settings = plaid_settings(k, len(part.docnos()), ncells=self.ncells,
+                                          centroid_score_threshold=self.centroid_score_threshold, ndocs=self.ndocs)
+                searcher.configure(ncells=settings["ncells"],
+                                   centroid_score_threshold=settings["centroid_score_threshold"],
+                                   ndocs=settings["ndocs"], query_maxlen=self.query_maxlen)
+                searcher.checkpoint.query_tokenizer.query_maxlen = self.query_maxlen
+                if qvecs is None:  # every part has the index's checkpoint: the queries are encoded once
+                    with quiet():  # all queries in one batch
+                        qvecs = self._encode(searcher, inp["query"].astype(str).tolist())
+                results = _search_all(searcher, qvecs, k, settings["exhaustive"], self.verbose)
+                lookup = part.docnos()
+                per_query = []
+                for pids, scores in results:
+                    names = np.asarray(lookup.fwd.lookup(pids), dtype=object) if len(pids) else np.array([], object)
+                    if dropped:
+                        keep = np.asarray([(name, d) not in gone for d in names], dtype=bool)
+                        names, scores = names[keep], np.asarray(scores)[keep]
+                    per_query.append((names, np.asarray(scores, dtype=np.float64)))
+                found.append(per_query)
+        if len(found) == 1 and not gone:
+            per_query = found[0]
+        else:  # the parts' lists merged by score (ties by docno), cut to num_results
+            per_query = []
+            for q in range(len(inp)):
+                names = np.concatenate([f[q][0] for f in found])
+                scores = np.concatenate([f[q][1] for f in found])
+                order = np.lexsort((names.astype(str), -scores))[:self.num_results]
+                per_query.append((names[order], scores[order]))
+        counts = np.asarray([len(n) for n, _ in per_query])
         out = inp.iloc[np.repeat(np.arange(len(inp)), counts)].reset_index(drop=True)
-        pids = np.concatenate(all_pids)
-        out["docno"] = np.asarray(index.docnos().fwd.lookup(pids), dtype=object) if len(pids) \
-            else np.array([], dtype=object)
-        out["score"] = np.concatenate(all_scores).astype(np.float64)
+        out["docno"] = np.concatenate([n for n, _ in per_query]) if counts.sum() else np.array([], dtype=object)
+        out["score"] = np.concatenate([sc for _, sc in per_query]).astype(np.float64) if len(counts) else []
         out["rank"] = np.concatenate([np.arange(c) for c in counts]) if len(counts) else np.array([], dtype=int)
         return out[cols]
 
@@ -685,25 +933,36 @@ class ColBERTRetriever(pt.Transformer):
         if len(inp) == 0:
             return inp.assign(score=pd.Series(dtype=float), rank=pd.Series(dtype=int))
         index = self.built_index()
-        searcher = index.searcher()
-        lookup = index.docnos()
+        parts = index.parts()
         out = inp.drop(columns=[c for c in ("score", "rank") if c in inp.columns]).reset_index(drop=True)
         docnos = out["docno"].astype(str).to_numpy()
-        missing = sorted(d for d in set(docnos) if d not in lookup.inv)
+        uniq, inverse = np.unique(docnos, return_inverse=True)
+        where = np.asarray(index.locate(list(uniq)), dtype=np.int64).reshape(-1, 2)[inverse]
+        missing = sorted(set(docnos[where[:, 0] < 0]))
         if missing:
             raise ValueError(f"ColBERT re-scoring needs documents of the index; {len(missing)} docno(s) are not in "
                              f"{index.path}: {', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''}")
-        pids = np.asarray(lookup.inv.lookup(list(docnos)), dtype=np.int64)
         scores = np.empty(len(out), dtype=np.float64)
         groups = out.groupby("qid", sort=False).indices
         firsts = [idx[0] for idx in groups.values()]
         with _LOCK, quiet():
-            searcher.configure(query_maxlen=self.query_maxlen)
-            searcher.checkpoint.query_tokenizer.query_maxlen = self.query_maxlen
-            qvecs = self._encode(searcher, out["query"].astype(str).to_numpy()[firsts].tolist())
-            for qi, idx in enumerate(groups.values()):
-                unique = np.unique(pids[idx])
-                scores[idx] = exact_maxsim(searcher, qvecs[qi:qi + 1], unique)[np.searchsorted(unique, pids[idx])]
+            qvecs = None
+            for p, (_, part) in enumerate(parts):
+                rows_of_part = where[:, 0] == p
+                if not rows_of_part.any() and qvecs is not None:
+                    continue
+                searcher = part.searcher()
+                searcher.configure(query_maxlen=self.query_maxlen)
+                searcher.checkpoint.query_tokenizer.query_maxlen = self.query_maxlen
+                if qvecs is None:
+                    qvecs = self._encode(searcher, out["query"].astype(str).to_numpy()[firsts].tolist())
+                for qi, idx in enumerate(groups.values()):
+                    idx = idx[rows_of_part[idx]]
+                    if not len(idx):
+                        continue
+                    pids = where[idx, 1]
+                    unique = np.unique(pids)
+                    scores[idx] = exact_maxsim(searcher, qvecs[qi:qi + 1], unique)[np.searchsorted(unique, pids)]
         out["score"] = scores
         out = sorted_results(out).reset_index(drop=True)
         out["rank"] = out.groupby("qid").cumcount()

@@ -20,6 +20,7 @@ import pyterrier_alpha as pta
 
 from pyterrier_sci.artifacts import build_atomically, write_pt_meta
 from pyterrier_sci.filesums import damaged_file, record_files
+from pyterrier_sci.upstream import fix_npids_single_docno_blocks
 
 from .ann import ann_index, ann_topk
 from .growth import DenseAppender, GrowingDenseIndex, retract_documents
@@ -343,6 +344,7 @@ def write_sharded_flex(path: Union[str, os.PathLike], docnos: Iterable[str], vec
                 "corpus": corpus, "fields": fields, "start": start, "end": end, "num_docs": end - start}
 
         def build(tmp, start=start, end=end, info=info):
+            fix_npids_single_docno_blocks()  # pyterrier_sci.upstream: one-docno blocks
             FlexIndex(str(tmp), verbose=False).indexer().index(
                 {"docno": docnos[j], "doc_vec": vectors[j]} for j in range(start, end))
             (Path(tmp) / SHARD_FILE).write_text(json.dumps(dict(info, files=record_files(tmp)), indent=2),

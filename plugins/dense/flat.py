@@ -18,6 +18,7 @@ import pyterrier as pt
 
 from pyterrier_sci.artifacts import write_pt_meta
 from pyterrier_sci.generations import DocSet
+from pyterrier_sci.upstream import fix_npids_single_docno_blocks
 
 from .ann import ann_index, ann_topk
 from .calibration import Calibration
@@ -86,6 +87,7 @@ def write_flat_index(directory: Union[str, os.PathLike], docs: Iterable[dict],
     ``calibration.json``; None for fp32)."""
     from pyterrier_dr import FlexIndex
     held = DocSet()  # the documents' count and hash, recorded as generation 0 (pyterrier_sci.generations)
+    fix_npids_single_docno_blocks()  # pyterrier_sci.upstream: one-docno blocks
     FlexIndex(str(directory), verbose=False).indexer().index(_counted(docs, held))
     record, calibration = describe()
     meta = read_pt_meta(directory)

@@ -44,6 +44,7 @@ from pyterrier_sci.generations import (
     read_docs,
     update_lock,
 )
+from pyterrier_sci.upstream import fix_npids_single_docno_blocks
 
 from .encoding import encode_stream
 from .flat import open_index
@@ -188,6 +189,7 @@ def _flat_update(path: Path, meta: dict, new_docs: Optional[Iterable[dict]], ret
         rows = _rows(index.flex, skip)
         if checked is not None:
             rows = itertools.chain(rows, _vectors_checked(checked))
+        fix_npids_single_docno_blocks()  # pyterrier_sci.upstream: one-docno blocks
         FlexIndex(str(tmp), verbose=False).indexer().index(rows)
         if checked is not None:
             _check_appended(path, meta, checked)
@@ -326,6 +328,7 @@ def _write_shard(index_path: Path, name: str, rows: Iterable[dict], info_of) -> 
     made = {}
 
     def build(tmp: Path) -> None:
+        fix_npids_single_docno_blocks()  # pyterrier_sci.upstream: one-docno blocks
         FlexIndex(str(tmp), verbose=False).indexer().index(rows)
         written = json.loads((tmp / "pt_meta.json").read_text(encoding="utf-8"))
         info = info_of(written["doc_count"], written["vec_size"])

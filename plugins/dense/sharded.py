@@ -48,6 +48,7 @@ from pyterrier_sci.models import (
 from pyterrier_sci.quiet import quiet_native
 from pyterrier_sci.registry import PipelineError, check_dataset, check_fields, load_group
 from pyterrier_sci.scale import ScaleError, init_ray
+from pyterrier_sci.upstream import fix_npids_single_docno_blocks
 
 from .calibration import CALIBRATION_SIZE, Calibration, calibration_from_corpus, calibration_from_texts
 from .encoders import load_encoder, settings_hash
@@ -238,6 +239,7 @@ class _ShardEncoder:
 
         def build(tmp: Path) -> None:
             docs = _iter_slice(spec["corpus"], spec["fields"], start, end, spec["offsets"])
+            fix_npids_single_docno_blocks()  # pyterrier_sci.upstream: one-docno blocks
             FlexIndex(str(tmp), verbose=False).indexer().index(self._encode(docs, spec["batch_size"], report))
             meta = json.loads((tmp / "pt_meta.json").read_text())
             if meta["doc_count"] != end - start:
@@ -618,7 +620,8 @@ def add_index_commands(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("index", help="build a sharded dense index of a corpus on Ray (resumable)",
                               description="Encodes a corpus into N FlexIndex shards plus a manifest (pt_meta.json); "
                                           "point the dense component at it with index: PATH. A rerun resumes.")
-    p.add_argument("dataset", help="ir_datasets id (e.g. irds:sci/csfcube) or a .jsonl/.jsonl.gz corpus file")
+    p.add_argument("dataset", nargs="?", help="ir_datasets id (e.g. irds:sci/csfcube) or a .jsonl/.jsonl.gz corpus "
+                                             "file (not needed to update the index at --output)")
     p.add_argument("--model", default="default", help="sentence-transformers model: hub id, path or 'default'")
     p.add_argument("--shards", type=int, help="number of shards N (required to build)")
     p.add_argument("--workers", type=int, help="encoder workers (default: one per shard, at most one per CPU)")
@@ -656,13 +659,14 @@ def update_main(args) -> int:
     settings), updated by the function its type and format register in :data:`UPDATES_GROUP`."""
     if args.output:
         path = Path(args.output).expanduser()
-    elif args.shards is not None:
+    elif args.shards is not None and args.dataset:
         _check_int(args.shards, "--shards")
         path = default_index_path(args.dataset, args.model, args.shards, args.fields, args.limit, args.backend,
                                   args.precision)
     else:
-        raise IndexUpdateError("index --append/--retract: give the index with --output PATH (a BM25 or dense index), "
-                               "or the --shards (and --model) of the sharded index to update")
+        raise IndexUpdateError("index --append/--retract: give the index with --output PATH (a BM25, dense or "
+                               "ColBERT index), or the DATASET and --shards (and --model) of the sharded index to "
+                               "update")
     meta = read_pt_meta(path) if path.is_dir() else None
     if meta is None:
         raise IndexUpdateError(f"index --append/--retract: no index at {path} (no pt_meta.json); build it first")
@@ -683,6 +687,9 @@ def update_main(args) -> int:
 def index_main(args) -> int:
     if args.append or args.retract:
         return update_main(args)
+    if not args.dataset:
+        raise ShardedIndexError("give the DATASET to build an index of (or --output PATH with --append/--retract "
+                                "to update one)", where="index")
     if args.shards is None:
         raise ShardedIndexError("--shards N is required to build an index (or give --append/--retract to "
                                 "update one)", where="index")
