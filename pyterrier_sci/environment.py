@@ -5,6 +5,7 @@ with it; :mod:`pyterrier_sci.manifest` builds run and experiment manifests on it
 from __future__ import annotations
 
 import datetime
+import functools
 import math
 import os
 import platform
@@ -42,7 +43,13 @@ _SECRET = re.compile(r"(api_?key|secret|password|token$|^key$)", re.I)
 
 
 def library_versions() -> Dict[str, Optional[str]]:
-    """The installed version of each of :data:`LIBRARIES` (``None`` when it is not installed)."""
+    """The installed version of each of :data:`LIBRARIES` (``None`` when it is not installed): those the process
+    found first (read once; every artifact and run manifest records them, an index append included)."""
+    return dict(_library_versions())
+
+
+@functools.lru_cache(maxsize=1)
+def _library_versions() -> Dict[str, Optional[str]]:
     out: Dict[str, Optional[str]] = {}
     for shown, dists in LIBRARIES.items():
         out[shown] = None
@@ -56,6 +63,11 @@ def library_versions() -> Dict[str, Optional[str]]:
 
 
 def _cpu() -> Dict[str, Any]:
+    return dict(_cpu_once())
+
+
+@functools.lru_cache(maxsize=1)
+def _cpu_once() -> Dict[str, Any]:
     model = None
     try:
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
@@ -86,10 +98,10 @@ def git_state(package_dir: Optional[Path] = None) -> Dict[str, Any]:
     it is not a tracked part of a checkout, e.g. installed from a wheel)."""
     pkg = Path(package_dir or Path(__file__).resolve().parent)
     none = {"commit": None, "dirty": None}
-    top = _git(["rev-parse", "--show-toplevel"], pkg)
-    if not top or _git(["ls-files", "--error-unmatch", "--", str(pkg / "__init__.py")], pkg) is None:
+    found = (_git(["rev-parse", "--show-toplevel", "HEAD"], pkg) or "").splitlines()
+    if len(found) != 2 or _git(["ls-files", "--error-unmatch", "--", str(pkg / "__init__.py")], pkg) is None:
         return none  # e.g. a virtual environment inside a checkout: its site-packages are not tracked
-    commit = _git(["rev-parse", "HEAD"], pkg)
+    top, commit = found
     status = _git(["status", "--porcelain", "--untracked-files=no"], Path(top))
     return {"commit": commit, "dirty": None if status is None else bool(status)}
 
