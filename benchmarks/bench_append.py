@@ -4,9 +4,9 @@ as the index grows.
 
 The documents are a stream of hep-th papers (``sci/hepth-core-citations/train``, title + abstract): the base
 index holds the first N, the appended ones are the next N x ``--fraction`` papers of the stream (new ids).  For
-each index type: the base index is built once (not timed) and copied; then, ``--rounds`` times, interleaved
-(append, rebuild, append, ...) so both see the same machine load: *append* = the new documents appended to a
-fresh copy of the base index (a new generation: :mod:`pyterrier_sci.plugins.bm25.growth`,
+each index type: the base index is built once and copied once per round (neither timed); then, ``--rounds``
+times, interleaved (append, rebuild, rebuild, append, ...) so both see the same machine load: *append* = the new
+documents appended to a copy of the base index (a new generation: :mod:`pyterrier_sci.plugins.bm25.growth`,
 :mod:`pyterrier_sci.plugins.dense.growth`), *rebuild* = an index of the final collection built from scratch
 (for dense: every document encoded).  The ratio is append / rebuild per round (median, min-max).  A PISA
 index has no append: its change *is* a rebuild (docs/indexes.md), reported as it is.
@@ -14,6 +14,9 @@ index has no append: its change *is* a rebuild (docs/indexes.md), reported as it
 Memory: the peak of Python's traced heap (``tracemalloc``, numpy's buffers included) while 1 % is appended to
 flat dense indexes of two sizes 10x apart (vectors given, nothing encoded): it stays at the copy chunk, it does
 not grow with the index.
+
+ColBERT/PLAID (``--skip colbert`` to leave it out): recall@100 of an index grown by a partition against the
+top-100 of the index rebuilt on the final collection, and the append's time against the rebuild's.
 
     python benchmarks/bench_append.py [--bm25-docs 27000] [--dense-docs 3000] [--fraction 0.01] [--rounds 2]
         [--out benchmarks/results/bench_append.md]
@@ -56,11 +59,14 @@ def stream(n_base: int, n_new: int):
     return docs[:n_base], [{"docno": f"new~{d['docno']}", "text": d["text"]} for d in docs[n_base:]]
 
 
-def _fresh(src: Path, dst: Path) -> Path:
-    if dst.exists():
-        shutil.rmtree(dst)
-    shutil.copytree(src, dst)
-    return dst
+def _copies(src: Path, rounds: int) -> list:
+    """``rounds`` copies of the base index, made before the timing (each append changes one)."""
+    out = []
+    for r in range(rounds):
+        dst = src.with_name(f"{src.name}-copy{r}")
+        shutil.copytree(src, dst)
+        out.append(dst)
+    return out
 
 
 def bench_bm25(work: Path, n: int, fraction: float, rounds: int) -> list:
@@ -71,9 +77,10 @@ def bench_bm25(work: Path, n: int, fraction: float, rounds: int) -> list:
     final = base + new
     index_corpus(base, work / "lucene-base", "lucene")
     n_rebuilt = itertools.count()
+    copies = _copies(work / "lucene-base", rounds)
 
     def lucene_append():
-        append_documents(_fresh(work / "lucene-base", work / "lucene-grown"), new)
+        append_documents(copies.pop(0), new)
 
     def lucene_rebuild():
         index_corpus(final, work / f"lucene-rebuilt-{next(n_rebuilt)}", "lucene")
@@ -85,8 +92,10 @@ def bench_bm25(work: Path, n: int, fraction: float, rounds: int) -> list:
     corpus = list(corpus_texts(DATASET))
     pnew = [{"docno": f"new~{d['docno']}", "text": d["text"]} for d in corpus[:max(1, int(len(corpus) * fraction))]]
 
+    pisa_copies = _copies(pisa_base, rounds)
+
     def pisa_append():
-        append_documents(_fresh(pisa_base, work / "pisa-grown"), pnew)
+        append_documents(pisa_copies.pop(0), pnew)
 
     def pisa_rebuild():
         index_corpus(corpus + pnew, work / f"pisa-rebuilt-{next(n_rebuilt)}", "pisa")
@@ -118,12 +127,13 @@ def bench_dense(work: Path, n: int, fraction: float, rounds: int) -> list:
     write_sharded_flex(work / "sharded-base", [d["docno"] for d in base], base_vecs, 4, model="default",
                        encoder=record["encoder"])
     n_rebuilt = itertools.count()
+    flat_copies, sharded_copies = _copies(work / "flat-base", rounds), _copies(work / "sharded-base", rounds)
 
     def flat_append():
-        append_documents(_fresh(work / "flat-base", work / "flat-grown"), new)
+        append_documents(flat_copies.pop(0), new)
 
     def sharded_append():
-        append_documents(_fresh(work / "sharded-base", work / "sharded-grown"), new)
+        append_documents(sharded_copies.pop(0), new)
 
     def rebuild():  # every document encoded, then written (flat; a sharded index of them costs the same encoding)
         build_flat(work / f"flat-rebuilt-{next(n_rebuilt)}", final)
@@ -198,6 +208,45 @@ def bench_ann(work: Path, source: Path, fractions=(0.01, 0.1, 0.5), n_queries: i
     return rows
 
 
+def bench_colbert(work: Path, n: int = 1_000, fractions=(0.01, 0.1), n_queries: int = 100) -> list:
+    """recall@100 of a ColBERT/PLAID index grown by a partition (:class:`ColBERTAppender`), against the top-100 of
+    a PLAID index rebuilt on the final collection; the first ``n`` CSFCube abstracts (the offline MiniLM-built
+    checkpoint), queries: the first 30 words of ``n_queries`` documents held out of the collection.  Also the
+    append's time against the rebuild's."""
+    from pyterrier_sci.datasets import csfcube
+    from pyterrier_sci.plugins.colbert import ColBERTIndex
+    docs = [{"docno": d.doc_id, "text": d.abstract}
+            for d in sorted(csfcube.docs().values(), key=lambda d: d.doc_id) if d.abstract][:n + n_queries]
+    rng = np.random.default_rng(0)
+    held = set(rng.choice(len(docs), n_queries, replace=False).tolist())
+    queries = pd.DataFrame({"qid": [f"q{i}" for i in sorted(held)],
+                            "query": [" ".join(docs[i]["text"].split()[:30]) for i in sorted(held)]})
+    coll = [d for i, d in enumerate(docs) if i not in held]
+    rows = []
+    for frac in fractions:
+        cut = int(len(coll) * (1 - frac))
+        base, new = coll[:cut], coll[cut:]
+        grown = ColBERTIndex(work / f"plaid-{frac}", verbose=False)
+        grown.indexer(timeout=3600).index(base)
+        t0 = time.perf_counter()
+        grown = grown.indexer(mode="append", timeout=3600).index(new)
+        t_append = time.perf_counter() - t0
+        rebuilt = ColBERTIndex(work / f"plaid-{frac}-rebuilt", verbose=False)
+        t0 = time.perf_counter()
+        rebuilt.indexer(timeout=3600).index(coll)
+        t_rebuild = time.perf_counter() - t0
+        got = grown.retriever(num_results=100, query_maxlen=64)(queries)
+        ref = rebuilt.retriever(num_results=100, query_maxlen=64)(queries)
+        recall = np.mean([len(set(got[got.qid == q].docno) & set(ref[ref.qid == q].docno))
+                          / max(1, int((ref.qid == q).sum())) for q in queries.qid])
+        rows.append({"index": "ColBERT / PLAID (new partition)", "base docs": cut, "appended": len(new),
+                     "recall@100 vs rebuild": f"{recall:.3f}", "append s": t_append, "rebuild s": t_rebuild,
+                     "append / rebuild": f"{100 * t_append / t_rebuild:.2f} %"})
+        shutil.rmtree(grown.path)
+        shutil.rmtree(rebuilt.path)
+    return rows
+
+
 def bench_memory(work: Path, sizes=(20_000, 200_000), dim: int = 384, fraction: float = 0.01) -> list:
     """Peak traced Python heap while appending ``fraction`` (vectors given) to flat indexes of ``sizes``."""
     from pyterrier_dr import FlexIndex
@@ -237,7 +286,7 @@ def main(argv=None) -> int:
     p.add_argument("--fraction", type=float, default=0.01)
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--out", default="benchmarks/results/bench_append.md")
-    p.add_argument("--skip", nargs="*", default=[], choices=["bm25", "dense", "memory", "ann"])
+    p.add_argument("--skip", nargs="*", default=[], choices=["bm25", "dense", "memory", "ann", "colbert"])
     p.add_argument("--ann-index", default=None,
                    help="a flat dense index whose vectors the ANN recall runs on (default: the CSFCube MiniLM corpus "
                         "index of the work directory, when built)")
@@ -264,6 +313,10 @@ def main(argv=None) -> int:
                           "", markdown(pd.DataFrame(bench_ann(work, source))), ""]
             else:
                 lines += ["## ANN: skipped (no flat dense index to take vectors from; give --ann-index)", ""]
+        if "colbert" not in args.skip:
+            lines += ["## ColBERT/PLAID grown by a partition: recall@100 vs the rebuilt index's top-100 (CSFCube "
+                      "abstracts, the MiniLM-built checkpoint; queries: 30 words of held-out abstracts)", "",
+                      markdown(pd.DataFrame(bench_colbert(work))), ""]
         if "memory" not in args.skip:
             lines += ["## memory of a flat dense append (vectors given: nothing encoded)", "",
                       markdown(pd.DataFrame(bench_memory(work))), ""]
