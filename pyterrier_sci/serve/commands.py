@@ -14,10 +14,12 @@ import time
 from pathlib import Path
 from typing import Optional
 
+from pyterrier_sci.errors import SciError
+
 from .api import SearchAPI, ServeSettings
 from .app import create_app, env_token, install_log_redaction
 from .mcp_server import create_mcp
-from .ray_serve import ray_deployment, run_on_ray, stop_ray_serve
+from .ray_serve import ray_deployment, run_on_ray
 from .service import SearchService, ServeError, ServeLimits
 
 __all__ = ["add_serve_commands", "serve_main", "read_token", "TOKEN_ENV"]
@@ -169,8 +171,8 @@ def _serve_on_ray(args, settings: ServeSettings, limits: ServeLimits) -> int:
           flush=True)
     try:
         run_on_ray(app, host=args.host, port=args.port, address=args.ray_address, blocking=True)
-    except KeyboardInterrupt:  # Ctrl-C / SIGINT: the replicas are removed, a local Ray instance ends
+    except KeyboardInterrupt:
         pass
-    finally:
-        stop_ray_serve()
+    except SciError:
+        raise
     return 0

@@ -12,7 +12,7 @@ from .api import SearchAPI, ServeSettings
 from .app import create_app
 from .service import SearchService, ServeLimits
 
-__all__ = ["ray_deployment", "run_on_ray", "stop_ray_serve", "ServeReplica"]
+__all__ = ["ray_deployment", "run_on_ray", "ServeReplica"]
 
 
 class ServeReplica:
@@ -50,13 +50,3 @@ def run_on_ray(app, host: str = "127.0.0.1", port: int = 8000, address: Optional
     init_ray(address, num_cpus)
     serve.start(http_options={"host": host, "port": port})
     return serve.run(app, name="pyterrier-sci", route_prefix=route_prefix, blocking=blocking)
-
-
-def stop_ray_serve(shutdown_ray: bool = True) -> None:
-    """Deletes the Serve applications and stops Serve's proxy; then Ray itself (a local instance ends)."""
-    import ray
-    from ray import serve
-    if ray.is_initialized():
-        serve.shutdown()
-        if shutdown_ray:
-            ray.shutdown()
