@@ -27,7 +27,7 @@ from pyterrier_sci.errors import IndexUpdateError  # noqa: F401 - defined there,
 from pyterrier_sci.protocol import ModelRef
 
 __all__ = ["IndexUpdateError", "DocSet", "HASH_PREFIX", "generation_of", "docs_record", "history_entry",
-           "next_generation_meta", "already_applied", "update_lock", "read_docnos", "read_docs",
+           "next_generation_meta", "already_applied", "update_lock", "read_docnos", "read_docs", "jsonl_record",
            "describe_generation", "index_ref", "APPEND", "RETRACT", "MODES"]
 
 HASH_PREFIX = "sumsha256:"
@@ -186,6 +186,24 @@ def read_docnos(source: Union[str, Path, Sequence[str]]) -> list:
     return out
 
 
+def jsonl_record(line: str, lineno, path, fields: Sequence[str], error: type = IndexUpdateError,
+                 hint: str = "") -> tuple:
+    """``(record, docno)`` of one line of a JSONL document file, checked: one ``error`` naming the file and line
+    for a line that is not JSON, a record without ``docno`` (or ``doc_id``), or one without a field of
+    ``fields`` (``hint`` added to that message)."""
+    try:
+        rec = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise error(f"{path}, line {lineno}: not JSON ({e.msg})") from None
+    docno = rec.get("docno", rec.get("doc_id")) if isinstance(rec, dict) else None
+    if docno is None:
+        raise error(f"{path}, line {lineno}: no 'docno' (or 'doc_id') field")
+    missing = [k for k in fields if k not in rec]
+    if missing:
+        raise error(f"{path}, line {lineno}: no field(s) {missing}{hint}")
+    return rec, str(docno)
+
+
 def read_docs(path: Union[str, Path], fields: Optional[Sequence[str]] = None) -> Iterator[dict]:
     """The documents of a ``.jsonl`` / ``.jsonl.gz`` file, streamed: each record with ``docno`` and, when
     ``fields`` are given, ``text`` the ``fields`` joined by a space (without: the record as it is, for an index
@@ -200,16 +218,7 @@ def read_docs(path: Union[str, Path], fields: Optional[Sequence[str]] = None) ->
         for n, line in enumerate(f, 1):
             if not line.strip():
                 continue
-            try:
-                rec = json.loads(line)
-            except ValueError as e:
-                raise IndexUpdateError(f"{p}, line {n}: not JSON ({e})") from None
-            docno = rec.get("docno", rec.get("doc_id")) if isinstance(rec, dict) else None
-            if docno is None:
-                raise IndexUpdateError(f"{p}, line {n}: no 'docno' (or 'doc_id') field")
-            missing = [k for k in fields if k not in rec]
-            if missing:
-                raise IndexUpdateError(f"{p}, line {n}: no field(s) {missing}")
+            rec, docno = jsonl_record(line, n, p, fields, IndexUpdateError)
             if fields:
                 rec = {**rec, "text": " ".join(str(rec[k] or "") for k in fields)}
             yield {**rec, "docno": str(docno)}

@@ -35,7 +35,7 @@ from pyterrier_sci.artifacts import DamagedFileWarning, build_atomically, write_
 from pyterrier_sci.corpus import corpus_id, index_path, irds_id
 from pyterrier_sci.data import work_dir
 from pyterrier_sci.filesums import damaged_file, record_files
-from pyterrier_sci.generations import IndexUpdateError
+from pyterrier_sci.generations import IndexUpdateError, jsonl_record
 from pyterrier_sci.models import (
     BACKENDS,
     PRECISIONS,
@@ -93,17 +93,9 @@ def _open_text(path: str):
 
 
 def _jsonl_doc(line: str, lineno: int, path: str, fields: Sequence[str]) -> dict:
-    try:
-        rec = json.loads(line)
-    except json.JSONDecodeError as e:
-        raise ShardedIndexError(f"{path}, line {lineno}: not JSON ({e.msg})") from None
-    docno = rec.get("docno", rec.get("doc_id")) if isinstance(rec, dict) else None
-    if docno is None:
-        raise ShardedIndexError(f"{path}, line {lineno}: no 'docno' (or 'doc_id') field")
-    missing = [f for f in fields if f not in rec]
-    if missing:
-        raise ShardedIndexError(f"{path}, line {lineno}: no field(s) {missing} (give the text fields with fields=...)")
-    return {"docno": str(docno), "text": " ".join(str(rec[f] or "") for f in fields)}
+    rec, docno = jsonl_record(line, lineno, path, fields, ShardedIndexError,
+                              hint=" (give the text fields with fields=...)")
+    return {"docno": docno, "text": " ".join(str(rec[f] or "") for f in fields)}
 
 
 def _scan_jsonl(path: str) -> Tuple[int, List[int]]:
