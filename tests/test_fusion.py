@@ -64,3 +64,40 @@ def test_the_factory_lives_in_components_and_keeps_its_old_path():
     assert rrf.rrf_component is components.rrf_component is fusion.rrf_component
     with pytest.raises(AttributeError, match="fusion.rrf' has no attribute 'nothing'"):
         rrf.nothing  # noqa: B018
+
+
+def test_long_query_texts_are_kept_by_reference_and_the_fused_frame_is_unchanged():
+    """PRISM fuses four rankings of 949 full-paper queries, each row carrying its paper's fields: in
+    pandas' Arrow-backed ``str`` dtype every text was copied once per result (3.1 GB in one block).
+    The fused frame holds the same values as a merge of the query frame with the fused scores (the
+    earlier code), and its text column's rows are the query's own string objects."""
+    import numpy as np
+
+    from pyterrier_sci.corpus import repeat_rows
+    texts = pd.Series([f"{'word ' * 5000}{i}" for i in range(3)], dtype="str")
+    topics = pd.DataFrame({"qid": ["q1", "q2", "q3"], "query": ["a", "b", "c"], "fulltext": texts})
+    assert isinstance(topics["fulltext"].dtype, pd.StringDtype)
+
+    class Many(pt.Transformer):
+        def __init__(self, shift):
+            self.shift = shift
+
+        def transform(self, inp):
+            out = repeat_rows(inp, 40)
+            out["docno"] = [f"d{(i + self.shift) % 40}" for i in range(len(out))]
+            out["score"] = np.tile(np.arange(40, 0, -1), len(inp)).astype(float)
+            return pt.model.add_ranks(out)
+
+    a, b = Many(0), Many(7)
+    got = RRFusion(a, b, k=60, num_results=25)(topics)
+    fused = rrf_scores([a(topics), b(topics)], 60, None, 1)
+    want = topics.merge(fused, on="qid").sort_values(["qid", "score", "docno"], ascending=[True, False, True],
+                                                     kind="stable").reset_index(drop=True)
+    want["rank"] = want.groupby("qid").cumcount()
+    want = want[want["rank"] < 25].reset_index(drop=True)
+    assert len(got) == 75
+    for c in ("qid", "query", "fulltext", "docno", "score", "rank"):
+        assert got[c].tolist() == want[c].tolist(), c
+    rows = got[got["qid"] == "q2"]["fulltext"].tolist()
+    assert all(r is rows[0] for r in rows)            # one string, referred to 25 times
+    assert got["fulltext"].dtype == object

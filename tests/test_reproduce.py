@@ -308,3 +308,24 @@ def test_systems_runs_part_of_a_table_and_record_merges(home, capsys, monkeypatc
     assert main(["reproduce", "toy/t5", "--tier", "quick"]) == 0
     with pytest.raises(R.ReproductionError, match="no system 'Nope'"):
         R.reproduce("toy/t5", tier="quick", directory=d, systems=["Nope"])
+
+
+def test_a_dry_run_counts_a_call_repeated_on_another_dataset_as_cached(home, capsys, monkeypatch):
+    """Two datasets with the same topics (PRISM's References and References-or-citers): a real run's
+    response cache answers the second dataset's calls, so the dry run counts them as cached."""
+    from pyterrier_sci.llm.loopback import ScriptedServer
+    d = _paper(home, llm={"mode": "completion", "cache_dir": str(home / "llm-cache")},
+               components={"bm25": {"component": "bm25", "backend": "pisa", "k1": 0.9, "b": 0.4},
+                           "judge": {"component": "mir_pointwise", "text_field": "abstract", "on_error": "flag"}})
+    doc = yaml.safe_load((d / "toy.yaml").read_text())
+    doc["tables"]["t5"]["datasets"] = {"Method": {"id": "irds:sci/csfcube/method", "vars": {"facet": "method"}},
+                                       "Again": {"id": "irds:sci/csfcube/method", "vars": {"facet": "method"}}}
+    doc["tables"]["t5"]["systems"] = {"Judge": doc["tables"]["t5"]["systems"]["Judge"]}
+    (d / "toy.yaml").write_text(yaml.safe_dump(doc))
+    monkeypatch.setattr(R, "papers_dir", lambda: d)
+    with ScriptedServer(responder=lambda kind, body: " Yes") as srv:
+        assert main(["reproduce", "toy/t5", "--tier", "full", "--dry-run", "--llm", srv.base_url]) == 0
+        assert srv.calls == 0
+    out = capsys.readouterr().out
+    # 17 method queries, top 5: 85 judgements on the first dataset, the same 85 again on the second
+    assert "total: 170 calls, 85 cached, 85 to send" in out, out

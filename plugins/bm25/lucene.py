@@ -22,6 +22,7 @@ import pyterrier as pt
 import pyterrier_alpha as pta
 
 from pyterrier_sci.artifacts import build_atomically, write_pt_meta
+from pyterrier_sci.corpus import repeat_rows
 
 __all__ = ["LuceneIndex", "LuceneIndexer", "LuceneBM25", "start_jvm", "MAX_CLAUSE_COUNT"]
 
@@ -493,7 +494,7 @@ class LuceneBM25(pt.Transformer):
                     counts[i] = len(hits)
                     docnos.extend([h.docid for h in hits])
                     scores.extend([h.score for h in hits])
-        out = base.iloc[np.repeat(np.arange(n), counts)].reset_index(drop=True)
+        out = repeat_rows(base, counts)
         out["docno"] = docnos
         out["score"] = np.asarray(scores, dtype=np.float64)
         # hits come back per query in Lucene's order (score desc, ties by docid): rank = position

@@ -28,7 +28,7 @@ import pyterrier as pt
 import pyterrier_alpha as pta
 
 from pyterrier_sci.artifacts import atomic_write_text, build_atomically, write_pt_meta
-from pyterrier_sci.corpus import corpus_texts, sorted_results
+from pyterrier_sci.corpus import corpus_texts, repeat_rows, sorted_results
 from pyterrier_sci.generations import (
     APPEND,
     RETRACT,
@@ -923,7 +923,7 @@ class ColBERTRetriever(pt.Transformer):
                 order = np.lexsort((names.astype(str), -scores))[:self.num_results]
                 per_query.append((names[order], scores[order]))
         counts = np.asarray([len(n) for n, _ in per_query])
-        out = inp.iloc[np.repeat(np.arange(len(inp)), counts)].reset_index(drop=True)
+        out = repeat_rows(inp, counts)
         out["docno"] = np.concatenate([n for n, _ in per_query]) if counts.sum() else np.array([], dtype=object)
         out["score"] = np.concatenate([sc for _, sc in per_query]).astype(np.float64) if len(counts) else []
         out["rank"] = np.concatenate([np.arange(c) for c in counts]) if len(counts) else np.array([], dtype=int)

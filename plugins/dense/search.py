@@ -15,6 +15,8 @@ from typing import Callable, Dict, Protocol, Sequence, Tuple, runtime_checkable
 import numpy as np
 import pandas as pd
 
+from pyterrier_sci.corpus import repeat_rows
+
 __all__ = ["SCORE_ALIGN", "VectorIndex", "prepare_queries", "select_topk", "aligned_scores", "topk", "merge_topk",
            "masked_search", "rowwise_dot", "ranked", "results_frame"]
 
@@ -189,14 +191,14 @@ def results_frame(inp: pd.DataFrame, scores: np.ndarray, ids: np.ndarray,
     nq = len(inp)
     if not padded:
         k = scores.shape[1]
-        out = inp.iloc[np.repeat(np.arange(nq), k)].reset_index(drop=True)
+        out = repeat_rows(inp, k)
         uniq, inverse = np.unique(ids.ravel(), return_inverse=True)  # docno lookups are per element
         out["docno"] = docno_of(uniq)[inverse]
         out["score"] = scores.ravel()
         out["rank"] = np.tile(np.arange(k), nq)
         return out
     valid = (ids >= 0) & np.isfinite(scores)  # a prefix of each row
-    out = inp.iloc[np.repeat(np.arange(nq), valid.sum(axis=1))].reset_index(drop=True)
+    out = repeat_rows(inp, valid.sum(axis=1))
     uniq, inverse = np.unique(ids[valid], return_inverse=True)
     out["docno"] = docno_of(uniq)[inverse] if len(uniq) else np.empty(0, dtype=object)
     out["score"] = scores[valid]

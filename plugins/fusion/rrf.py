@@ -8,6 +8,8 @@ import pandas as pd
 import pyterrier as pt
 import pyterrier_alpha as pta
 
+from pyterrier_sci.corpus import take_rows
+
 
 def rrf_scores(results: Sequence[pd.DataFrame], k: float = 60, weights: Optional[Sequence[float]] = None,
                rank_base: int = 1) -> pd.DataFrame:
@@ -69,13 +71,18 @@ class RRFusion(pt.Transformer):
             return pd.DataFrame(columns=out_cols)
         results = [t(inp) for t in self.transformers]
         fused = rrf_scores(results, self.k, self.weights, self.rank_base)
-        queries = inp[query_cols].drop_duplicates("qid")
-        out = queries.merge(fused, on="qid", how="inner")
-        out = out.sort_values(["qid", "score", "docno"], ascending=[True, False, True], kind="stable")
-        out = out.reset_index(drop=True)
-        out["rank"] = out.groupby("qid").cumcount()
+        fused = fused.sort_values(["qid", "score", "docno"], ascending=[True, False, True], kind="stable")
+        fused = fused.reset_index(drop=True)
+        fused["rank"] = fused.groupby("qid").cumcount()
         if self.num_results is not None:
-            out = out[out["rank"] < self.num_results].reset_index(drop=True)
+            fused = fused[fused["rank"] < self.num_results].reset_index(drop=True)
+        queries = inp[query_cols].drop_duplicates("qid")
+        at = pd.Index(queries["qid"]).get_indexer(fused["qid"])
+        fused = fused[at >= 0].reset_index(drop=True)
+        # the query's columns by reference, cut first: full-paper queries are long texts (take_rows)
+        out = take_rows(queries.drop(columns="qid"), at[at >= 0])
+        for c in ("qid", "docno", "score", "rank"):
+            out[c] = fused[c].values
         return out[out_cols]
 
     def fuse_rank_cutoff(self, k: int) -> Optional["RRFusion"]:
