@@ -19,7 +19,7 @@ import pyterrier_alpha as pta
 from pyterrier_pisa import PisaIndex
 
 from pyterrier_sci import artifacts
-from pyterrier_sci.corpus import corpus_texts, index_path
+from pyterrier_sci.corpus import corpus_texts, index_path, take_rows
 from pyterrier_sci.data import work_dir as default_work_dir
 from pyterrier_sci.generations import index_ref
 from pyterrier_sci.quiet import quiet_native
@@ -212,13 +212,17 @@ class BM25(pt.Transformer):
         if len(inp) == 0:
             return pd.DataFrame(columns=cols)
         inp = inp.drop(columns=[c for c in ("docno", "score", "rank") if c in inp.columns])
-        cleaned = inp["query"].map(_clean_query)
-        if (cleaned == inp["query"]).all():
-            return self._retriever(self.num_results)(inp)
-        # the backend sees the cleaned query; the caller gets its own back
-        res = self._retriever(self.num_results)(inp.assign(query=cleaned, _row=np.arange(len(inp))))
-        res["query"] = inp["query"].to_numpy()[res["_row"].to_numpy()]
-        return res.drop(columns="_row")
+        # the backend sees positions as qids and the cleaned queries as plain object columns: it copies its
+        # input's row once per result, and a query frame may carry a whole paper's fields (PRISM); the
+        # caller's own rows (its query, not the cleaned one) are then taken by reference (take_rows)
+        asked = pd.DataFrame({"qid": pd.Series(np.arange(len(inp)).astype(str), dtype=object),
+                              "query": pd.Series(inp["query"].map(_clean_query).tolist(), dtype=object)})
+        found = self._retriever(self.num_results)(asked)
+        out = take_rows(inp, found["qid"].astype(np.int64).to_numpy())
+        out["docno"] = found["docno"].to_numpy()
+        out["score"] = found["score"].to_numpy()
+        out["rank"] = found["rank"].to_numpy()
+        return out[cols]
 
     def _rescore(self, inp: pd.DataFrame) -> pd.DataFrame:
         if len(inp) == 0:
