@@ -381,6 +381,8 @@ class _SaveRun(pt.Transformer):
         self.name = name
 
     def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
+        if len(inp) == 0:   # PyTerrier's validation runs pipelines on empty frames: that is not the run
+            return inp
         write_run(inp, self.path, run_name=re.sub(r"[^A-Za-z0-9_.+-]+", "_", self.name) or "run",
                   what="the reproduction's saved run", checksum=True)
         return inp
@@ -395,7 +397,11 @@ def _saved(path: Optional[Path]) -> Optional[pd.DataFrame]:
     if artifacts.discard_if_damaged(path, "saved run", missing_record_is_damage=False):
         return None
     try:
-        return pt.io.read_results(str(path))
+        run = pt.io.read_results(str(path))
+        if len(run) == 0:   # what an earlier version saved of a validation call: computed again
+            artifacts.discard(path)
+            return None
+        return run
     except Exception:  # a damaged file: computed again
         artifacts.discard(path)
         return None

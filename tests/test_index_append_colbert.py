@@ -5,6 +5,12 @@ rebuilt on the final collection (PLAID compresses each partition with its own ce
 the compression error: the top-10 lists are compared as sets).  CSFCube abstracts, the offline MiniLM-built
 checkpoint (untrained ColBERT: exact-text queries)."""
 import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
 
 import conftest  # noqa: F401 - the data directory
 import numpy as np
@@ -85,3 +91,85 @@ def test_colbert_append_and_retract(docs, tmp_path):
     hit = again.retriever(num_results=3, query_maxlen=64)(
         pd.DataFrame({"qid": ["x"], "query": [extra["text"] + " appended"]}))
     assert "extra-1" in set(hit.docno) and final[0]["docno"] not in set(hit.docno)
+
+
+APPENDER = textwrap.dedent("""
+    import json, sys
+    from pyterrier_sci.plugins.colbert import ColBERTIndex
+    path, docs = sys.argv[1:3]
+    ColBERTIndex(path, verbose=False).indexer(mode="append", timeout=900).index(json.load(open(docs)))
+    print("done")
+""")
+
+
+def test_colbert_append_killed_midway_then_rerun(docs, tmp_path):
+    """An append killed with SIGKILL while its indexing worker runs: the worker (in a session of its own, so
+    not killed with its parent) ends within seconds instead of writing on into the partial partition; the
+    previous generation is intact and answers as before; the rerun removes what was left and commits."""
+    import psutil
+    base, new = docs[:N_BASE], docs[N_BASE:]
+    path = tmp_path / "killed"
+    ColBERTIndex(path, verbose=False).indexer(timeout=900).index(base)
+    queries = _queries(base)
+    before = ColBERTIndex(path, verbose=False).retriever(num_results=10, query_maxlen=64)(queries)
+    meta_before = (path / "pt_meta.json").read_text()
+    (tmp_path / "new.json").write_text(json.dumps(new))
+    proc = subprocess.Popen([sys.executable, "-c", APPENDER, str(path), str(tmp_path / "new.json")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ, PYTHONSAFEPATH="1"))
+    workers, deadline = [], time.monotonic() + 300
+    while not workers and proc.poll() is None and time.monotonic() < deadline:
+        try:
+            workers = [c for c in psutil.Process(proc.pid).children(recursive=True)
+                       if "pyterrier_sci.plugins.colbert._worker" in " ".join(c.cmdline())]
+        except psutil.Error:
+            pass
+        time.sleep(0.05)
+    assert workers, f"no indexing worker started ({proc.poll()}): {proc.stderr.read()[-2000:] if proc.poll() else ''}"
+    time.sleep(0.5)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    _, alive = psutil.wait_procs(workers, timeout=8)
+    assert not alive, "the indexing worker outlived its killed parent"
+    assert workers[0].returncode in (None, 3)   # ORPHANED (None: reaped by another parent before we asked)
+
+    assert (path / "pt_meta.json").read_text() == meta_before
+    after = ColBERTIndex(path, verbose=False).retriever(num_results=10, query_maxlen=64)(queries)
+    assert after[["qid", "docno"]].values.tolist() == before[["qid", "docno"]].values.tolist()
+    assert np.allclose(after["score"], before["score"])
+
+    grown = ColBERTIndex(path, verbose=False).indexer(mode="append", timeout=900).index(new)
+    assert grown.generation == 1 and len(grown) == N_BASE + N_NEW
+    assert sorted(p.name for p in (path / "segments").iterdir()) == ["g00001"]
+    top = grown.retriever(num_results=1, query_maxlen=64)(_queries(new)).set_index("qid")
+    assert (top["docno"] == top["target"]).all()
+
+
+ORPHAN_PARENT = textwrap.dedent("""
+    import os, subprocess, sys, time
+    watch = ("import sys, time\\n"
+             "from pyterrier_sci.plugins.colbert._worker import exit_when_orphaned\\n"
+             "exit_when_orphaned(int(sys.argv[1]))\\n"
+             "time.sleep(600)\\n")   # a worker in a long silent step (k-means): it writes no event to fail on
+    w = subprocess.Popen([sys.executable, "-c", watch, str(os.getpid())], start_new_session=True)
+    print(w.pid, flush=True)
+    time.sleep(600)
+""")
+
+
+def test_an_indexing_worker_ends_when_its_parent_is_killed():
+    """The worker's watch (``exit_when_orphaned``): a worker whose parent is killed outright ends within
+    seconds even while it writes nothing (before, it ran on until its next progress event failed)."""
+    import psutil
+    parent = subprocess.Popen([sys.executable, "-c", ORPHAN_PARENT], stdout=subprocess.PIPE, text=True,
+                              env=dict(os.environ, PYTHONSAFEPATH="1"))
+    worker = psutil.Process(int(parent.stdout.readline()))
+    time.sleep(3)                          # its imports done, the watch running
+    assert worker.is_running() and worker.status() != psutil.STATUS_ZOMBIE
+    os.kill(parent.pid, signal.SIGKILL)
+    parent.wait(timeout=30)
+    try:
+        worker.wait(timeout=10)
+    except psutil.TimeoutExpired:
+        worker.kill()
+        raise AssertionError("the worker outlived its killed parent") from None

@@ -140,6 +140,22 @@ def test_a_table_runs_shares_its_prefix_resumes_and_compares(home):
     assert [c.reproduced for c in third.cells] == [c.reproduced for c in res.cells]
 
 
+def test_the_validation_call_on_an_empty_frame_saves_no_run(home, tmp_path):
+    """PyTerrier's validation runs each pipeline on an empty frame first: a run saved from it (what an
+    earlier version wrote) would be read back as the system's run by a resumed reproduction, every
+    figure 0; it is not written, and an empty saved run is computed again."""
+    path = tmp_path / "runs" / "BM25-0.res.gz"
+    path.parent.mkdir()
+    empty = pd.DataFrame(columns=["qid", "docno", "score", "rank"])
+    assert R._SaveRun(path, "BM25")(empty) is not None and not path.exists()
+    from pyterrier_sci.experiment import write_run
+    write_run(empty, path, run_name="BM25", what="a saved run", checksum=True)
+    assert path.exists() and R._saved(path) is None and not path.exists()
+    one = pd.DataFrame({"qid": ["1"], "docno": ["d"], "score": [1.0], "rank": [0]})
+    R._SaveRun(path, "BM25")(one)
+    assert R._saved(path)[["qid", "docno"]].values.tolist() == [["1", "d"]]
+
+
 def test_full_tier_marks_what_cannot_run_here(home):
     d = _paper(home)
     (res,) = R.reproduce("toy/t5", tier="full", directory=d)

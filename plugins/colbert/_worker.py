@@ -10,8 +10,10 @@ import json
 import math
 import os
 import sys
+import threading
 import time
 import traceback
+from typing import Optional
 
 import numpy as np
 
@@ -145,9 +147,35 @@ def assign_codes_with_faiss(threads=None) -> dict:
     return stats
 
 
+#: exit status of a worker whose parent died (killed with SIGKILL, say): nobody would commit its index
+ORPHANED = 3
+
+
+def exit_when_orphaned(parent: Optional[int] = None, interval: float = 0.5) -> threading.Thread:
+    """Ends this process soon after its parent dies.  The worker runs in a session of its own (the parent
+    kills its whole process group on an error or a timeout), so a parent killed outright would leave it
+    encoding into a partial directory that the next update removes: a watch thread notices that the parent
+    (``parent``, the pid the parent wrote into the worker's arguments; else the parent at the start) is no
+    longer ``os.getppid()`` and exits with status :data:`ORPHANED`.  The parent's pid comes from the
+    arguments because the worker's imports take seconds, and a parent killed meanwhile is already gone when
+    the watch begins."""
+    parent = os.getppid() if parent is None else int(parent)
+
+    def watch():
+        while True:
+            if os.getppid() != parent:
+                os._exit(ORPHANED)
+            time.sleep(interval)
+
+    t = threading.Thread(target=watch, name="exit-when-orphaned", daemon=True)
+    t.start()
+    return t
+
+
 def index_main(args_path: str) -> int:
     with open(args_path) as f:
         args = json.load(f)
+    exit_when_orphaned(args.get("parent_pid"))
     events = os.fdopen(int(args["progress_fd"]), "w", buffering=1)
 
     def emit(**event):

@@ -737,7 +737,7 @@ def _run_worker(args: Dict[str, Any], tmp: Path, n: int, sample: int, desc: str,
     Returns the worker's wall-clock time, split into k-means and the rest (encoding, writing), and the
     number of passage encodings (:func:`~pyterrier_sci.plugins.colbert._worker.reuse_sample_encoding`)."""
     rfd, wfd = os.pipe()
-    args = dict(args, progress_fd=wfd)
+    args = dict(args, progress_fd=wfd, parent_pid=os.getpid())  # the worker ends when this process dies
     (tmp / "worker-args.json").write_text(json.dumps(args))
     log_path = tmp / "colbert.log"
     cmd = [sys.executable, "-m", "pyterrier_sci.plugins.colbert._worker", "index", str(tmp / "worker-args.json")]
