@@ -11,7 +11,8 @@ from pyterrier_sci import reproduce as R
 from pyterrier_sci.llm.loopback import ScriptedServer
 
 TABLES = [(p.id, t.key) for p, t in R.select()]
-DATA_OF = {"sciface": "csfcube", "mir": "mir-multicite", "doris_mae": "doris-mae"}
+DATA_OF = {"sciface": "csfcube", "mir": "mir-multicite", "doris_mae": "doris-mae", "prism": "acl-fulltext",
+           "hlm_cite": "hepth-citations"}
 
 
 @pytest.mark.parametrize("paper,table", TABLES, ids=[f"{p}/{t}" for p, t in TABLES])
