@@ -74,6 +74,10 @@ class DocSet:
             self.count -= 1
         return self
 
+    def __add__(self, other: "DocSet") -> "DocSet":
+        """The union of two disjoint sets (an index's documents and the batch appended to it)."""
+        return DocSet(self.count + other.count, self.value + other.value)
+
     @property
     def hash(self) -> str:
         return f"{HASH_PREFIX}{self.value:064x}"

@@ -166,7 +166,7 @@ def _lucene_update(path: Path, meta: dict, docs: Optional[Iterable[dict]], retra
                     pass
                 raise
             writer.close()
-            docs_now = DocSet(current.count + batch.count, current.value + batch.value) if op == APPEND else \
+            docs_now = current + batch if op == APPEND else \
                 DocSet(current.count, current.value).remove(retract)
             out["meta"] = next_generation_meta(meta, op, batch, docs_now, num_docs=docs_now.count)
             write_pt_meta(tmp, **out["meta"])
@@ -325,7 +325,7 @@ def _pisa_update(path: Path, meta: dict, docs: Optional[Iterable[dict]], retract
         if current is None:
             docs_now = DocSet.of(d["docno"] for d in _final_docnos(source, now_retracted, tmp))
         elif op == APPEND:
-            docs_now = DocSet(current.count + batch.count, current.value + batch.value)
+            docs_now = current + batch
         else:
             docs_now = DocSet(current.count, current.value).remove(retract)
         if writer.written != docs_now.count:

@@ -212,12 +212,7 @@ class BM25(pt.Transformer):
         if len(inp) == 0:
             return pd.DataFrame(columns=cols)
         inp = inp.drop(columns=[c for c in ("docno", "score", "rank") if c in inp.columns])
-        # the backend sees positions as qids and the cleaned queries as plain object columns: it copies its
-        # input's row once per result, and a query frame may carry a whole paper's fields (PRISM); the
-        # caller's own rows (its query, not the cleaned one) are then taken by reference (take_rows)
-        asked = pd.DataFrame({"qid": pd.Series(np.arange(len(inp)).astype(str), dtype=object),
-                              "query": pd.Series(inp["query"].map(_clean_query).tolist(), dtype=object)})
-        found = self._retriever(self.num_results)(asked)
+        found = self._retriever(self.num_results)(_backend_queries(inp))
         out = take_rows(inp, found["qid"].astype(np.int64).to_numpy())
         out["docno"] = found["docno"].to_numpy()
         out["score"] = found["score"].to_numpy()
@@ -229,11 +224,8 @@ class BM25(pt.Transformer):
             return inp.assign(score=pd.Series(dtype=float), rank=pd.Series(dtype=int))
         depth = self.rerank_depth or len(self.index)
         queries = inp[["qid", "query"]].drop_duplicates("qid")
-        # the backend gets positions as qids and plain object columns: it copies its input's row per result
-        # (len(index) rows per query here), which takes seconds on pyarrow-backed strings
-        asked = pd.DataFrame({"qid": pd.Series(np.arange(len(queries)).astype(str), dtype=object),
-                              "query": pd.Series(queries["query"].map(_clean_query).tolist(), dtype=object)})
-        found = self._retriever(depth)(asked)
+        # len(index) rows per query here: on pyarrow-backed strings the backend's copies took seconds
+        found = self._retriever(depth)(_backend_queries(queries))
         scored = pd.DataFrame({"qid": queries["qid"].to_numpy()[found["qid"].astype(np.int64).to_numpy()],
                                "docno": found["docno"].to_numpy(), "score": found["score"].to_numpy()})
         out = inp.drop(columns=[c for c in ("score", "rank") if c in inp.columns])
@@ -285,6 +277,14 @@ def _clean_query(q) -> str:
     if not isinstance(q, str):
         return ""
     return " ".join("".join(ch if ch.isprintable() else " " for ch in q).split())
+
+
+def _backend_queries(queries: pd.DataFrame) -> pd.DataFrame:
+    """What a backend (PISA, Lucene) is asked: the rows' positions as qids and the cleaned queries, as plain
+    object columns.  A backend copies its input's row once per result; the caller's own columns (a whole paper's
+    fields, say, and its uncleaned query) are put back by position (``take_rows``, by reference)."""
+    return pd.DataFrame({"qid": pd.Series(np.arange(len(queries)).astype(str), dtype=object),
+                         "query": pd.Series(queries["query"].map(_clean_query).tolist(), dtype=object)})
 
 
 def __getattr__(name: str):  # PEP 562: moved to .components (which imports this module); the old import path works

@@ -37,7 +37,7 @@ from pyterrier_sci.generations import (
     already_applied,
     docs_record,
     generation_of,
-    history_entry,
+    next_generation_meta,
     read_docnos,
     read_docs,
     update_lock,
@@ -425,12 +425,10 @@ class ColBERTAppender(pt.Indexer):
                     return index
                 raise IndexUpdateError(f"docno(s) {held[:5]} are already in the ColBERT index {path}: retract them "
                                        "first to replace them")
-            current = DocSet.from_record(docs_record(meta)) or _docset(index)
-            docs = DocSet(current.count + batch.count, current.value + batch.value)
+            docs = (DocSet.from_record(docs_record(meta)) or _docset(index)) + batch
             segments = list(meta.get("segments") or []) + [{"name": name, "doc_count": batch.count, "generation": g}]
-            history = list(meta.get("history") or []) + [history_entry(g, APPEND, batch)]
-            write_pt_meta(path, **{**meta, "segments": segments, "generation": g, "docs": docs.record(),
-                                   "history": history, "num_docs": docs.count})  # the commit
+            write_pt_meta(path, **next_generation_meta(meta, APPEND, batch, docs, segments=segments,
+                                                       num_docs=docs.count))  # the commit
         return ColBERTIndex(path, checkpoint=self.index_ref._checkpoint, verbose=self.index_ref.verbose)
 
 
@@ -457,14 +455,14 @@ def retract_colbert(path: Union[str, Path], docnos) -> dict:
     with update_lock(path):
         index = ColBERTIndex(path)
         meta = index.metadata()
+        if not names:
+            return meta
         batch = DocSet.of(names)
         where = index.locate(names)
         missing = [d for d, (part, _) in zip(names, where) if part < 0]
-        if missing or not names:
-            if names and len(missing) == len(names) and already_applied(meta, RETRACT, batch):
-                return meta
-            if not names:
-                return meta
+        if missing:
+            if len(missing) == len(names) and already_applied(meta, RETRACT, batch):
+                return meta  # a rerun of this very retraction
             raise IndexUpdateError(f"docno(s) {missing[:5]} are not in the ColBERT index {path}: nothing retracted")
         current = DocSet.from_record(docs_record(meta)) or _docset(index)
         if len(names) >= current.count:
@@ -475,10 +473,9 @@ def retract_colbert(path: Union[str, Path], docnos) -> dict:
         name = f"retracted.g{g:05d}.tsv"
         atomic_write_text(path / name, "".join(f"{part}\t{d}\n" for part, d in gone), what=str(path / name))
         docs = DocSet(current.count, current.value).remove(names)
-        history = list(meta.get("history") or []) + [history_entry(g, RETRACT, batch)]
         old = meta.get("retracted")
-        new = {**meta, "retracted": name, "num_retracted": len(gone), "generation": g, "docs": docs.record(),
-               "history": history, "num_docs": docs.count}
+        new = next_generation_meta(meta, RETRACT, batch, docs, retracted=name, num_retracted=len(gone),
+                                   num_docs=docs.count)
         write_pt_meta(path, **new)  # the commit
         if old and old != name:
             (path / old).unlink(missing_ok=True)

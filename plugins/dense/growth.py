@@ -197,7 +197,7 @@ def _flat_update(path: Path, meta: dict, new_docs: Optional[Iterable[dict]], ret
         written = json.loads((tmp / "pt_meta.json").read_text(encoding="utf-8"))
         kept = {k: v for k, v in meta.items() if k not in ("vec_size", "doc_count")}
         if checked is not None:
-            docs = DocSet(current.count + checked.batch.count, current.value + checked.batch.value)
+            docs = current + checked.batch
         else:
             docs = DocSet(current.count, current.value).remove(retract)
         new = next_generation_meta({**kept, **written}, op, out.get("batch", batch), docs)
@@ -366,7 +366,7 @@ def _sharded_append(path: Path, meta: dict, new_docs: Iterable[dict]) -> dict:
         raise
     entries.append({"name": name, "num_docs": info["num_docs"], "generation": g,
                     "built": {k: info[k] for k in ("shard", "num_shards", "corpus", "start", "end")}})
-    docs = DocSet(current.count + checked.batch.count, current.value + checked.batch.value)
+    docs = current + checked.batch
     return _commit_sharded(path, meta, entries, APPEND, checked.batch, docs)
 
 
