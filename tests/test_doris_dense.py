@@ -245,3 +245,46 @@ def test_the_factory_lives_in_components_and_keeps_its_old_path():
     from pyterrier_sci.plugins.doris_mae import components
 
     assert doris.maxsim_component is components.maxsim_component is maxsim_component
+
+
+# ---------------------------------------------------------------- doris_maxsim(train=True): a declared training step
+
+TRAIN20, TEST20 = "irds:sci/doris-mae/birco-dev/train20", "irds:sci/doris-mae/birco-dev/test20"
+TINY = dict(train=True, train_dataset=TRAIN20, per_query=2, max_steps=1, train_batch_size=4, max_seq_length=32,
+            learning_rate=1e-4, query_mode="whole", doc_mode="whole")
+
+
+@offline
+def test_the_component_trains_once_on_the_training_queries_and_scores_with_that_model(tmp_path, monkeypatch):
+    from pyterrier_sci.plugins.doris_mae import training as T
+    ctx = Context(dataset=TEST20, work_dir=str(tmp_path))
+    scorer = maxsim_component(context=ctx, **TINY)
+    model = T.ContrastiveModel(scorer.model)
+    assert str(tmp_path) in scorer.model and model.training["train_dataset"] == TRAIN20
+    assert model.training["triplets"] == 2 * 20 and model.training["queries"] == sorted(
+        ps.datasets.doris_mae.birco_query_ids("train20"), key=lambda q: (len(q), q))
+    # kept and found again by its settings: no second training
+    monkeypatch.setattr(T, "fine_tune", lambda *a, **k: pytest.fail("trained twice"))
+    assert maxsim_component(context=ctx, **TINY).model == scorer.model
+    # other settings, another model
+    monkeypatch.undo()
+    other = maxsim_component(context=ctx, **{**TINY, "seed": 1})
+    assert other.model != scorer.model
+    # the trained model, not the base one, scores
+    topics = ps.datasets.doris_mae.aspect_topics(TEST20).head(1)
+    pool = ps.pipeline("pool", dataset=TEST20)(topics[["qid", "query"]]).head(5)
+    base = maxsim_component(context=Context(dataset=TEST20), query_mode="whole", doc_mode="whole")(pool)
+    tuned = scorer(pool)
+    assert not np.allclose(base.sort_values("docno")["score"], tuned.sort_values("docno")["score"])
+
+
+@offline
+def test_training_on_the_test_queries_is_refused(tmp_path):
+    from pyterrier_sci.errors import ParameterError
+    with pytest.raises(ParameterError, match="20 query id.*also queries of irds:sci/doris-mae/birco-dev"):
+        maxsim_component(context=Context(dataset="irds:sci/doris-mae/birco-dev", work_dir=str(tmp_path)), **TINY)
+    assert not (tmp_path / "models").exists()
+    with pytest.raises(ParameterError, match="need train=True"):
+        maxsim_component(context=Context(dataset=TEST20), margin=0.3)
+    with pytest.raises(ParameterError, match="needs train_dataset"):
+        maxsim_component(context=Context(dataset=TEST20), train=True)

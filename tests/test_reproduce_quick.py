@@ -46,3 +46,25 @@ def test_mir_llm_rows_against_the_loopback_server():
         assert cells[("Agent_ZS", m)].reproduced == pytest.approx(first, abs=1e-6)
         assert cells[("Pointwise_ZS", m)].status in (R.STATUS_DIFFERS, R.STATUS_REPRODUCED)
     assert not [c for c in res.failed if c.system == "MiniLM_FT_top10"]
+
+
+@pytest.mark.skipif(not (DATA / "doris-mae").exists(), reason="no DORIS-MAE data")
+def test_the_doris_mae_example_is_the_reproduction_with_its_errors():
+    """examples/doris_mae.py reads the declared tables' saved runs back and adds bootstrap SEs and the
+    random row: its figures are the reproduction's, to the digit."""
+    import importlib.util
+    from pathlib import Path
+    path = Path(__file__).resolve().parent.parent / "examples" / "doris_mae.py"
+    spec = importlib.util.spec_from_file_location("doris_mae_example", path)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    (res,) = R.reproduce("doris_mae/table8", tier="quick")
+    table = example.with_errors(res, bootstrap=50, trials=5, seed=0).set_index("name")
+    assert "Random" in table.index
+    for c in res.cells:
+        if c.reproduced is None:
+            continue
+        assert table.loc[c.system, c.measure] == pytest.approx(c.reproduced, abs=1e-6)
+        assert table.loc[c.system, c.measure + " SE"] >= 0
+    # the random row is below every MiniLM row on MAP (a chance level, not a copy of a system)
+    assert table.loc["Random", "MAP"] < table.drop(index="Random")["MAP"].min()

@@ -142,7 +142,8 @@ def _build(st, model: str, backend: str, precision: str, calibration, settings: 
                 "files": list(engine.model_files),
                 "calibration": calibration.record() if calibration is not None and precision == "int8" else None}
         texts = calibration.texts if calibration is not None else CHECK_TEXTS
-        with phase(f"checking the {precision} export against the model on {min(len(texts), 256)} texts", verbose):
+        checked = min(len(texts), CHECK_SIZE)
+        with phase(f"checking the {precision} export against the model on {checked} texts", verbose):
             meta["check"] = _quality_check(st, tmp, backend, precision, texts, meta, reference.get("run"))
         write_export_meta(tmp, meta)
     return build

@@ -2,16 +2,21 @@
 and the cosine triplet loss of Eq. 3; the result is a ``dense_model`` artifact."""
 from __future__ import annotations
 
+import hashlib
+import json
 import random
 import shutil
 import time
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterable, Optional, Union
 
 import pandas as pd
 
 from pyterrier_sci.artifacts import build_atomically
+from pyterrier_sci.data import work_dir
 from pyterrier_sci.datasets import doris_mae
+from pyterrier_sci.models import model_slug
 from pyterrier_sci.plugins.dense.models import (
     ARTIFACT_FORMAT,
     ARTIFACT_TYPE,
@@ -144,3 +149,53 @@ def _train_st(model, loss, data, tmp, epochs, batch_size, lr, warmup_ratio, max_
                              verbose=verbose)
     return run_trainer(SentenceTransformerTrainer(model=model, args=args, train_dataset=Dataset.from_pandas(data),
                                                   loss=loss), verbose)
+
+
+@dataclass(frozen=True)
+class ContrastiveSettings:
+    """The settings of a supervised contrastive fine-tuning (§5.3) that ``doris_maxsim(train=True)`` runs:
+    triplets drawn per training query (the paper: 3,000 from 40 queries, 75 each; the offline default is 15
+    of the 20 training queries' smaller BIRCO pools), the triplet margin of Eq. 3, one epoch, and the
+    trainer's batch, learning rate, warm-up, sequence length, step cap and seed."""
+
+    base_model: str = DEFAULT_MODEL
+    per_query: int = 15
+    margin: float = 0.1
+    epochs: int = 1
+    batch_size: int = 16
+    learning_rate: float = 2e-5
+    warmup_ratio: float = 0.1
+    max_seq_length: int = 256
+    max_steps: Optional[int] = None
+    seed: int = 0
+
+    def key(self) -> str:
+        """A short hash of the settings (the trained model's cache key)."""
+        d = asdict(self)
+        d["base_model"] = model_slug(self.base_model)
+        return hashlib.sha1(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+def trained_model_path(train_dataset: str, settings: ContrastiveSettings, work: Optional[Path] = None) -> Path:
+    """Where ``doris_maxsim(train=True)`` keeps the model fine-tuned on ``train_dataset`` with ``settings``."""
+    ds = (train_dataset[5:] if train_dataset.startswith("irds:") else train_dataset).replace("/", "__")
+    return Path(work or work_dir()) / "models" / "doris-mae" / f"{ds}-{settings.key()}"
+
+
+def trained_model(train_dataset: str, settings: ContrastiveSettings, work: Optional[Path] = None,
+                  verbose: bool = False) -> ContrastiveModel:
+    """The model fine-tuned on every query of ``train_dataset`` (a ``sci/doris-mae`` id) with ``settings``:
+    read from :func:`trained_model_path` when a complete one is there, else trained and saved there first
+    (atomically: an interrupted training leaves nothing a later call would take for a model)."""
+    path = trained_model_path(train_dataset, settings, work)
+    if (path / "pt_meta.json").exists():
+        return ContrastiveModel(path)
+    triplets = make_triplets(train_dataset, per_query=settings.per_query, seed=settings.seed)
+    if not len(triplets):
+        raise ValueError(f"{train_dataset} gives no training triplet (its pools have no two abstracts with "
+                         "different scores)")
+    s = asdict(settings)
+    per_query = s.pop("per_query")
+    return fine_tune(triplets, path, overwrite=True, verbose=verbose,
+                     extra_metadata={"train_dataset": train_dataset, "per_query": per_query,
+                                     "settings_key": settings.key()}, **s)
