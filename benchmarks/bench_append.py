@@ -52,10 +52,12 @@ def cpu_name() -> str:
     return f"{model}, {os.cpu_count()} CPUs"
 
 
-def stream(n_base: int, n_new: int):
+def stream(n_base: int, n_new: int, dataset: str = DATASET):
     """(base documents, appended documents): the first ``n_base`` papers, then the next ``n_new`` under new ids."""
     from pyterrier_sci.corpus import corpus_texts
-    docs = list(itertools.islice(corpus_texts(DATASET), n_base + n_new))
+    docs = list(itertools.islice(corpus_texts(dataset), n_base + n_new))
+    if len(docs) < n_base + n_new:
+        raise SystemExit(f"{dataset} has {len(docs):,} documents: fewer than the {n_base:,} + {n_new:,} asked for")
     return docs[:n_base], [{"docno": f"new~{d['docno']}", "text": d["text"]} for d in docs[n_base:]]
 
 
@@ -69,11 +71,11 @@ def _copies(src: Path, rounds: int) -> list:
     return out
 
 
-def bench_bm25(work: Path, n: int, fraction: float, rounds: int) -> list:
+def bench_bm25(work: Path, n: int, fraction: float, rounds: int, dataset: str = DATASET, pisa: bool = True) -> list:
     from pyterrier_sci.plugins.bm25 import corpus_index, index_corpus
     from pyterrier_sci.plugins.bm25.growth import append_documents
     rows = []
-    base, new = stream(n, max(1, int(n * fraction)))
+    base, new = stream(n, max(1, int(n * fraction)), dataset)
     final = base + new
     index_corpus(base, work / "lucene-base", "lucene")
     n_rebuilt = itertools.count()
@@ -85,7 +87,10 @@ def bench_bm25(work: Path, n: int, fraction: float, rounds: int) -> list:
     def lucene_rebuild():
         index_corpus(final, work / f"lucene-rebuilt-{next(n_rebuilt)}", "lucene")
     t = interleaved({"append": lucene_append, "rebuild": lucene_rebuild}, rounds, alternate=True)
-    rows.append(_row("BM25 Lucene (new segment)", len(base), len(new), t))
+    name = "BM25 Lucene (new segment)" if dataset == DATASET else f"BM25 Lucene (new segment), {dataset[5:]}"
+    rows.append(_row(name, len(base), len(new), t))
+    if not pisa:
+        return rows
     # PISA: the base is the dataset's corpus index (it records its source); an append rebuilds the final collection
     from pyterrier_sci.corpus import corpus_texts
     pisa_base = Path(corpus_index(DATASET, "pisa", work_dir=work / "pisa-work").path)
@@ -286,7 +291,10 @@ def main(argv=None) -> int:
     p.add_argument("--fraction", type=float, default=0.01)
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--out", default="benchmarks/results/bench_append.md")
-    p.add_argument("--skip", nargs="*", default=[], choices=["bm25", "dense", "memory", "ann", "colbert"])
+    p.add_argument("--skip", nargs="*", default=[], choices=["bm25", "pisa", "dense", "memory", "ann", "colbert"])
+    p.add_argument("--bm25-dataset", default=DATASET,
+                   help="the stream BM25 indexes (default hep-th; e.g. irds:sci/acl-fulltext/chunks-256 for ACL's "
+                        "full texts; PISA's rebuild path runs on the default stream only)")
     p.add_argument("--ann-index", default=None,
                    help="a flat dense index whose vectors the ANN recall runs on (default: the CSFCube MiniLM corpus "
                         "index of the work directory, when built)")
@@ -300,7 +308,8 @@ def main(argv=None) -> int:
         work = Path(tmp)
         rows = []
         if "bm25" not in args.skip:
-            rows += bench_bm25(work, args.bm25_docs, args.fraction, args.rounds)
+            rows += bench_bm25(work, args.bm25_docs, args.fraction, args.rounds, args.bm25_dataset,
+                               pisa="pisa" not in args.skip and args.bm25_dataset == DATASET)
         if "dense" not in args.skip:
             rows += bench_dense(work, args.dense_docs, args.fraction, args.rounds)
         if rows:
