@@ -7,6 +7,7 @@ import argparse
 import contextlib
 import ipaddress
 import os
+import signal
 import socket
 import stat
 import sys
@@ -14,12 +15,10 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from pyterrier_sci.errors import SciError
-
 from .api import SearchAPI, ServeSettings
 from .app import create_app, env_token, install_log_redaction
 from .mcp_server import create_mcp
-from .ray_serve import ray_deployment, run_on_ray
+from .ray_serve import ray_deployment, run_on_ray, stop_on_ray
 from .service import SearchService, ServeError, ServeLimits
 
 __all__ = ["add_serve_commands", "serve_main", "read_token", "TOKEN_ENV"]
@@ -169,10 +168,15 @@ def _serve_on_ray(args, settings: ServeSettings, limits: ServeLimits) -> int:
                          trusted=args.trust_config, allow_expressions=args.allow_expressions)
     print(f"starting {args.ray_replicas} Ray Serve replica(s) on http://{args.host}:{args.port}/", file=sys.stderr,
           flush=True)
+    # Ctrl-C (SIGINT) and SIGTERM both end serve.run's wait with a KeyboardInterrupt; Ray Serve leaves the
+    # shutdown to the caller: without it the application kept serving on a cluster after the command ended
+    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         run_on_ray(app, host=args.host, port=args.port, address=args.ray_address, blocking=True)
     except KeyboardInterrupt:
-        pass
-    except SciError:
-        raise
+        print("stopping: the replicas finish the requests they hold", file=sys.stderr, flush=True)
+        stop_on_ray(args.ray_address)
+        print("stopped", file=sys.stderr, flush=True)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     return 0

@@ -12,7 +12,10 @@ from .api import SearchAPI, ServeSettings
 from .app import create_app
 from .service import SearchService, ServeLimits
 
-__all__ = ["ray_deployment", "run_on_ray", "ServeReplica"]
+__all__ = ["ray_deployment", "run_on_ray", "stop_on_ray", "APP_NAME", "ServeReplica"]
+
+#: the name of the Ray Serve application ``run_on_ray`` runs
+APP_NAME = "pyterrier-sci"
 
 
 class ServeReplica:
@@ -49,4 +52,21 @@ def run_on_ray(app, host: str = "127.0.0.1", port: int = 8000, address: Optional
     from ray import serve
     init_ray(address, num_cpus)
     serve.start(http_options={"host": host, "port": port})
-    return serve.run(app, name="pyterrier-sci", route_prefix=route_prefix, blocking=blocking)
+    return serve.run(app, name=APP_NAME, route_prefix=route_prefix, blocking=blocking)
+
+
+def stop_on_ray(address: Optional[str] = None) -> None:
+    """Ends what :func:`run_on_ray` started: deletes the application (Ray Serve stops routing to its replicas and
+    lets each finish the requests it holds, up to the deployment's ``graceful_shutdown_timeout_s``), then, when
+    Ray was started here (no ``address``), Ray Serve and Ray themselves.  On a cluster (``address``) only this
+    application goes: the cluster's other applications and its Serve instance stay."""
+    import ray
+    from ray import serve
+    if not ray.is_initialized():
+        return
+    try:
+        serve.delete(APP_NAME)
+    finally:
+        if address is None:
+            serve.shutdown()
+            ray.shutdown()
