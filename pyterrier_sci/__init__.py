@@ -12,7 +12,14 @@ Importing the package registers the benchmarks as ir_datasets ids under ``sci/``
 """
 __version__ = "0.1.0"
 
-from pyterrier_sci import data, measures, registry  # noqa: F401
+import os as _os
+
+# Ray's driver would install its failure handler for SIGSEGV & co. over the JVM's that runs Lucene in this
+# process, and ray.shutdown resets them to the default action: the JVM's next safepoint then killed the process.
+# Ray reads this setting when it is imported, so it is set before anything here imports Ray (docs/scale.md).
+_os.environ.setdefault("RAY_DISABLE_FAILURE_SIGNAL_HANDLER", "1")
+
+from pyterrier_sci import data, measures, registry  # noqa: E402, F401
 from pyterrier_sci.data import MissingDataError, data_dir
 from pyterrier_sci.evaluation import Experiment
 from pyterrier_sci.pipeline import PipelineConfig, PipelineError, load_config, pipeline

@@ -27,6 +27,7 @@ from pyterrier_sci.llm.budget import ledger_for, ledger_key
 from pyterrier_sci.llm.cache import CacheService
 from pyterrier_sci.quiet import quiet_native
 from pyterrier_sci.registry import Param, PipelineError, params
+from pyterrier_sci.signals import keep_native_handlers
 
 __all__ = ["ScaleError", "require_ray", "init_ray", "ray_session", "RAY_ADDRESS_ENV", "check_reachable",
            "check_ray_client", "on_ray", "RayTransformer", "on_ray_component"]
@@ -68,8 +69,11 @@ def init_ray(address: Optional[str] = None, num_cpus: Optional[int] = None) -> b
             check_reachable(address)
     kwargs = dict(include_dashboard=False, log_to_driver=False, configure_logging=False,
                   ignore_reinit_error=True)
+    # ray.init enables Python's faulthandler over a JVM's SIGSEGV handler (Lucene in this process); the
+    # handlers in place before it come back (pyterrier_sci.signals; Ray's own failure handler is off:
+    # pyterrier_sci/__init__.py)
     try:
-        with quiet_native():   # Ray's notices at start ("Token authentication is enabled ..."); errors still raise
+        with quiet_native(), keep_native_handlers():   # quiet: Ray's notices at start; errors still raise
             if address:
                 ray.init(address=address, **kwargs)
             else:

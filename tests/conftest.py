@@ -10,6 +10,9 @@ os.environ.setdefault("PYTERRIER_SCI_OFFLINE", "1")  # tests never download
 os.environ.setdefault("PT_TEST_TRANSFORMER_REPORTS", "0")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# before any test module imports Ray, which reads it then: Ray's failure handler would take SIGSEGV from the JVM
+# that runs Lucene in this process (pyterrier_sci/signals.py; pyterrier_sci sets it too, when imported first)
+os.environ.setdefault("RAY_DISABLE_FAILURE_SIGNAL_HANDLER", "1")
 DATA = Path(os.environ["PYTERRIER_SCI_DATA"])
 
 

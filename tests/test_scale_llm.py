@@ -12,7 +12,7 @@ from llm_server import Reply, ScriptedServer, prompt_of, yes_no
 from pyterrier_sci import scale
 from pyterrier_sci.llm import ResponseCache, usage_report
 from pyterrier_sci.plugins.mir import MIRPointwise
-from pyterrier_sci.scale import RayTransformer, ScaleError, on_ray
+from pyterrier_sci.scale import RayTransformer, ScaleError, init_ray, on_ray
 
 ray = pytest.importorskip("ray")
 
@@ -45,7 +45,7 @@ def distinct(requests):
 
 @pytest.fixture(scope="module")
 def local_ray():
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    init_ray(num_cpus=2)     # as the toolkit starts it (a JVM's signal handlers survive it)
     try:
         yield
     finally:
