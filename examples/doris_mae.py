@@ -26,7 +26,7 @@ def with_errors(result: R.TableResult, bootstrap: int, trials: int, seed: int) -
     measures = list(result.table.measures)
     frames = []
     for label, ds in result.table.datasets.items():
-        dsid = ds["id"] if isinstance(ds, dict) else ds
+        dsid = R.dataset_id(ds, result.tier)
         runs = {name: pt.io.read_results(path) for name, path in runs_of.get(label, {}).items()}
         qids = sorted(set().union(*(set(r["qid"]) for r in runs.values()))) if runs else None
         rows = [dmm.random_baseline(dsid, trials=trials, seed=seed, qids=qids),

@@ -74,6 +74,10 @@ class DocSet:
             self.count -= 1
         return self
 
+    def without(self, docnos: Iterable[str]) -> "DocSet":
+        """A new set: this one less ``docnos`` (an index's documents after a retraction); this one is kept."""
+        return DocSet(self.count, self.value).remove(docnos)
+
     def __add__(self, other: "DocSet") -> "DocSet":
         """The union of two disjoint sets (an index's documents and the batch appended to it)."""
         return DocSet(self.count + other.count, self.value + other.value)

@@ -55,7 +55,7 @@ from pyterrier_sci.scale import ray_session
 __all__ = ["ReproductionError", "Paper", "Table", "System", "Cell", "TableResult", "papers_dir", "paper_files",
            "load_paper", "select", "run_table", "reproduce", "record", "recorded_path", "read_recorded",
            "dry_run_table", "markdown_matrix", "html_matrix", "write_matrix", "docs_table", "update_docs",
-           "stale_docs", "add_reproduce_commands", "TIERS"]
+           "stale_docs", "add_reproduce_commands", "dataset_id", "TIERS"]
 
 TIERS = ("quick", "full")
 STATUS_REPRODUCED = "reproduced"
@@ -457,7 +457,8 @@ def _topics(table: Table, tier: str, dataset: Mapping[str, Any]):
     return topics, qrels
 
 
-def _dataset_id(dataset: Mapping[str, Any], tier: str) -> str:
+def dataset_id(dataset: Mapping[str, Any], tier: str) -> str:
+    """The ir_datasets id a table's dataset entry (``table.datasets[label]``) runs on in ``tier``."""
     return (dataset.get(tier) or {}).get("id", dataset["id"])
 
 
@@ -471,7 +472,7 @@ def _compute(paper: Paper, table: Table, tier: str, llm: Optional[str], trusted:
     built_all: Dict[str, Any] = {}
     run_files: Dict[str, Dict[str, str]] = {}
     for label, ds in table.datasets.items():
-        dsid = _dataset_id(ds, tier)
+        dsid = dataset_id(ds, tier)
         topics, qrels = _topics(table, tier, ds)
         _measures.parse(table.measures, dataset=dsid)   # an unknown measure fails before anything runs
         exprs = {s.name: s.pipeline for s in systems if s.pipeline is not None}
@@ -560,13 +561,13 @@ def run_table(paper: Any, table: Any, tier: str = "full", llm: Optional[str] = N
     if tier not in TIERS:
         raise ReproductionError(f"unknown tier {tier!r} (tiers: {', '.join(TIERS)})")
     for ds in table.datasets.values():
-        check_dataset(_dataset_id(ds, tier), where=f"{paper.path}: table {table.key}")
+        check_dataset(dataset_id(ds, tier), where=f"{paper.path}: table {table.key}")
     cfg = paper.config(tier, llm)
     start = time.perf_counter()
     figures, systems, run_files = _compute(paper, table, tier, llm, trusted or bool(llm), cfg)
     seconds = time.perf_counter() - start
     cells = _cells(paper, table, tier, figures, llm)
-    m = manifest.pipeline_manifest(systems, cfg, [_dataset_id(d, tier) for d in table.datasets.values()],
+    m = manifest.pipeline_manifest(systems, cfg, [dataset_id(d, tier) for d in table.datasets.values()],
                                    kind="reproduction",
                                    extra={"reproduction": {"paper": paper.id, "table": table.key, "tier": tier,
                                                            "number": table.number, "source": table.source,
@@ -651,7 +652,7 @@ def dry_run_table(paper: Paper, table: Table, tier: str = "quick", llm: Optional
     # cached, as the response cache answers it in a real run
     with dry_run() as run:
         for label, ds in table.datasets.items():
-            dsid = _dataset_id(ds, tier)
+            dsid = dataset_id(ds, tier)
             check_dataset(dsid, where=f"{paper.path}: table {table.key}")
             for s in _systems_of(table, tier):
                 missing = _runnable(s, llm)

@@ -41,6 +41,11 @@ def _libc():
 _LIBC = _libc()
 
 
+class _DlInfo(ctypes.Structure):    # dladdr's answer
+    _fields_ = [("dli_fname", ctypes.c_char_p), ("dli_fbase", ctypes.c_void_p),
+                ("dli_sname", ctypes.c_char_p), ("dli_saddr", ctypes.c_void_p)]
+
+
 def _get(sig: int) -> Optional[ctypes.Array]:
     buf = ctypes.create_string_buffer(_ACTION_BYTES)
     if _LIBC is None or _LIBC.sigaction(int(sig), None, buf) != 0:
@@ -71,13 +76,9 @@ def native_handler(sig: int) -> Optional[str]:
     if buf is None:
         return None
     address = ctypes.c_void_p.from_buffer(buf).value
-    if not address or address in (1,):          # SIG_DFL, SIG_IGN
+    if address in (None, 0, 1):          # SIG_DFL, SIG_IGN
         return None
-
-    class DlInfo(ctypes.Structure):
-        _fields_ = [("dli_fname", ctypes.c_char_p), ("dli_fbase", ctypes.c_void_p),
-                    ("dli_sname", ctypes.c_char_p), ("dli_saddr", ctypes.c_void_p)]
-    info = DlInfo()
+    info = _DlInfo()
     try:
         found = ctypes.CDLL(None).dladdr(ctypes.c_void_p(address), ctypes.byref(info))
     except (OSError, AttributeError):

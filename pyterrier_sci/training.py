@@ -15,21 +15,25 @@ Models are written atomically by :func:`pyterrier_sci.artifacts.build_atomically
 """
 from __future__ import annotations
 
+import hashlib
 import inspect
 import json
 import math
 import random
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Optional, Tuple, Union
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
 import numpy as np
 
 from pyterrier_sci.artifacts import write_pt_meta
+from pyterrier_sci.data import work_dir
 from pyterrier_sci.errors import NonFiniteTrainingError  # noqa: F401 - defined there, re-exported
+from pyterrier_sci.models import model_slug
+from pyterrier_sci.registry import irds_id
 
 __all__ = ["NonFiniteTrainingError", "check_finite_loss", "first_non_finite_parameter", "guard_finite",
            "seed_everything", "trainer_arguments", "run_trainer", "train_summary", "save_model_artifact",
-           "PACKAGE_HINT", "freeze_lower_layers", "encoder_layers"]
+           "PACKAGE_HINT", "freeze_lower_layers", "encoder_layers", "settings_key", "trained_model_dir"]
 
 
 def check_finite_loss(value: Any, step: Optional[int] = None, what: str = "the training loss") -> None:
@@ -205,3 +209,19 @@ def freeze_lower_layers(model, n: int) -> int:
         for p in module.parameters():
             p.requires_grad_(False)
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+def settings_key(settings: Mapping[str, Any]) -> str:
+    """A short hash of the settings a model is trained with (its cache key): ``base_model`` by its slug, so a
+    model named by path or by name keys alike."""
+    d = dict(settings)
+    if "base_model" in d:
+        d["base_model"] = model_slug(d["base_model"])
+    return hashlib.sha1(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+def trained_model_dir(family: str, train_dataset: str, key: str, work: Union[None, str, Path] = None) -> Path:
+    """Where a component that trains on first use (``mir_dense(train=True)``, ``doris_maxsim(train=True)``)
+    keeps the model trained on ``train_dataset`` with the settings of ``key``:
+    ``<work dir>/models/<family>/<dataset>-<key>``."""
+    return Path(work or work_dir()) / "models" / family / f"{irds_id(train_dataset).replace('/', '__')}-{key}"

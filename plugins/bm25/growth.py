@@ -166,8 +166,7 @@ def _lucene_update(path: Path, meta: dict, docs: Optional[Iterable[dict]], retra
                     pass
                 raise
             writer.close()
-            docs_now = current + batch if op == APPEND else \
-                DocSet(current.count, current.value).remove(retract)
+            docs_now = current + batch if op == APPEND else current.without(retract)
             out["meta"] = next_generation_meta(meta, op, batch, docs_now, num_docs=docs_now.count)
             write_pt_meta(tmp, **out["meta"])
 
@@ -327,7 +326,7 @@ def _pisa_update(path: Path, meta: dict, docs: Optional[Iterable[dict]], retract
         elif op == APPEND:
             docs_now = current + batch
         else:
-            docs_now = DocSet(current.count, current.value).remove(retract)
+            docs_now = current.without(retract)
         if writer.written != docs_now.count:
             raise IndexUpdateError(f"the rebuilt PISA index holds {writer.written} documents, its record "
                                    f"{docs_now.count} (was the corpus changed?)")

@@ -472,7 +472,7 @@ def retract_colbert(path: Union[str, Path], docnos) -> dict:
         g = generation_of(meta) + 1
         name = f"retracted.g{g:05d}.tsv"
         atomic_write_text(path / name, "".join(f"{part}\t{d}\n" for part, d in gone), what=str(path / name))
-        docs = DocSet(current.count, current.value).remove(names)
+        docs = current.without(names)
         old = meta.get("retracted")
         new = next_generation_meta(meta, RETRACT, batch, docs, retracted=name, num_retracted=len(gone),
                                    num_docs=docs.count)

@@ -199,7 +199,7 @@ def _flat_update(path: Path, meta: dict, new_docs: Optional[Iterable[dict]], ret
         if checked is not None:
             docs = current + checked.batch
         else:
-            docs = DocSet(current.count, current.value).remove(retract)
+            docs = current.without(retract)
         new = next_generation_meta({**kept, **written}, op, out.get("batch", batch), docs)
         if new["doc_count"] != docs.count:
             raise IndexUpdateError(f"the new generation of {path} holds {new['doc_count']} documents, its record "
@@ -392,7 +392,7 @@ def _sharded_retract(path: Path, meta: dict, retract: Sequence[str]) -> dict:
             meta, position, len(entries), 0, n, g, batch, dim))
         out.append({"name": name, "num_docs": info["num_docs"], "generation": g,
                     "built": {k: info[k] for k in ("shard", "num_shards", "corpus", "start", "end")}})
-    docs = DocSet(current.count, current.value).remove(retract)
+    docs = current.without(retract)
     return _commit_sharded(path, meta, out, RETRACT, batch, docs)
 
 

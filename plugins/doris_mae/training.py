@@ -2,8 +2,6 @@
 and the cosine triplet loss of Eq. 3; the result is a ``dense_model`` artifact."""
 from __future__ import annotations
 
-import hashlib
-import json
 import random
 import shutil
 import time
@@ -14,9 +12,7 @@ from typing import Iterable, Optional, Union
 import pandas as pd
 
 from pyterrier_sci.artifacts import build_atomically
-from pyterrier_sci.data import work_dir
 from pyterrier_sci.datasets import doris_mae
-from pyterrier_sci.models import model_slug
 from pyterrier_sci.plugins.dense.models import (
     ARTIFACT_FORMAT,
     ARTIFACT_TYPE,
@@ -24,7 +20,15 @@ from pyterrier_sci.plugins.dense.models import (
     SentenceTransformerModel,
     load_sentence_transformer,
 )
-from pyterrier_sci.training import run_trainer, save_model_artifact, seed_everything, trainer_arguments
+from pyterrier_sci.registry import irds_id
+from pyterrier_sci.training import (
+    run_trainer,
+    save_model_artifact,
+    seed_everything,
+    settings_key,
+    trained_model_dir,
+    trainer_arguments,
+)
 
 from .maxsim import MaxSimScorer
 
@@ -45,7 +49,7 @@ def make_triplets(dataset: str, qids: Optional[Iterable[str]] = None, per_query:
     if qids is not None:
         keep = {str(q) for q in qids}
         scores = scores[scores["qid"].isin(keep)]
-    ds_id = dataset[5:] if dataset.startswith("irds:") else dataset
+    ds_id = irds_id(dataset)
     store = ir_datasets.load(ds_id).docs_store()
     rng = random.Random(seed)
     rows = []
@@ -171,15 +175,12 @@ class ContrastiveSettings:
 
     def key(self) -> str:
         """A short hash of the settings (the trained model's cache key)."""
-        d = asdict(self)
-        d["base_model"] = model_slug(self.base_model)
-        return hashlib.sha1(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:12]
+        return settings_key(asdict(self))
 
 
 def trained_model_path(train_dataset: str, settings: ContrastiveSettings, work: Optional[Path] = None) -> Path:
     """Where ``doris_maxsim(train=True)`` keeps the model fine-tuned on ``train_dataset`` with ``settings``."""
-    ds = (train_dataset[5:] if train_dataset.startswith("irds:") else train_dataset).replace("/", "__")
-    return Path(work or work_dir()) / "models" / "doris-mae" / f"{ds}-{settings.key()}"
+    return trained_model_dir("doris-mae", train_dataset, settings.key(), work)
 
 
 def trained_model(train_dataset: str, settings: ContrastiveSettings, work: Optional[Path] = None,

@@ -6,7 +6,6 @@ defaults are described in ``docs/mir.md`` ("Training" and "Choices the paper lea
 from __future__ import annotations
 
 import functools
-import hashlib
 import importlib
 import json
 import random
@@ -22,14 +21,13 @@ import pandas as pd
 from torch import Tensor, nn
 
 from pyterrier_sci.artifacts import build_atomically
-from pyterrier_sci.data import work_dir
 from pyterrier_sci.datasets import mir_multicite
 from pyterrier_sci.plugins.dense import (
     DEFAULT_MODEL,
     DenseRetriever,
     dense_component,
     load_sentence_transformer,
-    model_slug,
+    model_slug,  # noqa: F401 - part of this module's names (the cache key slugs the base model with it)
 )
 from pyterrier_sci.plugins.dense.models import SentenceTransformerModel
 from pyterrier_sci.training import (
@@ -37,7 +35,9 @@ from pyterrier_sci.training import (
     run_trainer,
     save_model_artifact,
     seed_everything,
+    settings_key,
     train_summary,
+    trained_model_dir,
     trainer_arguments,
 )
 
@@ -410,8 +410,7 @@ class MIRTrainingConfig:
         d.pop("device")
         if not d["frozen_layers"]:      # added later: keys of models trained before it stay valid
             d.pop("frozen_layers")
-        d["base_model"] = model_slug(self.base_model)
-        return hashlib.sha1(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:12]
+        return settings_key(d)
 
 
 ARTIFACT_TYPE = "dense_model"
@@ -578,9 +577,7 @@ def table2_figures(per_query: pd.DataFrame) -> Dict[str, float]:
 
 def trained_model_path(train_dataset: str, config: MIRTrainingConfig, work: Optional[Path] = None) -> Path:
     """Where ``mir_dense(train=True)`` keeps the model trained on ``train_dataset`` with ``config``."""
-    base = Path(work) if work else work_dir()
-    ds = (train_dataset[5:] if train_dataset.startswith("irds:") else train_dataset).replace("/", "__")
-    return base / "models" / "mir" / f"{ds}-{config.key()}"
+    return trained_model_dir("mir", train_dataset, config.key(), work)
 
 
 def mir_retriever(model: Union[str, Path], *, context=None, dataset: Optional[str] = None, num_results: int = 1000,
