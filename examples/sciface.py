@@ -18,7 +18,6 @@ are the paper's.  SPECTER's row is computed from the official sample rankings.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import time
@@ -32,8 +31,7 @@ import pyterrier_sci as ps  # noqa: E402
 from pyterrier_sci.data import data_dir, work_dir  # noqa: E402
 from pyterrier_sci.datasets import csfcube  # noqa: E402
 from pyterrier_sci.plugins import sciface as F  # noqa: E402, N812
-
-FOLDS = ("fold1", "fold2")
+from pyterrier_sci.plugins.sciface.folds import FoldRouted  # noqa: E402
 
 
 def specter_run(facet: str) -> pd.DataFrame:
@@ -80,30 +78,17 @@ def bi_encoder_at_lengths(facet: str, lengths, topics, qrels, measures) -> pd.Da
                          names=[f"MiniLM bi-encoder, {n} tokens per paper" for n in lengths])
 
 
-def train_fold(facet: str, test_fold: str, args) -> F.FacetCrossEncoder:
-    """The model that re-ranks ``test_fold``'s queries: trained on the other fold's test queries."""
-    other = "fold2" if test_fold == "fold1" else "fold1"
-    pairs = F.csfcube_pairs([facet], split=f"{other}-test")
-    test_q = set(csfcube.splits()[facet][f"{test_fold}_test"])
-    assert not (set(pairs.seed_id) & test_q), "a test query leaked into training"
-    split = F.split_seeds(pairs.seed_id, val=args.val_seeds / pairs.seed_id.nunique(), test=0, seed=args.seed)
-    tr = pairs[pairs.seed_id.map(split) == "train"]
-    va = pairs[pairs.seed_id.map(split) == "val"]
-    settings = dict(facet=facet, train=f"{other}-test", epochs=args.epochs, k=args.triplets_per_seed,
-                    base=args.base_model, max_length=args.max_length, lr=args.lr, seed=args.seed, val=args.val_seeds,
-                    collapse=args.collapse)
-    key = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:10]
-    path = work_dir() / "sciface" / f"{facet}-test-{test_fold}-{key}"
-    if path.exists():
-        return F.FacetCrossEncoder(path)
+def fold_reranker(facet: str, args):
+    """``sciface_rerank(train=True)`` with the example's settings: the facet's two fold models (each trained
+    on the other fold's test queries on first use, plugins/sciface/folds.py) and the routing between them."""
+    collapse = None if args.collapse is None else args.collapse == "yes"
     t0 = time.time()
-    try:
-        return F.train_facet_cross_encoder(tr, path, facet, val_pairs=va, base_model=args.base_model,
-                                       epochs=args.epochs, triplets_per_seed=args.triplets_per_seed,
-                                       max_length=args.max_length, learning_rate=args.lr, seed=args.seed,
-                                       collapse=None if args.collapse is None else args.collapse == "yes")
-    finally:
-        print(f"[{facet} test={test_fold}] training: {time.time() - t0:.0f} s", flush=True)
+    rr = F.facet_rerank_component(dataset=f"irds:sci/csfcube/{facet}", train=True, base_model=args.base_model,
+                                  epochs=args.epochs, triplets_per_seed=args.triplets_per_seed,
+                                  learning_rate=args.lr, max_length=args.max_length, val_seeds=args.val_seeds,
+                                  seed=args.seed, collapse=collapse, verbose=True)
+    print(f"[{facet}] fold models ready: {time.time() - t0:.0f} s (training included when not cached)", flush=True)
+    return rr
 
 
 def warm_start(args) -> str:
@@ -179,15 +164,11 @@ def main(argv=None):
         topics, qrels = ds.get_topics(), ds.get_qrels()
         bm25 = ps.pipeline("pool >> bm25", dataset=ds_id)
         minilm = ps.pipeline("pool >> dense", dataset=ds_id)
-        runs, meta = [], {}
         t0 = time.time()
-        for fold in FOLDS:
-            model = train_fold(facet, fold, args)
-            meta[fold] = model.meta["training"]
-            fold_topics = topics[topics.qid.isin(csfcube.splits()[facet][f"{fold}_test"])]
-            rr = F.facet_rerank_component(facet=facet, model=str(model.path), dataset=ds_id)
-            runs.append((ps.pipeline("pool", dataset=ds_id) >> rr)(fold_topics))
-        ce_run = pd.concat(runs, ignore_index=True)
+        rr = fold_reranker(facet, args)
+        routed = next(t for t in getattr(rr, "_transformers", [rr]) if isinstance(t, FoldRouted))
+        meta = {fold: t.model.meta["training"] for fold, t in routed.by_fold.items()}
+        ce_run = (ps.pipeline("pool", dataset=ds_id) >> rr)(topics)
         elapsed = time.time() - t0
         table = ps.Experiment(
             [specter_run(facet), bm25, minilm, ce_run], topics, qrels,

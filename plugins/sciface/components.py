@@ -8,11 +8,13 @@ from typing import Mapping, Optional, Union
 import pyterrier as pt
 
 from pyterrier_sci.corpus import dataset_of, pt_dataset_id
+from pyterrier_sci.errors import ParameterError
 from pyterrier_sci.llm.trust import pipeline_settings
 from pyterrier_sci.models import BACKENDS, PRECISIONS, BackendError, check_backend
 from pyterrier_sci.registry import DATASET, PATH, Param, params
 
 from .cross_encoder import FacetReranker
+from .folds import FoldRouted, FoldSettings, csfcube_facet_of, fold_models
 from .labels import FacetLabeller
 from .rerank import FacetControl, SeedText
 from .triplets import FACETS
@@ -25,12 +27,21 @@ __all__ = ["facet_rerank_component", "facet_label_component"]
         weights=Param(str, dict, item=Param(float, min=-1e6, max=1e6), optional=True),
         dataset=Param(DATASET, optional=True),
         batch_size=Param(int, min=1, max=65536),
-        backend=Param(str, choices=BACKENDS), precision=Param(str, choices=PRECISIONS))
+        backend=Param(str, choices=BACKENDS), precision=Param(str, choices=PRECISIONS),
+        train=Param(bool), base_model=Param(str, optional=True), epochs=Param(int, min=1, max=1000, optional=True),
+        triplets_per_seed=Param(int, min=1, max=1_000_000, optional=True),
+        learning_rate=Param(float, min=1e-9, max=1.0, optional=True),
+        max_length=Param(int, min=8, max=8192, optional=True), val_seeds=Param(int, min=0, max=1000, optional=True),
+        seed=Param(int, min=0, max=2**32 - 1, optional=True), collapse=Param(bool, optional=True))
 def facet_rerank_component(*inputs, context=None, facet: Optional[str] = None, model: Optional[str] = None,
                            background_model: Optional[str] = None, method_model: Optional[str] = None,
                            weights: Union[None, str, Mapping[str, float]] = None, normalise: str = "zscore",
                            dataset: Optional[str] = None, add_text: bool = True, batch_size: int = 32,
-                           verbose: bool = False, backend: str = "torch", precision: str = "fp32") -> pt.Transformer:
+                           verbose: bool = False, backend: str = "torch", precision: str = "fp32",
+                           train: bool = False, base_model: Optional[str] = None, epochs: Optional[int] = None,
+                           triplets_per_seed: Optional[int] = None, learning_rate: Optional[float] = None,
+                           max_length: Optional[int] = None, val_seeds: Optional[int] = None,
+                           seed: Optional[int] = None, collapse: Optional[bool] = None) -> pt.Transformer:
     """``sciface_rerank(facet=method, model=PATH)``: SciFACE facet re-ranking of the input's results.
     ``sciface_rerank(weights=same_method_different_problem, background_model=P1, method_model=P2)``:
     the controllable mode.  ``facet`` defaults to ``model``'s own facet (and to ``method`` without
@@ -39,9 +50,32 @@ def facet_rerank_component(*inputs, context=None, facet: Optional[str] = None, m
     pipeline's, or ``dataset=``) and ``add_text``, the seed's and candidates' titles and abstracts are
     added first.  ``backend`` / ``precision``: the models' engine (torch, openvino, onnx; fp32, int8;
     exports cached under the work directory); int8 calibrates on the first pairs of the dataset's
-    corpus (:func:`~pyterrier_sci.plugins.sciface.cross_encoder.calibration_pairs`)."""
+    corpus (:func:`~pyterrier_sci.plugins.sciface.cross_encoder.calibration_pairs`).
+
+    ``train=True`` (on a CSFCube facet dataset, ``irds:sci/csfcube/method`` or ``.../background``): the
+    facet's cross-encoders are trained on CSFCube's own judgements, cross-fitted on its official folds
+    (:mod:`~pyterrier_sci.plugins.sciface.folds`: each query is re-ranked by the model trained on the other
+    fold's test queries), on first use, with ``base_model``, ``epochs``, ``triplets_per_seed``,
+    ``learning_rate``, ``max_length``, ``val_seeds``, ``seed`` and ``collapse`` (unset:
+    :class:`~pyterrier_sci.plugins.sciface.folds.FoldSettings`' defaults), and kept in the work directory
+    keyed by them."""
     check_backend(backend, precision)
     dataset = dataset_of(dataset, context, "sciface_rerank", required=False)
+    given = dict(base_model=base_model, epochs=epochs, triplets_per_seed=triplets_per_seed,
+                 learning_rate=learning_rate, max_length=max_length, val_seeds=val_seeds, seed=seed, collapse=collapse)
+    training = {k: v for k, v in given.items() if v is not None}
+    if train:
+        rr = _fold_trained(facet, dataset, model, background_model, method_model, weights, training, context,
+                           batch_size, verbose, backend, precision)
+        if add_text:
+            rr = SeedText(dataset) >> pt.text.get_text(pt.get_dataset(pt_dataset_id(dataset)), ["title", "abstract"]) \
+                >> rr
+        if len(inputs) > 1:
+            raise ValueError("sciface_rerank takes at most one input pipeline")
+        return inputs[0] >> rr if inputs else rr
+    if training:
+        raise ParameterError(f"sciface_rerank: {', '.join(sorted(training))} need train=True",
+                             component="sciface_rerank", param=sorted(training)[0])
     if precision == "int8" and not dataset:
         raise BackendError("sciface_rerank(precision='int8') calibrates on (seed, candidate) pairs of the dataset's "
                            "corpus: give the pipeline a dataset, or dataset='irds:...'")
@@ -74,6 +108,31 @@ def facet_rerank_component(*inputs, context=None, facet: Optional[str] = None, m
     if len(inputs) > 1:
         raise ValueError("sciface_rerank takes at most one input pipeline")
     return inputs[0] >> rr if inputs else rr
+
+
+def _fold_trained(facet, dataset, model, background_model, method_model, weights, training, context, batch_size,
+                  verbose, backend, precision) -> pt.Transformer:
+    """``sciface_rerank(train=True)``: the fold models of the dataset's facet, each query routed to the one
+    trained on the other fold."""
+    own = csfcube_facet_of(dataset)
+    if own is None:
+        raise ParameterError(f"sciface_rerank(train=True) trains on CSFCube's folds and re-ranks a CSFCube facet "
+                             f"dataset (irds:sci/csfcube/method or .../background), not {dataset or 'no dataset'}",
+                             component="sciface_rerank", param="train")
+    if facet is not None and facet != own:
+        raise ParameterError(f"sciface_rerank: facet={facet!r} on {dataset}, whose queries are {own} queries",
+                             component="sciface_rerank", param="facet")
+    given = [n for n, v in (("model", model), ("background_model", background_model),
+                            ("method_model", method_model), ("weights", weights)) if v is not None]
+    if given:
+        raise ParameterError(f"sciface_rerank(train=True) trains its own models: {', '.join(given)} cannot be "
+                             "given with it", component="sciface_rerank", param=given[0])
+    settings = FoldSettings(facet=own, **training)
+    models = fold_models(settings, context.workdir() if context is not None else None, verbose=verbose)
+    engine = dict(backend=backend, precision=precision, calibration=dataset if precision == "int8" else None,
+                  work=context.workdir() if context is not None else None)
+    return FoldRouted({fold: FacetReranker(m, batch_size=batch_size, verbose=verbose, **engine)
+                       for fold, m in models.items()})
 
 
 @params(FacetLabeller, llm=Param(dict, optional=True), on_error=Param(str, choices=("raise", "flag")),
