@@ -15,7 +15,10 @@ Models are written atomically by :func:`pyterrier_sci.artifacts.build_atomically
 """
 from __future__ import annotations
 
+import contextlib
+import functools
 import hashlib
+import importlib
 import inspect
 import json
 import math
@@ -33,7 +36,7 @@ from pyterrier_sci.registry import irds_id
 
 __all__ = ["NonFiniteTrainingError", "check_finite_loss", "first_non_finite_parameter", "guard_finite",
            "seed_everything", "trainer_arguments", "run_trainer", "train_summary", "save_model_artifact",
-           "PACKAGE_HINT", "freeze_lower_layers", "encoder_layers", "settings_key", "trained_model_dir"]
+           "PACKAGE_HINT", "freeze_lower_layers", "encoder_layers", "settings_key", "trained_model_dir", "save_model"]
 
 
 def check_finite_loss(value: Any, step: Optional[int] = None, what: str = "the training loss") -> None:
@@ -165,6 +168,42 @@ def train_summary(trainer) -> Dict[str, Any]:
         if "train_runtime" in entry:
             return dict(entry)
     return {}
+
+
+#: modules whose module-level ``tqdm`` draws a bar while a model is saved (sentence-transformers' model card)
+_SAVE_BAR_MODULES = ("sentence_transformers.base.model_card",)
+
+
+@contextlib.contextmanager
+def _no_save_bars():
+    """transformers' "Writing model shards" and sentence-transformers' "Computing widget examples" bars off
+    (a trained model is saved inside a step that has its own progress)."""
+    from transformers.utils import logging as hf_logging
+    bars = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    patched = []
+    for name in _SAVE_BAR_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            continue
+        if callable(getattr(module, "tqdm", None)):
+            patched.append((module, module.tqdm))
+            module.tqdm = functools.partial(module.tqdm, disable=True)
+    try:
+        yield
+    finally:
+        for module, old in patched:
+            module.tqdm = old
+        if bars:
+            hf_logging.enable_progress_bar()
+
+
+def save_model(model, path: Union[str, Path]) -> None:
+    """``model.save(path)`` (a sentence-transformers model or cross-encoder) without the library's progress
+    bars."""
+    with _no_save_bars():
+        model.save(str(path))
 
 
 def save_model_artifact(tmp_dir: Union[str, Path], artifact_type: str, artifact_format: str, training: Dict[str, Any],

@@ -23,6 +23,7 @@ from pyterrier_sci.plugins.dense.models import (
 from pyterrier_sci.registry import irds_id
 from pyterrier_sci.training import (
     run_trainer,
+    save_model,
     save_model_artifact,
     seed_everything,
     settings_key,
@@ -128,7 +129,7 @@ def fine_tune(triplets: pd.DataFrame, output: Union[str, Path], base_model: str 
     def build(tmp: Path) -> None:
         history = _train_st(model, loss, data, tmp, epochs, batch_size, learning_rate, warmup_ratio, max_steps, seed,
                             device, verbose)
-        model.save(str(tmp))
+        save_model(model, tmp)
         shutil.rmtree(tmp / "checkpoints", ignore_errors=True)
         meta = {"base_model": str(base_model), "loss": "TripletLoss(distance_metric=COSINE)", "margin": float(margin),
                 "epochs": epochs, "batch_size": batch_size, "learning_rate": learning_rate,

@@ -21,6 +21,7 @@ from pyterrier_sci.training import (
     encoder_layers,
     freeze_lower_layers,
     run_trainer,
+    save_model,
     save_model_artifact,
     seed_everything,
     trainer_arguments,
@@ -176,7 +177,7 @@ def train_curriculum(base_model: str, queries: Sequence[str], candidates: Dict[s
                                                      device, verbose), verbose)
         shutil.rmtree(tmp, ignore_errors=True)
         model.max_seq_length = encode_length
-        model.save(str(tmp))
+        save_model(model, tmp)
         save_model_artifact(tmp, ARTIFACT_TYPE, ARTIFACT_FORMAT, {
             "method": "hlm-cite curriculum", "base_model": str(base_model), "frozen_layers": frozen_layers,
             "stages": list(stages), "seed": seed, "train_max_seq_length": max_seq_length,

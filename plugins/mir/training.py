@@ -33,6 +33,7 @@ from pyterrier_sci.plugins.dense.models import SentenceTransformerModel
 from pyterrier_sci.training import (
     freeze_lower_layers,
     run_trainer,
+    save_model,
     save_model_artifact,
     seed_everything,
     settings_key,
@@ -489,7 +490,7 @@ def train_mir(graph: Union[MethodologyAdjacencyGraph, str], output: Union[str, P
         if cfg.lora:
             model[0].model = model[0].model.merge_and_unload()
         model.max_seq_length = inference_length
-        model.save(str(tmp))
+        save_model(model, tmp)
         shutil.rmtree(tmp / "checkpoints", ignore_errors=True)
         meta = {"method": "MIR joint triplet loss (Algorithm 1)", **asdict(cfg),
                 "triplet_types": list(sampler.types), "loss": "sum of TripletLoss(EUCLIDEAN) per triplet type",

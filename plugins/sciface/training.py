@@ -14,7 +14,14 @@ import pandas as pd
 
 from pyterrier_sci.artifacts import build_atomically
 from pyterrier_sci.plugins.dense import resolve_model
-from pyterrier_sci.training import run_trainer, save_model_artifact, seed_everything, train_summary, trainer_arguments
+from pyterrier_sci.training import (
+    run_trainer,
+    save_model,
+    save_model_artifact,
+    seed_everything,
+    train_summary,
+    trainer_arguments,
+)
 
 from .cross_encoder import (
     ARTIFACT_FORMAT,
@@ -184,7 +191,7 @@ def _train(pairs, triplets, val_pairs, out_dir: Path, facet: str, *, base_model,
     if best["state"] is not None:
         model.model.load_state_dict(best["state"])
     with quiet_transformers():
-        model.save(str(out_dir))
+        save_model(model, out_dir)
     return {"steps": int(trainer.state.global_step), "triplets_per_epoch": int(n_per_epoch),
             "best_epoch": best["epoch"], "val_spearman": None if best["epoch"] is None else round(best["spearman"], 4),
             "val_spearman_per_epoch": best["history"],

@@ -16,7 +16,7 @@ import pyterrier as pt
 
 from pyterrier_sci.artifacts import build_atomically
 from pyterrier_sci.plugins.dense import load_sentence_transformer, resolve_model
-from pyterrier_sci.training import run_trainer, save_model_artifact, seed_everything, trainer_arguments
+from pyterrier_sci.training import run_trainer, save_model, save_model_artifact, seed_everything, trainer_arguments
 
 from .cross_encoder import open_cross_encoder, pair_input
 
@@ -142,7 +142,7 @@ def distil_cross_encoder(pairs: pd.DataFrame, path: Union[str, Path], base_model
         run_trainer(CrossEncoderTrainer(model=model, args=args, train_dataset=ds, loss=objective, callbacks=callbacks),
                     verbose)
         shutil.rmtree(tmp / "run", ignore_errors=True)
-        model.save(str(tmp))
+        save_model(model, tmp)
         save_model_artifact(tmp, WarmStartCrossEncoder.ARTIFACT_TYPE, WarmStartCrossEncoder.ARTIFACT_FORMAT, {
             "method": "bi-encoder distillation (" + ("MSE on scaled cosine" if loss == "mse" else
                                                      "margin MSE within each seed's group") + ")",
