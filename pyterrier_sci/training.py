@@ -30,13 +30,17 @@ import numpy as np
 
 from pyterrier_sci.artifacts import write_pt_meta
 from pyterrier_sci.data import work_dir
-from pyterrier_sci.errors import NonFiniteTrainingError  # noqa: F401 - defined there, re-exported
+from pyterrier_sci.errors import (
+    NonFiniteTrainingError,  # noqa: F401 - defined there, re-exported
+    ParameterError,
+)
 from pyterrier_sci.models import model_slug
 from pyterrier_sci.registry import irds_id
 
 __all__ = ["NonFiniteTrainingError", "check_finite_loss", "first_non_finite_parameter", "guard_finite",
            "seed_everything", "trainer_arguments", "run_trainer", "train_summary", "save_model_artifact",
-           "PACKAGE_HINT", "freeze_lower_layers", "encoder_layers", "settings_key", "trained_model_dir", "save_model"]
+           "PACKAGE_HINT", "freeze_lower_layers", "encoder_layers", "settings_key", "trained_model_dir", "save_model",
+           "query_ids", "refuse_training_on_test_queries"]
 
 
 def check_finite_loss(value: Any, step: Optional[int] = None, what: str = "the training loss") -> None:
@@ -257,6 +261,26 @@ def settings_key(settings: Mapping[str, Any]) -> str:
     if "base_model" in d:
         d["base_model"] = model_slug(d["base_model"])
     return hashlib.sha1(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+def query_ids(dataset: str) -> set:
+    """The query ids of an ir_datasets id (``irds:`` prefix optional; none for a dataset without queries)."""
+    import ir_datasets
+    ds = ir_datasets.load(irds_id(dataset))
+    return {q.query_id for q in ds.queries_iter()} if ds.has_queries() else set()
+
+
+def refuse_training_on_test_queries(component: str, train_qids: Iterable[str], train_name: str,
+                                    dataset: Optional[str], param: str) -> None:
+    """One :class:`ParameterError` (for ``component``'s ``param``) when a query a model trains on
+    (``train_qids``, from ``train_name``) is also a query of the ``dataset`` it is tested on."""
+    if not dataset:
+        return
+    shared = sorted(set(map(str, train_qids)) & query_ids(dataset), key=lambda q: (len(q), q))
+    if shared:
+        raise ParameterError(f"{component}: {len(shared)} query id(s) of {train_name} are also queries of {dataset} "
+                             f"(e.g. {shared[:3]}): a model trained on them would be tested on its own training "
+                             "queries", component=component, param=param)
 
 
 def trained_model_dir(family: str, train_dataset: str, key: str, work: Union[None, str, Path] = None) -> Path:

@@ -72,6 +72,6 @@ def test_refusals(tmp_path, monkeypatch):
     # a training split that shared a query with the dataset would test the model on its own training queries
     one = str(pt.get_dataset(TEST).get_topics()["qid"].iloc[0])
     monkeypatch.setattr(C, "training_queries", lambda s: [one, "another"])
-    with pytest.raises(ParameterError, match=f"1 training query id.*also queries of.*{one}"):
+    with pytest.raises(ParameterError, match=f"1 query id.*of {T.TRAIN_DATASET} are also queries of.*{one}"):
         hlm_dense_component(context=ctx, **TINY)
     assert not (tmp_path / "models").exists()

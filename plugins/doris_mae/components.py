@@ -6,7 +6,8 @@ from typing import Optional
 from pyterrier_sci.corpus import dataset_of
 from pyterrier_sci.errors import ParameterError
 from pyterrier_sci.plugins.dense.models import BACKENDS, DEFAULT_MODEL, PRECISIONS, check_backend
-from pyterrier_sci.registry import DATASET, Param, irds_id, params
+from pyterrier_sci.registry import DATASET, Param, params
+from pyterrier_sci.training import query_ids, refuse_training_on_test_queries
 
 from .maxsim import MaxSimScorer
 from .training import ContrastiveSettings, trained_model
@@ -56,11 +57,8 @@ def maxsim_component(*, context=None, model: str = DEFAULT_MODEL, query_mode: st
             raise ParameterError("doris_maxsim(train=True) needs train_dataset= (e.g. "
                                  "irds:sci/doris-mae/birco-dev/train20)", component="doris_maxsim",
                                  param="train_dataset")
-        shared = _shared_queries(train_dataset, dataset) if dataset else []
-        if shared:
-            raise ParameterError(f"doris_maxsim: {len(shared)} query id(s) of {train_dataset} are also queries of "
-                                 f"{dataset} (e.g. {shared[:3]}): a model trained on them would be tested on its "
-                                 "own training queries", component="doris_maxsim", param="train_dataset")
+        refuse_training_on_test_queries("doris_maxsim", query_ids(train_dataset), train_dataset, dataset,
+                                        "train_dataset")
         if max_seq_length is not None:
             training["max_seq_length"] = max_seq_length
         settings = ContrastiveSettings(base_model=model, **training)
@@ -73,11 +71,3 @@ def maxsim_component(*, context=None, model: str = DEFAULT_MODEL, query_mode: st
                         batch_size=batch_size, device=device, max_seq_length=max_seq_length, verbose=verbose,
                         backend=backend, precision=precision, calibration=calibration)
 
-
-def _shared_queries(train_dataset: str, dataset: str) -> list:
-    import ir_datasets
-
-    def qids(d):
-        ds = ir_datasets.load(irds_id(d))
-        return {q.query_id for q in ds.queries_iter()} if ds.has_queries() else set()
-    return sorted(qids(train_dataset) & qids(dataset), key=lambda q: (len(q), q))

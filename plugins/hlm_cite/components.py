@@ -11,6 +11,7 @@ from pyterrier_sci.errors import ParameterError
 from pyterrier_sci.plugins.dense.components import dense_component
 from pyterrier_sci.plugins.llm.components import build_llm_component, declare_llm_params
 from pyterrier_sci.registry import DATASET, MAX_RESULTS, PATH, Param, params
+from pyterrier_sci.training import refuse_training_on_test_queries
 
 from .agents import EXAMPLE_FILENAME, HLMAgents
 from .training import STAGES, TRAIN_DATASET, CurriculumSettings, trained_curriculum, training_queries
@@ -55,24 +56,22 @@ def hlm_dense_component(*inputs, context=None, model: Optional[str] = None, data
     false by default: the input's ``text`` column, ``fields`` of the dataset when given).  A training query
     that is also a query of the dataset is refused."""
     given = dict(train_queries=train_queries, stages=stages, frozen_layers=frozen_layers, epochs=epochs,
-                 batch_size=train_batch_size, list_size=list_size, learning_rate=learning_rate,
+                 train_batch_size=train_batch_size, list_size=list_size, learning_rate=learning_rate,
                  max_seq_length=max_seq_length, seed=seed, max_steps=max_steps)
     training = {k: v for k, v in given.items() if v is not None}
     if not train:
         if training:
-            raise ParameterError(f"hlm_dense: {', '.join(sorted(given_name(k) for k in training))} need train=True",
+            raise ParameterError(f"hlm_dense: {', '.join(sorted(training))} need train=True",
                                  component="hlm_dense", param="train")
     else:
+        if "train_batch_size" in training:  # the settings' name: the component's batch_size is the encoder's
+            training["batch_size"] = training.pop("train_batch_size")
         try:
             settings = CurriculumSettings(base_model=model or "default", **training)
         except ValueError as e:
             raise ParameterError(f"hlm_dense: {e}", component="hlm_dense", param="stages") from None
-        target = dataset_of(dataset, context, "hlm_dense", required=False)
-        shared = _shared_queries(settings, target) if target else []
-        if shared:
-            raise ParameterError(f"hlm_dense: {len(shared)} training query id(s) of {TRAIN_DATASET} are also queries "
-                                 f"of {target} (e.g. {shared[:3]}): a model trained on them would be tested on its "
-                                 "own training queries", component="hlm_dense", param="train_queries")
+        refuse_training_on_test_queries("hlm_dense", training_queries(settings), TRAIN_DATASET,
+                                        dataset_of(dataset, context, "hlm_dense", required=False), "train_queries")
         model = str(trained_curriculum(settings, context.workdir() if context is not None else None, verbose))
     retriever = dense_component(context=context, model=model, dataset=dataset, fields=fields, index=index,
                                 batch_size=batch_size, verbose=verbose)
@@ -80,12 +79,3 @@ def hlm_dense_component(*inputs, context=None, model: Optional[str] = None, data
         raise ValueError("hlm_dense takes at most one input pipeline")
     return inputs[0] >> retriever if inputs else retriever
 
-
-def given_name(key: str) -> str:
-    """The component's name of a training setting (``batch_size`` is ``train_batch_size`` there)."""
-    return "train_batch_size" if key == "batch_size" else key
-
-
-def _shared_queries(settings: CurriculumSettings, dataset: str) -> list:
-    topics = pt.get_dataset(dataset if dataset.startswith("irds:") else f"irds:{dataset}").get_topics()
-    return sorted(set(training_queries(settings)) & set(topics["qid"].astype(str)))

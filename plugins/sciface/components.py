@@ -64,44 +64,20 @@ def facet_rerank_component(*inputs, context=None, facet: Optional[str] = None, m
     given = dict(base_model=base_model, epochs=epochs, triplets_per_seed=triplets_per_seed,
                  learning_rate=learning_rate, max_length=max_length, val_seeds=val_seeds, seed=seed, collapse=collapse)
     training = {k: v for k, v in given.items() if v is not None}
-    if train:
-        rr = _fold_trained(facet, dataset, model, background_model, method_model, weights, training, context,
-                           batch_size, verbose, backend, precision)
-        if add_text:
-            rr = SeedText(dataset) >> pt.text.get_text(pt.get_dataset(pt_dataset_id(dataset)), ["title", "abstract"]) \
-                >> rr
-        if len(inputs) > 1:
-            raise ValueError("sciface_rerank takes at most one input pipeline")
-        return inputs[0] >> rr if inputs else rr
-    if training:
+    if training and not train:
         raise ParameterError(f"sciface_rerank: {', '.join(sorted(training))} need train=True",
                              component="sciface_rerank", param=sorted(training)[0])
-    if precision == "int8" and not dataset:
-        raise BackendError("sciface_rerank(precision='int8') calibrates on (seed, candidate) pairs of the dataset's "
-                           "corpus: give the pipeline a dataset, or dataset='irds:...'")
     engine = dict(backend=backend, precision=precision, calibration=dataset if precision == "int8" else None,
                   work=context.workdir() if context is not None else None)
-
-    def default_path(f):
-        if context is None:
-            raise ValueError(f"sciface_rerank needs the {f} model's path (model=... / {f}_model=...)")
-        p = Path(context.workdir()) / "facet" / f
-        if not p.exists():
-            raise FileNotFoundError(f"no {f} facet model at {p}; pass {f}_model=PATH or train one "
-                                    "(pyterrier_sci.plugins.sciface.train_facet_cross_encoder)")
-        return str(p)
-
-    if weights is None:
-        if facet is not None and facet not in FACETS:
-            raise ValueError(f"facet must be one of {FACETS}, not {facet!r}")
-        want = facet or "method"
-        m = model or (method_model if want == "method" else background_model) or default_path(want)
-        rr: pt.Transformer = FacetReranker(m, batch_size=batch_size, verbose=verbose, **engine)
-        if facet is not None and rr.facet != facet:
-            raise ValueError(f"model {m} is a {rr.facet} model, not {facet}")
+    if train:
+        rr = _fold_trained(facet, dataset, model, background_model, method_model, weights, training, context,
+                           batch_size, verbose, engine)
     else:
-        rr = FacetControl(background_model or default_path("background"), method_model or default_path("method"),
-                          weights=weights, normalise=normalise, batch_size=batch_size, verbose=verbose, **engine)
+        if precision == "int8" and not dataset:
+            raise BackendError("sciface_rerank(precision='int8') calibrates on (seed, candidate) pairs of the "
+                               "dataset's corpus: give the pipeline a dataset, or dataset='irds:...'")
+        rr = _trained_elsewhere(facet, model, background_model, method_model, weights, normalise, context,
+                                batch_size, verbose, engine)
     if dataset and add_text:
         ds = pt.get_dataset(pt_dataset_id(dataset))
         rr = SeedText(dataset) >> pt.text.get_text(ds, ["title", "abstract"]) >> rr
@@ -110,8 +86,37 @@ def facet_rerank_component(*inputs, context=None, facet: Optional[str] = None, m
     return inputs[0] >> rr if inputs else rr
 
 
+def _default_model_path(context, facet: str) -> str:
+    """The facet model under the work directory (``facet/<facet>``), for a pipeline that names none."""
+    if context is None:
+        raise ValueError(f"sciface_rerank needs the {facet} model's path (model=... / {facet}_model=...)")
+    p = Path(context.workdir()) / "facet" / facet
+    if not p.exists():
+        raise FileNotFoundError(f"no {facet} facet model at {p}; pass {facet}_model=PATH or train one "
+                                "(pyterrier_sci.plugins.sciface.train_facet_cross_encoder)")
+    return str(p)
+
+
+def _trained_elsewhere(facet, model, background_model, method_model, weights, normalise, context, batch_size,
+                       verbose, engine) -> pt.Transformer:
+    """``sciface_rerank`` over given (or work-directory) models: one facet's re-ranker, or with ``weights`` the
+    controllable mode over both facets."""
+    if weights is not None:
+        return FacetControl(background_model or _default_model_path(context, "background"),
+                            method_model or _default_model_path(context, "method"), weights=weights,
+                            normalise=normalise, batch_size=batch_size, verbose=verbose, **engine)
+    if facet is not None and facet not in FACETS:
+        raise ValueError(f"facet must be one of {FACETS}, not {facet!r}")
+    want = facet or "method"
+    m = model or (method_model if want == "method" else background_model) or _default_model_path(context, want)
+    rr = FacetReranker(m, batch_size=batch_size, verbose=verbose, **engine)
+    if facet is not None and rr.facet != facet:
+        raise ValueError(f"model {m} is a {rr.facet} model, not {facet}")
+    return rr
+
+
 def _fold_trained(facet, dataset, model, background_model, method_model, weights, training, context, batch_size,
-                  verbose, backend, precision) -> pt.Transformer:
+                  verbose, engine) -> pt.Transformer:
     """``sciface_rerank(train=True)``: the fold models of the dataset's facet, each query routed to the one
     trained on the other fold."""
     own = csfcube_facet_of(dataset)
@@ -128,9 +133,7 @@ def _fold_trained(facet, dataset, model, background_model, method_model, weights
         raise ParameterError(f"sciface_rerank(train=True) trains its own models: {', '.join(given)} cannot be "
                              "given with it", component="sciface_rerank", param=given[0])
     settings = FoldSettings(facet=own, **training)
-    models = fold_models(settings, context.workdir() if context is not None else None, verbose=verbose)
-    engine = dict(backend=backend, precision=precision, calibration=dataset if precision == "int8" else None,
-                  work=context.workdir() if context is not None else None)
+    models = fold_models(settings, engine["work"], verbose=verbose)
     return FoldRouted({fold: FacetReranker(m, batch_size=batch_size, verbose=verbose, **engine)
                        for fold, m in models.items()})
 
