@@ -15,7 +15,6 @@ measures PREC@3/5 and NDCG@3/5 with binary core labels.  The figures of the run 
 """
 import argparse
 import json
-import re
 import time
 from pathlib import Path
 
@@ -26,27 +25,9 @@ import pyterrier_sci as ps
 from pyterrier_sci.datasets import core_citations as cc
 from pyterrier_sci.plugins.dense import DenseRetriever
 from pyterrier_sci.plugins.hlm_cite.curriculum import train_curriculum
+from pyterrier_sci.plugins.hlm_cite.keywords import KeywordOverlap
 
 TEXT = ("title", "abstract")  # as the training texts (HLM-Cite papers' default_text)
-_STOP = set("a an the of and or in on for to with by from at as is are was were be this that these those we our "
-            "it its which can using use used show shown paper".split())
-
-
-def keywords(text):
-    return {w for w in re.findall(r"[a-z][a-z0-9\-]+", text.lower()) if w not in _STOP and len(w) > 2}
-
-
-class KeywordOverlap(pt.Transformer):
-    """HLM-Cite's rule-based baseline: more keywords shared with the query, more likely a core citation."""
-
-    def transform(self, inp):
-        q = {qid: keywords(t) for qid, t in zip(inp["qid"], inp["query"])}
-        d = {}  # a candidate's keywords, once (large candidate sets share most candidates)
-        for docno, t, a in zip(inp["docno"], inp["title"], inp["abstract"]):
-            if docno not in d:
-                d[docno] = keywords(f"{t} {a}")
-        scores = [len(q[qid] & d[docno]) for qid, docno in zip(inp["qid"], inp["docno"])]
-        return pt.model.add_ranks(inp.assign(score=[float(s) for s in scores]))
 
 
 def main(argv=None):

@@ -367,6 +367,8 @@ class TableResult:
     figures: Dict[str, Dict[str, Dict[str, float]]] = field(default_factory=dict)
     source_file: str = ""
     partial: bool = False                # only some systems ran (--systems): recorded figures are merged
+    read_back: Tuple[str, ...] = ()      # systems whose runs were all read back from an earlier run's saved runs
+    computed: Tuple[str, ...] = ()       # systems run now (at least one dataset)
 
     @property
     def failed(self) -> List[Cell]:
@@ -463,14 +465,17 @@ def dataset_id(dataset: Mapping[str, Any], tier: str) -> str:
 
 
 def _compute(paper: Paper, table: Table, tier: str, llm: Optional[str], trusted: bool,
-             cfg: PipelineConfig) -> Tuple[Dict[str, Dict[str, Dict[str, float]]], Dict[str, Any], Dict[str, Any]]:
+             cfg: PipelineConfig) -> Tuple[Dict[str, Dict[str, Dict[str, float]]], Dict[str, Any], Dict[str, Any],
+                                           Dict[str, bool]]:
     """Runs (or reads back) every runnable system of the table on each dataset; returns the figures
-    ``{system: {dataset label: {measure: value in the paper's units}}}``, the built systems and the runs."""
+    ``{system: {dataset label: {measure: value in the paper's units}}}``, the built systems, the runs and,
+    per system, whether every one of its runs was read back from an earlier run's saved run."""
     save_root = _save_root(paper, table, tier)
     systems = [s for s in _systems_of(table, tier) if _runnable(s, llm) is None]
     figures: Dict[str, Dict[str, Dict[str, float]]] = {}
     built_all: Dict[str, Any] = {}
     run_files: Dict[str, Dict[str, str]] = {}
+    read_back: Dict[str, bool] = {}
     for label, ds in table.datasets.items():
         dsid = dataset_id(ds, tier)
         topics, qrels = _topics(table, tier, ds)
@@ -486,6 +491,7 @@ def _compute(paper: Paper, table: Table, tier: str, llm: Optional[str], trusted:
                 path = run_path(save_root, dsid, s.name, cfg)
                 run_files.setdefault(label, {})[s.name] = str(path)
                 saved = _saved(path)
+                read_back[s.name] = read_back.get(s.name, True) and saved is not None
                 system = built[s.pipeline]
                 built_all.setdefault(s.name, system)
                 inputs.append(saved if saved is not None else system >> _SaveRun(path, s.name))
@@ -499,7 +505,7 @@ def _compute(paper: Paper, table: Table, tier: str, llm: Optional[str], trusted:
                 v = row[m]
                 if v is not None and v == v:
                     figures.setdefault(row["name"], {}).setdefault(label, {})[m] = round(float(v) * table.scale, 6)
-    return figures, built_all, run_files
+    return figures, built_all, run_files, read_back
 
 
 def _cells(paper: Paper, table: Table, tier: str, figures: Mapping[str, Any], llm: Optional[str]) -> List[Cell]:
@@ -564,7 +570,7 @@ def run_table(paper: Any, table: Any, tier: str = "full", llm: Optional[str] = N
         check_dataset(dataset_id(ds, tier), where=f"{paper.path}: table {table.key}")
     cfg = paper.config(tier, llm)
     start = time.perf_counter()
-    figures, systems, run_files = _compute(paper, table, tier, llm, trusted or bool(llm), cfg)
+    figures, systems, run_files, read_back = _compute(paper, table, tier, llm, trusted or bool(llm), cfg)
     seconds = time.perf_counter() - start
     cells = _cells(paper, table, tier, figures, llm)
     m = manifest.pipeline_manifest(systems, cfg, [dataset_id(d, tier) for d in table.datasets.values()],
@@ -578,7 +584,9 @@ def run_table(paper: Any, table: Any, tier: str = "full", llm: Optional[str] = N
                      "recorded": c.recorded, "reproduced": c.reproduced, "status": c.status} for c in cells]
     path = manifest.write_manifest(m, _save_root(paper, table, tier) / "manifest.json", "the table's manifest")
     command = _command(paper, table, tier) + (f" --systems {','.join(table.systems)}" if partial else "")
-    return TableResult(paper.id, table, tier, cells, seconds, path, command, figures, str(paper.path), partial)
+    return TableResult(paper.id, table, tier, cells, seconds, path, command, figures, str(paper.path), partial,
+                       tuple(sorted(n for n, back in read_back.items() if back)),
+                       tuple(sorted(n for n, back in read_back.items() if not back)))
 
 
 def _on_ray(jobs: List[Tuple[Paper, Table]], tier: str, llm: Optional[str], address: Optional[str],
@@ -626,7 +634,15 @@ def record(results: Sequence[TableResult]) -> List[Path]:
                 if r.partial and before:      # the other systems' figures stay; the time is the sum of the runs
                     figures = {**(before.get("figures") or {}), **figures}
                     seconds = round(seconds + float(before.get("seconds") or 0.0), 1)
-                data["tables"].setdefault(r.table.key, {})[r.tier] = jsonable({
+                elif r.read_back and before.get("seconds") is not None:
+                    # saved runs read back cost nothing now: their time is the earlier record's; systems run now
+                    # add theirs, and a rerun that computed nothing keeps the earlier time
+                    earlier = float(before["seconds"])
+                    seconds = round(earlier + seconds, 1) if r.computed else earlier
+                entry = {"read_back": list(r.read_back)} if r.read_back else {}
+                if r.read_back and before.get("seconds") is None:
+                    entry["read_back_untimed"] = True
+                data["tables"].setdefault(r.table.key, {})[r.tier] = jsonable({**entry,
                     "figures": figures, "seconds": seconds, "cpu": env["cpu"],
                     "versions": {k: env["versions"].get(k) for k in ("pyterrier", "torch", "sentence-transformers",
                                                                        "pyterrier-pisa", "ir-measures")
@@ -806,8 +822,12 @@ def docs_table(paper: Paper, table: Table, tier: Optional[str] = None) -> str:
         cpu = (rec.get("cpu") or {}).get("model") or "unknown CPU"
         load = rec.get("load_average")
         load = f", load average {load[0]:g} while other jobs ran" if load and load[0] > 2.5 else ""
+        back = rec.get("read_back") or []
+        back = "" if not back else (
+            f"; the runs of {', '.join(back)} read back from an earlier run, "
+            + ("not timed here" if rec.get("read_back_untimed") else "whose recorded time is included"))
         how = (f"Recorded by `{rec.get('command')}` on {rec.get('date')} ({rec.get('seconds')} s on "
-               f"{rec.get('cpu', {}).get('usable_cores', '?')} cores of {cpu}{load}); "
+               f"{rec.get('cpu', {}).get('usable_cores', '?')} cores of {cpu}{load}{back}); "
                f"in parentheses the paper's Table {table.number}")
     else:
         how = f"Not recorded yet: `pyterrier-sci reproduce {paper.id}/{table.key} --tier {tier} --record`"

@@ -58,3 +58,42 @@ def test_named_workflow_pipeline_keeps_top_and_reranks_the_rest(tmp_path):
         assert got[2:] == expected
     # the oracle only moves core citations up: precision at 5 cannot drop
     assert res.iloc[1, 1] >= res.iloc[0, 1]
+
+
+def test_without_the_analyzer_the_decider_reads_the_abstracts_in_one_call(tmp_path):
+    """The ablation "w/o Analyzer" (§4.4): no analyzer call; the decider ranks from the raw titles and
+    abstracts, one call per query; the oracle's ranking is applied below keep_top as with the analyzer."""
+    import pyterrier as pt
+
+    import pyterrier_sci as ps
+    ds = pt.get_dataset(DS)
+    topics = ds.get_topics().sort_values("qid").head(2)
+    qrels = ds.get_qrels()
+    core = qrels[(qrels["qid"].isin(topics["qid"])) & (qrels["label"] > 0)]
+    first = ps.pipeline('pool >> text >> dense(index=False, fields=["title", "abstract"]) % 8', dataset=DS)(topics)
+    core_titles = {t.strip() for t in first.merge(core[["qid", "docno"]])["title"]}
+    prompts = []
+    oracle = _oracle(core_titles)
+
+    def respond(kind, body):
+        prompts.append(prompt_of(kind, body))
+        return oracle(kind, body)
+
+    llm = {"model": "test-model", "cache_dir": "", "progress": False, "mode": "completion", "timeout": 5,
+           "max_retries": 1}
+    with ScriptedServer(respond) as srv:
+        llm["base_url"] = srv.base_url
+        agents = ps.pipeline('hlm_agents(keep_top=2, text_field="abstract", analyzer=False, guider=False)',
+                             dataset=DS, config={"llm": llm})
+        out = agents(first)
+        assert srv.calls == len(topics)                        # the decider alone, once per query
+    assert all(p.rstrip().endswith("Ranking: paper") for p in prompts)
+    assert all("Abstract: " in p and "Analysis:" not in p for p in prompts)
+    assert (out["llm_analysis"] == "").all() and not out["llm_unusable"].any()
+    is_core = set(zip(core["qid"], core["docno"]))
+    for qid, got in out.groupby("qid"):
+        got = list(got.sort_values("rank")["docno"])
+        ranked = list(first[first.qid == qid].sort_values("rank")["docno"])
+        lower = ranked[2:]
+        assert got[:2] == ranked[:2]
+        assert got[2:] == sorted(lower, key=lambda d: ((qid, d) not in is_core, lower.index(d)))

@@ -345,3 +345,33 @@ def test_a_dry_run_counts_a_call_repeated_on_another_dataset_as_cached(home, cap
     out = capsys.readouterr().out
     # 17 method queries, top 5: 85 judgements on the first dataset, the same 85 again on the second
     assert "total: 170 calls, 85 cached, 85 to send" in out, out
+
+
+def test_a_record_made_from_saved_runs_keeps_their_time_and_says_so(home, monkeypatch):
+    """A rerun that reads saved runs back costs seconds: recording it must not replace the table's time
+    with those seconds.  A record from read-back runs keeps the earlier record's time (adding the time of
+    the systems computed now) and names the systems read back; the docs line says so."""
+    d = _paper(home)
+    monkeypatch.setattr(R, "papers_dir", lambda: d)
+    R.record(R.reproduce("toy/t5", tier="quick", directory=d))
+    path = d / "recorded" / "toy.json"
+    rec = json.loads(path.read_text())
+    assert "read_back" not in rec["tables"]["t5"]["quick"]          # everything ran
+    rec["tables"]["t5"]["quick"]["seconds"] = 1000.0                 # as if the first run had taken long
+    path.write_text(json.dumps(rec))
+    (again,) = R.reproduce("toy/t5", tier="quick", directory=d)
+    assert set(again.read_back) == {"BM25", "BM25_tuned"} and not again.computed
+    R.record([again])
+    entry = json.loads(path.read_text())["tables"]["t5"]["quick"]
+    assert entry["seconds"] == 1000.0 and entry["read_back"] == ["BM25", "BM25_tuned"]
+    # one system's saved runs gone: it runs again, its time is added to the earlier one
+    for p in (home / "work").rglob("BM25_tuned-*.res.gz"):
+        p.unlink()
+    (third,) = R.reproduce("toy/t5", tier="quick", directory=d)
+    assert third.computed == ("BM25_tuned",) and third.read_back == ("BM25",)
+    R.record([third])
+    entry = json.loads(path.read_text())["tables"]["t5"]["quick"]
+    assert entry["seconds"] == round(1000.0 + third.seconds, 1) and entry["read_back"] == ["BM25"]
+    paper = R.load_paper(d / "toy.yaml")
+    text = R.docs_table(paper, paper.tables["t5"], "quick")
+    assert "the runs of BM25 read back from an earlier run, whose recorded time is included" in text

@@ -8,7 +8,7 @@ import pytest
 from conftest import DATA
 
 from pyterrier_sci import reproduce as R
-from pyterrier_sci.llm.loopback import ScriptedServer
+from pyterrier_sci.llm.loopback import ScriptedServer, prompt_of
 
 TABLES = [(p.id, t.key) for p, t in R.select()]
 DATA_OF = {"sciface": "csfcube", "mir": "mir-multicite", "doris_mae": "doris-mae", "prism": "acl-fulltext",
@@ -68,3 +68,37 @@ def test_the_doris_mae_example_is_the_reproduction_with_its_errors():
         assert table.loc[c.system, c.measure + " SE"] >= 0
     # the random row is below every MiniLM row on MAP (a chance level, not a copy of a system)
     assert table.loc["Random", "MAP"] < table.drop(index="Random")["MAP"].min()
+
+
+@pytest.mark.skipif(not (DATA / "hepth-citations").exists(), reason="no hep-th data")
+def test_hlm_cite_agent_rows_against_the_loopback_server():
+    """HLM-Cite's four agent rows of Table 3 (workflow, w/o guider, w/o analyzer, w/o both) on the quick tier:
+    a decider that keeps the retrieved order leaves the curriculum's top 5, so every row's figures are the
+    curriculum's; the calls are the agents' (two per query with the analyzer, one without) and the
+    decider reads the abstracts exactly when there is no analyzer."""
+    prompts = []
+    rows = ("Full_workflow", "No_guider", "No_analyzer", "No_analyzer_guider")
+
+    def respond(kind, body):
+        p = prompt_of(kind, body)
+        prompts.append(p)
+        if p.rstrip().endswith("Ranking: paper"):
+            return " 1, paper 2, paper 3, paper 4, paper 5, paper 6\nExplanations:\nPaper 1: first"
+        return " analysis of the first paper\nPaper 2: analysis"
+
+    with ScriptedServer(responder=respond) as srv:
+        (res,) = R.reproduce("hlm_cite/table3", tier="quick", llm=srv.base_url,
+                             systems=["Full_curriculum", *rows])
+    cells = {(c.system, c.measure): c for c in res.cells}
+    for m in ("PREC@3", "PREC@5", "NDCG@3", "NDCG@5"):
+        base = cells[("Full_curriculum", m)].reproduced
+        assert base is not None
+        for row in rows:
+            assert cells[(row, m)].reproduced == pytest.approx(base, abs=1e-9), (row, m)
+            assert cells[(row, m)].published is not None
+    deciders = [p for p in prompts if p.rstrip().endswith("Ranking: paper")]
+    raw = [p for p in deciders if "Abstract: " in p.split("Candidates:")[-1]]
+    queries = 50
+    # with the analyzer: analyzer + decider per query (the guider's two calls once, when no example is kept)
+    assert len(prompts) - len(deciders) in (2 * queries, 2 * queries + 1)
+    assert len(raw) == 2 * queries and len(deciders) in (4 * queries, 4 * queries + 1)

@@ -72,7 +72,10 @@ class HLMAgents(LLMReranker):
     paper's Transformer-XL example in ``templates/hlm_guider_task.json``) and stores the
     example, with the task's reviewed ranking, in ``example_path`` (a text file a person can
     review and edit; lines starting with ``#`` are ignored).  If the file exists it is used as
-    is and the guider makes no call.  ``guider=False`` runs without the example.
+    is and the guider makes no call.  ``guider=False`` runs without the example.  ``analyzer=False``
+    is the paper's ablation "w/o Analyzer" (§4.4): the decider ranks from the raw titles and
+    abstracts (``raw_decider_template``), one call per query; the one-shot example is still the
+    guider's (its decider part).
 
     Unusable output: when the decider's answer names no candidate (or a call fails with
     ``on_error="flag"``), the query keeps its first-stage order and its re-ranked rows are flagged
@@ -86,7 +89,8 @@ class HLMAgents(LLMReranker):
         keep_top: candidates exempt from re-ranking.
         guider, example_path, guider_task, guider_llm: the one-shot example (``guider_llm``:
             settings of the guider's model, default the same as ``llm``; HLM-Cite used GPT-4).
-        analyzer_template, analyzer_system, decider_template, decider_system: templates
+        analyzer: run the analyzer (default) or let the decider read the abstracts instead.
+        analyzer_template, analyzer_system, decider_template, decider_system, raw_decider_template: templates
             (``$example``, ``$query``, ``$candidates``).
         analysis_max_tokens, decision_max_tokens: generation budgets.
     """
@@ -94,18 +98,20 @@ class HLMAgents(LLMReranker):
     component_name = "hlm_agents"
     owned_columns = ("llm_analysis", "llm_explanation", "llm_fixed", "llm_unusable")
 
-    def __init__(self, llm=None, *, keep_top: int = 2, guider: bool = True,
+    def __init__(self, llm=None, *, keep_top: int = 2, guider: bool = True, analyzer: bool = True,
                  example_path: Optional[Union[str, Path]] = None, guider_task: Optional[Union[str, Path]] = None,
                  guider_llm=None, text_field: Union[str, Sequence[str]] = "text",
                  title_field: Optional[str] = "title", query_field: str = "query",
                  analyzer_template: str = "hlm_analyzer", analyzer_system: str = "hlm_analyzer_system",
                  decider_template: str = "hlm_decider", decider_system: str = "hlm_decider_system",
+                 raw_decider_template: str = "hlm_decider_raw",
                  analysis_max_tokens: int = 800, decision_max_tokens: int = 600,
                  max_doc_tokens: Optional[int] = 250, max_query_tokens: Optional[int] = 400,
                  on_error: str = "raise"):
         self.llm = llm
         self.keep_top = keep_top
         self.guider = guider
+        self.analyzer = analyzer
         self.example_path = example_path
         self.guider_task = guider_task
         self.guider_llm = guider_llm
@@ -116,6 +122,7 @@ class HLMAgents(LLMReranker):
         self.analyzer_system = analyzer_system
         self.decider_template = decider_template
         self.decider_system = decider_system
+        self.raw_decider_template = raw_decider_template
         self.analysis_max_tokens = analysis_max_tokens
         self.decision_max_tokens = decision_max_tokens
         self.max_doc_tokens = max_doc_tokens
@@ -145,10 +152,17 @@ class HLMAgents(LLMReranker):
                                max_tokens=self.analysis_max_tokens).text
         return split_analyses(text, len(docs))
 
-    def _decide(self, client: LLMClient, query: str, docs: List[Tuple[str, str]], analyses: List[str], example: str):
-        cands = "\n".join(f"Paper {i + 1}: Title: {t}\n  Analysis: {one_line(a) or '(none)'}"
-                          for i, ((t, _), a) in enumerate(zip(docs, analyses)))
-        prompt = render(self._template(self.decider_template), example=example, query=query, candidates=cands)
+    def _decide(self, client: LLMClient, query: str, docs: List[Tuple[str, str]], analyses: Optional[List[str]],
+                example: str):
+        """The decider's ranking; ``analyses`` None: from the raw titles and abstracts (no analyzer, §4.4)."""
+        if analyses is None:
+            cands = "\n".join(f"Paper {i + 1}: Title: {t}\n  Abstract: {one_line(x)}" for i, (t, x) in enumerate(docs))
+            template = self.raw_decider_template
+        else:
+            cands = "\n".join(f"Paper {i + 1}: Title: {t}\n  Analysis: {one_line(a) or '(none)'}"
+                              for i, ((t, _), a) in enumerate(zip(docs, analyses)))
+            template = self.decider_template
+        prompt = render(self._template(template), example=example, query=query, candidates=cands)
         text = client.generate(prompt, system=self._template(self.decider_system),
                                max_tokens=self.decision_max_tokens).text
         return parse_decision(text, len(docs))
@@ -234,6 +248,9 @@ class HLMAgents(LLMReranker):
     # -- transform --------------------------------------------------------------------------
     def _rerank_query(self, job):
         query, docs, ex_a, ex_d = job
+        if not self.analyzer:   # the ablation "w/o Analyzer": one call, the decider alone
+            order, stats, expl = self._decide(self.client, query, docs, None, ex_d)
+            return [""] * len(docs), order, stats, expl
         analyses = self._analyze(self.client, query, docs, ex_a)
         order, stats, expl = self._decide(self.client, query, docs, analyses, ex_d)
         return analyses, order, stats, expl

@@ -14,9 +14,10 @@ from pyterrier_sci.registry import DATASET, MAX_RESULTS, PATH, Param, params
 from pyterrier_sci.training import refuse_training_on_test_queries
 
 from .agents import EXAMPLE_FILENAME, HLMAgents
+from .keywords import KeywordOverlap
 from .training import STAGES, TRAIN_DATASET, CurriculumSettings, trained_curriculum, training_queries
 
-__all__ = ["hlm_agents_component", "hlm_dense_component"]
+__all__ = ["hlm_agents_component", "hlm_dense_component", "keyword_overlap_component"]
 
 
 @declare_llm_params(HLMAgents, keep_top=Param(int, min=0, max=MAX_RESULTS), example_path=Param(PATH, optional=True),
@@ -79,3 +80,14 @@ def hlm_dense_component(*inputs, context=None, model: Optional[str] = None, data
         raise ValueError("hlm_dense takes at most one input pipeline")
     return inputs[0] >> retriever if inputs else retriever
 
+
+
+@params(fields=Param(list, item=str, min_len=1), query_field=Param(str, min_len=1))
+def keyword_overlap_component(*inputs, context=None, fields: Sequence[str] = ("title", "abstract"),
+                              query_field: str = "query") -> pt.Transformer:
+    """``hlm_keyword_overlap``: HLM-Cite's rule-based baseline, candidates by the keywords they share with the
+    query paper (``pool >> text >> hlm_keyword_overlap``; ``fields`` default title and abstract)."""
+    scorer = KeywordOverlap(fields=fields, query_field=query_field)
+    if len(inputs) > 1:
+        raise ValueError("hlm_keyword_overlap takes at most one input pipeline")
+    return inputs[0] >> scorer if inputs else scorer
