@@ -34,6 +34,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
+import numpy as np
 import pandas as pd
 import pyterrier as pt
 import yaml
@@ -65,8 +66,8 @@ STATUS_NOT_RUNNABLE = "not runnable here"
 RUN_FORMATS = ("ranked_lists_json", "trec")
 _TABLE_KEYS = {"number", "title", "source", "datasets", "measures", "systems", "scale", "tolerance", "drift",
                "differs", "tiers", "digits"}
-_SYSTEM_KEYS = {"pipeline", "run", "label", "tiers", "published", "reproduces", "tolerance", "drift", "differs",
-                "needs"}
+_SYSTEM_KEYS = {"pipeline", "run", "random", "label", "tiers", "published", "reproduces", "tolerance", "drift",
+                "differs", "needs"}
 _PAPER_KEYS = {"paper", "config", "components", "models", "pipelines", "tables", "settings", "llm", "ray"}
 
 
@@ -86,6 +87,7 @@ class System:
     drift: Optional[float] = None
     differs: Optional[str] = None
     needs: Tuple[str, ...] = ()
+    random: Optional[Dict[str, int]] = None   # {trials, seed}: the mean over seeded shufflings of each pool
 
 
 @dataclass
@@ -197,10 +199,20 @@ def _parse_table(key: str, t: Any, path: Path) -> Table:
         unknown = sorted(set(s) - _SYSTEM_KEYS)
         if unknown:
             raise _fail(f"unknown keys {unknown} (known: {sorted(_SYSTEM_KEYS)})", path, sw)
-        if s.get("pipeline") is not None and s.get("run") is not None or \
-                s.get("pipeline") is None and s.get("run") is None and not s.get("needs"):
-            raise _fail("give one of 'pipeline' (an expression) and 'run' (a released run file), or only 'needs' "
-                        "(what it would take) for a row that cannot run here", path, sw)
+        given = [k for k in ("pipeline", "run", "random") if s.get(k) is not None]
+        if len(given) > 1 or not given and not s.get("needs"):
+            raise _fail("give one of 'pipeline' (an expression), 'run' (a released run file) and 'random' (the mean "
+                        "over shufflings of each pool), or only 'needs' (what it would take) for a row that cannot "
+                        "run here", path, sw)
+        random_spec = None
+        if s.get("random") is not None:
+            r = s["random"]
+            if not isinstance(r, dict) or set(r) - {"trials", "seed"} or \
+                    not all(isinstance(r.get(k, 1), int) and not isinstance(r.get(k, 1), bool) and r.get(k, 1) >= 0
+                            for k in ("trials", "seed")) or r.get("trials", 100) < 1:
+                raise _fail("'random' must be a mapping {trials: N >= 1, seed: S >= 0} (both optional: 100 and 0)",
+                            path, sw)
+            random_spec = {"trials": int(r.get("trials", 100)), "seed": int(r.get("seed", 0))}
         if s.get("run") is not None:
             run = s["run"]
             if not isinstance(run, dict) or not isinstance(run.get("path"), str):
@@ -224,7 +236,7 @@ def _parse_table(key: str, t: Any, path: Path) -> Table:
             reproduces=bool(s.get("reproduces", False)),
             tolerance=None if s.get("tolerance") is None else _number(s["tolerance"], f"{sw}: tolerance", path),
             drift=None if s.get("drift") is None else _number(s["drift"], f"{sw}: drift", path),
-            differs=s.get("differs"), needs=needs)
+            differs=s.get("differs"), needs=needs, random=random_spec)
     tiers = dict(t.get("tiers") or {})
     for tier, spec in tiers.items():
         if tier not in TIERS or not isinstance(spec or {}, dict):
@@ -440,9 +452,24 @@ def _systems_of(table: Table, tier: str) -> List[System]:
     return [s for s in table.systems.values() if tier in s.tiers or tier == "full"]
 
 
+def _random_runs(system: System, pool: pd.DataFrame) -> List[pd.DataFrame]:
+    """The ``trials`` seeded shufflings of each query's pool (``pool``: the dataset's scoreddocs for the
+    table's queries) of a ``random`` row."""
+    spec = system.random or {}
+    pool = pool[["qid", "docno"]].sort_values(["qid", "docno"], kind="stable").reset_index(drop=True)
+    rng = np.random.default_rng(spec.get("seed", 0))
+    runs = []
+    for _ in range(spec.get("trials", 100)):
+        # a random key per document, ranked within its query: one uniform permutation of each pool
+        run = pool.assign(score=rng.random(len(pool)))
+        run["rank"] = run.groupby("qid")["score"].rank(ascending=False, method="first").astype(int) - 1
+        runs.append(run)
+    return runs
+
+
 def _runnable(system: System, llm: Optional[str]) -> Optional[str]:
     """None, or what the system needs that is not given."""
-    if system.pipeline is None and system.run is None:
+    if system.pipeline is None and system.run is None and system.random is None:
         return "; ".join(system.needs) or "a declaration"
     if "llm" in system.needs and not llm:
         return "needs an LLM endpoint (--llm URL: any OpenAI-compatible server)"
@@ -485,6 +512,8 @@ def _compute(paper: Paper, table: Table, tier: str, llm: Optional[str], trusted:
         built = build_all(cfg, list(exprs.values()), context=context) if exprs else {}
         inputs, names = [], []
         for s in systems:
+            if s.random is not None:
+                continue
             if s.run is not None:
                 inputs.append(_released_run(s, dict(ds.get("vars") or {})))
             else:
@@ -496,6 +525,20 @@ def _compute(paper: Paper, table: Table, tier: str, llm: Optional[str], trusted:
                 built_all.setdefault(s.name, system)
                 inputs.append(saved if saved is not None else system >> _SaveRun(path, s.name))
             names.append(s.name)
+        randoms = [s for s in systems if s.random is not None]
+        for s in randoms:    # the mean of each measure over the shufflings (DORIS-MAE's random row)
+            pool = build_all(cfg, ["pool"], context=context)["pool"](topics)
+            if len(pool) == 0:
+                raise ReproductionError(f"system {s.name}: 'random' shuffles the dataset's pool, and {dsid} has "
+                                        "none for these queries", where=str(paper.path))
+            trials = _random_runs(s, pool)
+            res = Experiment(trials, topics, qrels, table.measures, names=[f"{s.name}:{i}" for i in range(len(trials))],
+                             dataset=dsid, verbose=False)
+            for m in table.measures:
+                v = pd.to_numeric(res[m], errors="coerce").mean()
+                if v == v:
+                    figures.setdefault(s.name, {}).setdefault(label, {})[m] = round(float(v) * table.scale, 6)
+            read_back[s.name] = False
         if not inputs:
             continue
         res = Experiment(inputs, topics, qrels, table.measures, names=names, dataset=dsid, plan="tree",
@@ -677,6 +720,8 @@ def dry_run_table(paper: Paper, table: Table, tier: str = "quick", llm: Optional
                     what = "read the released run " + str(s.run["path"]).format(**(ds.get("vars") or {}))
                 elif path is not None and path.exists():
                     what = f"read back its saved run {path}"
+                elif s.random is not None:
+                    what = f"shuffle each pool {s.random['trials']} times (seed {s.random['seed']}) and average"
                 elif s.pipeline is None:
                     what = "-"
                 else:

@@ -180,3 +180,43 @@ def test_oracle_ranking_on_the_offline_data():
     table = ps.Experiment([oracle], ds.get_topics(), qrels, ["MAP", "MRR@10"], dataset="sci/doris-mae/birco-dev",
                           names=["oracle"])
     assert table["MAP"].iloc[0] == pytest.approx(1.0) and table["MRR@10"].iloc[0] == pytest.approx(1.0)
+
+
+@needs_data("doris-mae")
+def test_the_declared_random_row_is_the_example_s_mean_over_shuffles(tmp_path, monkeypatch):
+    """doris_mae/table2's Random row (``random: {trials: 100, seed: 0}`` in pipelines/reproduce/doris_mae.yaml)
+    runs each shuffling through the table's evaluation; it equals the reference mean over shufflings
+    (:func:`random_baseline`, 3,000 shufflings) within three standard deviations of a 100-shuffle mean on these
+    40 queries (measured with ten seeds: at most 0.52 points, R@20)."""
+    from pyterrier_sci import reproduce as R
+    monkeypatch.setenv("PYTERRIER_SCI_HOME", str(tmp_path))
+    (res,) = R.reproduce("doris_mae/table2", tier="full", systems=["Random"])
+    got = {(c.system, c.measure): c.reproduced for c in res.cells}
+    ref = dm.random_baseline("irds:sci/doris-mae/birco-dev", trials=3000, seed=99).iloc[0]
+    sd = {"R@5": 0.22, "R@20": 0.52, "RP": 0.22, "NDCGexp@10%": 0.19, "MRR@10": 0.29, "MAP": 0.17}
+    for m, s in sd.items():
+        assert abs(got[("Random", m)] - ref[m]) <= 3 * s, (m, got[("Random", m)], ref[m])
+    # the same seed gives the same figures
+    (again,) = R.reproduce("doris_mae/table2", tier="full", systems=["Random"])
+    assert [c.reproduced for c in again.cells if c.system == "Random"] == \
+        [got[("Random", c.measure)] for c in again.cells if c.system == "Random"]
+
+
+def test_a_random_row_is_declared_with_trials_and_seed_only(tmp_path):
+    from pyterrier_sci import reproduce as R
+    from pyterrier_sci.errors import ReproductionError
+    doc = {"paper": {"id": "toy", "title": "t"}, "tables": {"t": {
+        "number": "1", "title": "t", "source": {"table": "1"}, "datasets": {"D": "irds:sci/doris-mae/birco-dev"},
+        "measures": ["MAP"], "differs": "toy", "systems": {"Random": {"random": {"trials": 0}}}}}}
+    import yaml
+    path = tmp_path / "toy.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    with pytest.raises(ReproductionError, match=r"'random' must be a mapping \{trials: N >= 1"):
+        R.load_paper(path)
+    doc["tables"]["t"]["systems"]["Random"] = {"random": {"trials": 5}, "pipeline": "pool"}
+    path.write_text(yaml.safe_dump(doc))
+    with pytest.raises(ReproductionError, match="give one of 'pipeline'"):
+        R.load_paper(path)
+    doc["tables"]["t"]["systems"]["Random"] = {"random": {}}
+    path.write_text(yaml.safe_dump(doc))
+    assert R.load_paper(path).tables["t"].systems["Random"].random == {"trials": 100, "seed": 0}

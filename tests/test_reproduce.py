@@ -81,7 +81,7 @@ def test_the_shipped_files_parse_and_name_known_measures_and_datasets():
             for ds in table.datasets.values():
                 ps.measures.parse(table.measures, dataset=ds["id"])
             for s in table.systems.values():
-                assert s.pipeline or s.run or s.needs
+                assert s.pipeline or s.run or s.random or s.needs
 
 
 @pytest.mark.parametrize("patch,message", [
