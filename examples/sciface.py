@@ -32,6 +32,7 @@ from pyterrier_sci.data import data_dir, work_dir  # noqa: E402
 from pyterrier_sci.datasets import csfcube  # noqa: E402
 from pyterrier_sci.plugins import sciface as F  # noqa: E402, N812
 from pyterrier_sci.plugins.sciface.folds import FoldRouted  # noqa: E402
+from pyterrier_sci.protocol import walk  # noqa: E402
 
 
 def specter_run(facet: str) -> pd.DataFrame:
@@ -166,7 +167,7 @@ def main(argv=None):
         minilm = ps.pipeline("pool >> dense", dataset=ds_id)
         t0 = time.time()
         rr = fold_reranker(facet, args)
-        routed = next(t for t in getattr(rr, "_transformers", [rr]) if isinstance(t, FoldRouted))
+        routed = next(t for t in walk(rr) if isinstance(t, FoldRouted))   # PyTerrier's subtransformers, recursively
         meta = {fold: t.model.meta["training"] for fold, t in routed.by_fold.items()}
         ce_run = (ps.pipeline("pool", dataset=ds_id) >> rr)(topics)
         elapsed = time.time() - t0

@@ -131,7 +131,8 @@ def test_operators_mean_what_they_mean_in_pyterrier(expr, direct):
 def test_feature_union_and_concatenate_build_pyterrier_operators(expr, direct):
     built, want = ps.pipeline(expr), direct(Const({}), Const({}))
     assert type(built) is type(want)
-    parts = getattr(built, "_transformers", None) or [built.left, built.right]
+    subs = pt.inspect.subtransformers(built)   # {"transformers": [...]} or {"left": a, "right": b}
+    parts = [t for v in subs.values() for t in (v if isinstance(v, list) else [v])]
     assert [type(t) for t in parts] == [Const, Const]
 
 

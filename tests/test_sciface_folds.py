@@ -13,6 +13,7 @@ from pyterrier_sci.plugins.sciface import folds as F  # noqa: N812
 from pyterrier_sci.plugins.sciface.components import facet_rerank_component
 from pyterrier_sci.plugins.sciface.cross_encoder import FacetReranker
 from pyterrier_sci.plugins.sciface.rerank import SeedText
+from pyterrier_sci.protocol import walk
 from pyterrier_sci.registry import Context
 
 pytestmark = needs_data("csfcube", "readable_annotations")
@@ -23,7 +24,7 @@ TINY = dict(train=True, epochs=1, triplets_per_seed=8, max_length=48, val_seeds=
 
 
 def _routed(pipeline) -> F.FoldRouted:
-    found = [t for t in getattr(pipeline, "_transformers", [pipeline]) if isinstance(t, F.FoldRouted)]
+    found = [t for t in walk(pipeline) if isinstance(t, F.FoldRouted)]
     assert found, f"no FoldRouted in {pipeline!r}"
     return found[0]
 
