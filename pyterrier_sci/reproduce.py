@@ -633,16 +633,29 @@ def run_table(paper: Any, table: Any, tier: str = "full", llm: Optional[str] = N
 
 
 def _on_ray(jobs: List[Tuple[Paper, Table]], tier: str, llm: Optional[str], address: Optional[str],
-            num_cpus: Optional[int]) -> List[TableResult]:
-    """The tables as Ray tasks (one per table), on a local Ray or the cluster at ``address``."""
+            num_cpus: Optional[int], systems: Optional[Sequence[str]] = None) -> List[TableResult]:
+    """The tables' systems as Ray tasks, on a local Ray or the cluster at ``address``: one task per system
+    that runs a pipeline (all tables at once), each saving its runs in the work directory, whose indexes and
+    trained models the tasks share (built once, under the artifact lock); then each table is assembled on the
+    driver from those saved runs (released runs and random rows are read or computed there), with its
+    manifest.  A table's time is its slowest task's plus the assembly.  ``systems``: only those (one table)."""
     import ray
 
-    def one(path: str, key: str) -> TableResult:
-        return run_table(path, key, tier=tier, llm=llm)
+    def one(path: str, key: str, name: str) -> TableResult:
+        return run_table(path, key, tier=tier, llm=llm, systems=[name])
 
     with ray_session(address, num_cpus):
         task = ray.remote(num_cpus=1)(one)
-        return ray.get([task.remote(str(p.path), t.key) for p, t in jobs])
+        handles = [[task.remote(str(p.path), t.key, s.name) for s in _systems_of(_only(t, systems, p), tier)
+                    if s.pipeline is not None and _runnable(s, llm) is None] for p, t in jobs]
+        parts = [ray.get(h) for h in handles]
+    results = []
+    for (paper, table), done in zip(jobs, parts):
+        r = run_table(paper, table.key, tier=tier, llm=llm, systems=systems)
+        computed = sorted({n for x in done for n in x.computed} | set(r.computed))
+        results.append(replace(r, seconds=max([x.seconds or 0.0 for x in done], default=0.0) + (r.seconds or 0.0),
+                               computed=tuple(computed), read_back=tuple(n for n in r.read_back if n not in computed)))
+    return results
 
 
 def reproduce(spec: Optional[str] = None, tier: str = "quick", llm: Optional[str] = None, on_ray: bool = False,
@@ -654,7 +667,7 @@ def reproduce(spec: Optional[str] = None, tier: str = "quick", llm: Optional[str
     if systems and len(jobs) != 1:
         raise ReproductionError("--systems needs one table: PAPER/TABLE")
     if on_ray:
-        return _on_ray(jobs, tier, llm, ray_address, num_cpus)
+        return _on_ray(jobs, tier, llm, ray_address, num_cpus, systems)
     return [run_table(p, t, tier=tier, llm=llm, systems=systems) for p, t in jobs]
 
 
@@ -918,7 +931,9 @@ def add_reproduce_commands(subparsers) -> argparse.ArgumentParser:
     p.add_argument("target", nargs="?", default=None, help="PAPER or PAPER/TABLE (default: every declared table)")
     p.add_argument("--tier", choices=TIERS, default="quick", help="quick: the cheapest rows (default); full: all")
     p.add_argument("--dry-run", action="store_true", help="list what would run, the LLM calls and cost, the time")
-    p.add_argument("--on-ray", action="store_true", help="run the tables as Ray tasks")
+    p.add_argument("--on-ray", action="store_true",
+                   help="run every system of the tables as a Ray task (local Ray, or --ray-address), then assemble "
+                        "each table from their saved runs")
     p.add_argument("--ray-address", default=None, help="an existing Ray cluster (default: a local Ray)")
     p.add_argument("--llm", default=None, help="base URL of an OpenAI-compatible server for the LLM rows")
     p.add_argument("--report", default=None, metavar="DIR", help="write the matrix as reproductions.html and .md")

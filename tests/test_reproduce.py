@@ -287,7 +287,9 @@ def test_on_ray_gives_the_local_figures(home):
     doc = yaml.safe_load((d / "toy.yaml").read_text())
     systems = doc["tables"]["t5"]["systems"]
     doc["tables"]["t5"]["systems"] = {"SPECTER": systems["SPECTER"],
-                                      "BM25": {**systems["BM25"], "pipeline": "pool >> bm25"}}
+                                      "BM25": {**systems["BM25"], "pipeline": "pool >> bm25"},
+                                      "BM25_tuned": {**systems["BM25_tuned"],
+                                                     "pipeline": "pool >> bm25(k1=1.2, b=0.75)"}}
     doc["tables"]["t6"] = {**doc["tables"]["t5"], "number": "6",
                            "systems": {"BM25": {"pipeline": "pool >> bm25(k1=1.2, b=0.75)"}}}
     (d / "toy.yaml").write_text(yaml.safe_dump(doc))
@@ -302,6 +304,11 @@ def test_on_ray_gives_the_local_figures(home):
     assert [[(c.system, c.dataset, c.measure, c.reproduced) for c in r.cells] for r in remote] == \
         [[(c.system, c.dataset, c.measure, c.reproduced) for c in r.cells] for r in local]
     assert all(r.manifest_path.is_file() for r in remote)
+    # every system was a task of its own, which computed its runs; the driver read them back
+    assert [r.computed for r in remote] == [("BM25", "BM25_tuned"), ("BM25",)]
+    assert all(not r.read_back and r.seconds > 0 for r in remote)
+    runs = json.loads(remote[0].manifest_path.read_text())["reproduction"]["runs"]
+    assert set(runs["Method"]) == {"BM25", "BM25_tuned"}
 
 
 def test_systems_runs_part_of_a_table_and_record_merges(home, capsys, monkeypatch):
