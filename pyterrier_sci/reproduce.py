@@ -775,8 +775,12 @@ def print_results(results: Sequence[TableResult], file: Any = None) -> None:
                  "reproduced": _f(c.reproduced, t.digits), "Δ published": _f(c.delta_published, t.digits, True),
                  "Δ recorded": _f(c.delta_recorded, t.digits, True),
                  "status": ("FAIL: " if c.failed else "") + c.status} for c in r.cells]
-        with pd.option_context("display.max_columns", None, "display.width", 250):
-            print(pd.DataFrame(rows).to_string(index=False), file=out)
+        if not rows:
+            print(f"  no system of this table runs on the {r.tier} tier (the full tier lists each row with what it "
+                  "needs)", file=out)
+        else:
+            with pd.option_context("display.max_columns", None, "display.width", 250):
+                print(pd.DataFrame(rows).to_string(index=False), file=out)
         for c in r.failed:
             print(f"  FAIL {c.system} {c.dataset} {c.measure}: {c.reason}", file=out)
         print(f"  manifest: {r.manifest_path}", file=out)
