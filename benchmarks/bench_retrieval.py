@@ -26,16 +26,20 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import platform
 import shutil
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Dict, List, Optional
 
 import numpy as np
 import pandas as pd
 
+from pyterrier_sci.artifacts import atomic_write_text
 from pyterrier_sci.bench import interleaved, load_note
+from pyterrier_sci.environment import environment
 
 ALTERNATE = True  # odd rounds run toolkit before raw (--no-alternate: always raw first)
 
@@ -292,6 +296,8 @@ def main(argv=None):
                     help="reverse the order in odd rounds (raw, toolkit, toolkit, raw, ...; the default): cancels an "
                          "advantage of running first or second")
     ap.add_argument("--json", help="also write every timing here")
+    ap.add_argument("--out", help="also write the table, with the CPU, date, command and load, as a Markdown results "
+                                  "file (benchmarks/results/bench_retrieval.md, which the README quotes)")
     args = ap.parse_args(argv)
     global ALTERNATE
     ALTERNATE = args.alternate
@@ -318,6 +324,16 @@ def main(argv=None):
     note = load_note(load_before)
     print(f"hep-th: {len(docs)} papers; {os.cpu_count()} CPU cores; {note}\n")
     print(table(rows))
+    if args.out:
+        when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+        text = "\n".join([
+            "# bench_retrieval: the toolkit against the raw libraries, the same work in one process", "",
+            f"CPU: {environment()['cpu'].get('model') or platform.processor()}, {os.cpu_count()} CPUs; "
+            f"Python {platform.python_version()}; {when}",
+            f"command: python benchmarks/bench_retrieval.py {' '.join(argv if argv is not None else sys.argv[1:])}",
+            f"data: hep-th, {len(docs)} papers (title + abstract); queries: the first {args.queries} titles", "",
+            "## toolkit against the raw libraries", "", table(rows), "", note, ""])
+        atomic_write_text(Path(args.out), text, "the benchmark's results file")
     if args.json:
         Path(args.json).write_text(json.dumps(
             {"papers": len(docs), "cpus": os.cpu_count(), "load": note,
