@@ -37,6 +37,7 @@ import os
 import re
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -153,6 +154,8 @@ def main(argv=None) -> int:
                          "Zen 4: 256, Zen 5: 512)")
     ap.add_argument("--pipes", type=int, default=2, help="FMA / VNNI pipes per core")
     ap.add_argument("--json", help="also write the results here")
+    ap.add_argument("--out", help="also write the table, with the CPU, date, command, work and load, as a Markdown "
+                                  "results file (docs/dense.md quotes benchmarks/results/bench_encode.md)")
     ap.add_argument("--guard", action="store_true", help="run the CSFCube quality guard instead")
     args = ap.parse_args(argv)
     if args.guard:
@@ -219,7 +222,21 @@ def main(argv=None) -> int:
     print(markdown(table))
     for s, why in skipped.items():
         print(f"- {s} not run: {why}")
-    print(load_note(before))
+    note = load_note(before)
+    print(note)
+    if args.out:
+        from pyterrier_sci.artifacts import atomic_write_text
+        from pyterrier_sci.environment import environment
+        lines = ["# bench_encode: the encoder settings against torch fp32, interleaved", "",
+                 f"CPU: {environment()['cpu'].get('model') or 'unknown'}, {os.cpu_count()} CPUs; "
+                 f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
+                 f"command: python benchmarks/bench_encode.py {' '.join(argv if argv is not None else sys.argv[1:])}",
+                 f"work: {len(texts)} abstracts of {DATASET}, mean {mean_tokens:.1f} word pieces, batch "
+                 f"{args.batch_size}, {args.rounds} interleaved rounds, "
+                 f"{flops / len(texts) / 1e9:.3f} GFLOP per document; int8 calibrated on the first "
+                 f"{args.calibration} documents", "", peak["text"], "", "## settings", "", markdown(table), ""]
+        lines += [f"- {s} not run: {why}" for s, why in skipped.items()]
+        atomic_write_text(Path(args.out), "\n".join(lines + ["", note, ""]), "the benchmark's results file")
     if args.json:
         json.dump({"rows": rows, "skipped": skipped, "docs": len(texts), "mean_tokens": mean_tokens,
                    "flops_per_doc": flops / len(texts), "peak": peak, "cpu": cpu, "load_before": before,
