@@ -455,11 +455,10 @@ def _systems_of(table: Table, tier: str) -> List[System]:
 def _random_runs(system: System, pool: pd.DataFrame) -> List[pd.DataFrame]:
     """The ``trials`` seeded shufflings of each query's pool (``pool``: the dataset's scoreddocs for the
     table's queries) of a ``random`` row."""
-    spec = system.random or {}
     pool = pool[["qid", "docno"]].sort_values(["qid", "docno"], kind="stable").reset_index(drop=True)
-    rng = np.random.default_rng(spec.get("seed", 0))
+    rng = np.random.default_rng(system.random["seed"])
     runs = []
-    for _ in range(spec.get("trials", 100)):
+    for _ in range(system.random["trials"]):
         # a random key per document, ranked within its query: one uniform permutation of each pool
         run = pool.assign(score=rng.random(len(pool)))
         run["rank"] = run.groupby("qid")["score"].rank(ascending=False, method="first").astype(int) - 1
@@ -525,19 +524,21 @@ def _compute(paper: Paper, table: Table, tier: str, llm: Optional[str], trusted:
                 built_all.setdefault(s.name, system)
                 inputs.append(saved if saved is not None else system >> _SaveRun(path, s.name))
             names.append(s.name)
+        def put(name: str, m: str, v: Any) -> None:
+            if v is not None and v == v:
+                figures.setdefault(name, {}).setdefault(label, {})[m] = round(float(v) * table.scale, 6)
+
         randoms = [s for s in systems if s.random is not None]
+        pool = build_all(cfg, ["pool"], context=context)["pool"](topics) if randoms else None
+        if randoms and len(pool) == 0:
+            raise ReproductionError(f"system {randoms[0].name}: 'random' shuffles the dataset's pool, and {dsid} "
+                                    "has none for these queries", where=str(paper.path))
         for s in randoms:    # the mean of each measure over the shufflings (DORIS-MAE's random row)
-            pool = build_all(cfg, ["pool"], context=context)["pool"](topics)
-            if len(pool) == 0:
-                raise ReproductionError(f"system {s.name}: 'random' shuffles the dataset's pool, and {dsid} has "
-                                        "none for these queries", where=str(paper.path))
             trials = _random_runs(s, pool)
             res = Experiment(trials, topics, qrels, table.measures, names=[f"{s.name}:{i}" for i in range(len(trials))],
                              dataset=dsid, verbose=False)
             for m in table.measures:
-                v = pd.to_numeric(res[m], errors="coerce").mean()
-                if v == v:
-                    figures.setdefault(s.name, {}).setdefault(label, {})[m] = round(float(v) * table.scale, 6)
+                put(s.name, m, pd.to_numeric(res[m], errors="coerce").mean())
             read_back[s.name] = False
         if not inputs:
             continue
@@ -545,9 +546,7 @@ def _compute(paper: Paper, table: Table, tier: str, llm: Optional[str], trusted:
                          verbose=False)
         for _, row in res.iterrows():
             for m in table.measures:
-                v = row[m]
-                if v is not None and v == v:
-                    figures.setdefault(row["name"], {}).setdefault(label, {})[m] = round(float(v) * table.scale, 6)
+                put(row["name"], m, row[m])
     return figures, built_all, run_files, read_back
 
 

@@ -25,15 +25,21 @@ def _oracle(core_titles):
     return respond
 
 
+def _first_queries(n):
+    """The first ``n`` test queries by id, the qrels, and those queries' core citations."""
+    import pyterrier as pt
+    ds = pt.get_dataset(DS)
+    topics = ds.get_topics().sort_values("qid").head(n)
+    qrels = ds.get_qrels()
+    return topics, qrels, qrels[(qrels["qid"].isin(topics["qid"])) & (qrels["label"] > 0)]
+
+
 def test_named_workflow_pipeline_keeps_top_and_reranks_the_rest(tmp_path):
     import pyterrier as pt
 
     import pyterrier_sci as ps
     from pyterrier_sci.pipeline import build_all
-    ds = pt.get_dataset(DS)
-    topics = ds.get_topics().sort_values("qid").head(3)
-    qrels = ds.get_qrels()
-    core = qrels[(qrels["qid"].isin(topics["qid"])) & (qrels["label"] > 0)]
+    topics, qrels, core = _first_queries(3)
     docs = ps.pipeline("pool >> text", dataset=DS)(topics)
     core_titles = {t.strip() for t in docs.merge(core[["qid", "docno"]])["title"]}
 
@@ -63,13 +69,8 @@ def test_named_workflow_pipeline_keeps_top_and_reranks_the_rest(tmp_path):
 def test_without_the_analyzer_the_decider_reads_the_abstracts_in_one_call(tmp_path):
     """The ablation "w/o Analyzer" (§4.4): no analyzer call; the decider ranks from the raw titles and
     abstracts, one call per query; the oracle's ranking is applied below keep_top as with the analyzer."""
-    import pyterrier as pt
-
     import pyterrier_sci as ps
-    ds = pt.get_dataset(DS)
-    topics = ds.get_topics().sort_values("qid").head(2)
-    qrels = ds.get_qrels()
-    core = qrels[(qrels["qid"].isin(topics["qid"])) & (qrels["label"] > 0)]
+    topics, _, core = _first_queries(2)
     first = ps.pipeline('pool >> text >> dense(index=False, fields=["title", "abstract"]) % 8', dataset=DS)(topics)
     core_titles = {t.strip() for t in first.merge(core[["qid", "docno"]])["title"]}
     prompts = []
