@@ -171,7 +171,7 @@ def main(argv=None) -> int:
     import pandas as pd
 
     import pyterrier_sci  # noqa: F401  (registers the datasets)
-    from pyterrier_sci.bench import interleaved, load_note, markdown
+    from pyterrier_sci.bench import interleaved, load_note, markdown, write_results
     from pyterrier_sci.corpus import corpus_texts
     from pyterrier_sci.plugins.dense.backends import BackendError, calibration_from_corpus, load_encoder
 
@@ -225,18 +225,12 @@ def main(argv=None) -> int:
     note = load_note(before)
     print(note)
     if args.out:
-        from pyterrier_sci.artifacts import atomic_write_text
-        from pyterrier_sci.environment import environment
-        lines = ["# bench_encode: the encoder settings against torch fp32, interleaved", "",
-                 f"CPU: {environment()['cpu'].get('model') or 'unknown'}, {os.cpu_count()} CPUs; "
-                 f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
-                 f"command: python benchmarks/bench_encode.py {' '.join(argv if argv is not None else sys.argv[1:])}",
-                 f"work: {len(texts)} abstracts of {DATASET}, mean {mean_tokens:.1f} word pieces, batch "
-                 f"{args.batch_size}, {args.rounds} interleaved rounds, "
-                 f"{flops / len(texts) / 1e9:.3f} GFLOP per document; int8 calibrated on the first "
-                 f"{args.calibration} documents", "", peak["text"], "", "## settings", "", markdown(table), ""]
-        lines += [f"- {s} not run: {why}" for s, why in skipped.items()]
-        atomic_write_text(Path(args.out), "\n".join(lines + ["", note, ""]), "the benchmark's results file")
+        details = [f"work: {len(texts)} abstracts of {DATASET}, mean {mean_tokens:.1f} word pieces, batch "
+                   f"{args.batch_size}, {args.rounds} interleaved rounds, {flops / len(texts) / 1e9:.3f} GFLOP per "
+                   f"document; int8 calibrated on the first {args.calibration} documents", "", peak["text"]]
+        body = "\n".join([markdown(table), "", *(f"- {s} not run: {why}" for s, why in skipped.items())])
+        write_results(Path(args.out), "bench_encode: the encoder settings against torch fp32, interleaved",
+                      "benchmarks/bench_encode.py", argv, details, [("settings", body)], note)
     if args.json:
         json.dump({"rows": rows, "skipped": skipped, "docs": len(texts), "mean_tokens": mean_tokens,
                    "flops_per_doc": flops / len(texts), "peak": peak, "cpu": cpu, "load_before": before,

@@ -26,20 +26,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Dict, List, Optional
 
 import numpy as np
 import pandas as pd
 
-from pyterrier_sci.artifacts import atomic_write_text
-from pyterrier_sci.bench import interleaved, load_note
-from pyterrier_sci.environment import environment
+from pyterrier_sci.bench import interleaved, load_note, write_results
 
 ALTERNATE = True  # odd rounds run toolkit before raw (--no-alternate: always raw first)
 
@@ -325,15 +321,10 @@ def main(argv=None):
     print(f"hep-th: {len(docs)} papers; {os.cpu_count()} CPU cores; {note}\n")
     print(table(rows))
     if args.out:
-        when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-        text = "\n".join([
-            "# bench_retrieval: the toolkit against the raw libraries, the same work in one process", "",
-            f"CPU: {environment()['cpu'].get('model') or platform.processor()}, {os.cpu_count()} CPUs; "
-            f"Python {platform.python_version()}; {when}",
-            f"command: python benchmarks/bench_retrieval.py {' '.join(argv if argv is not None else sys.argv[1:])}",
-            f"data: hep-th, {len(docs)} papers (title + abstract); queries: the first {args.queries} titles", "",
-            "## toolkit against the raw libraries", "", table(rows), "", note, ""])
-        atomic_write_text(Path(args.out), text, "the benchmark's results file")
+        write_results(Path(args.out), "bench_retrieval: the toolkit against the raw libraries, the same work in "
+                      "one process", "benchmarks/bench_retrieval.py", argv,
+                      [f"data: hep-th, {len(docs)} papers (title + abstract); queries: the first {args.queries} "
+                       "titles"], [("toolkit against the raw libraries", table(rows))], note)
     if args.json:
         Path(args.json).write_text(json.dumps(
             {"papers": len(docs), "cpus": os.cpu_count(), "load": note,

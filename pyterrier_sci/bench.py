@@ -4,18 +4,24 @@ Comparisons that hold on a noisy (shared) machine: ``interleaved`` runs the side
 in turn (A B A B ...), so that both see the same load, ``ratio_summary`` gives the median of the
 per-round ratios with their min and max, and ``load_note`` says how loaded the machine was (load
 average before and after).  Also: the fastest wall time of repeated calls (``best``), a markdown
-table of a result frame, and the CSFCube re-ranking sample the LLM benchmarks judge.
+table of a result frame, a recorded results file that docs quote (``write_results``), and the CSFCube
+re-ranking sample the LLM benchmarks judge.
 """
 from __future__ import annotations
 
 import os
+import platform
 import statistics
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import pandas as pd
 import pyterrier as pt
+
+from pyterrier_sci.artifacts import atomic_write_text
+from pyterrier_sci.environment import environment
 
 
 def best(fn: Callable[[], Any], repeats: int) -> Tuple[float, Any]:
@@ -127,6 +133,22 @@ def markdown(df: pd.DataFrame) -> str:
     lines = ["| " + " | ".join(map(str, df.columns)) + " |", "|" + "|".join("---" for _ in df.columns) + "|"]
     lines += ["| " + " | ".join(fmt(v) for v in row) + " |" for row in df.itertuples(index=False)]
     return "\n".join(lines)
+
+
+def write_results(path: Any, title: str, script: str, argv: Optional[Sequence[str]], details: Sequence[str],
+                  sections: Sequence[Tuple[str, str]], note: str) -> None:
+    """Writes a benchmark's recorded results file (atomically): ``# title``, the CPU, Python and date, the
+    command (``script`` with ``argv``, default ``sys.argv[1:]``), ``details`` lines, then one ``## heading``
+    with its table per section, then ``note`` (the load).  Docs quote a section's table under
+    ``<!-- recorded: FILE, heading -->``, which ``tests/test_recorded_tables.py`` checks line for line."""
+    args = list(argv) if argv is not None else sys.argv[1:]
+    lines = [f"# {title}", "",
+             f"CPU: {environment()['cpu'].get('model') or platform.processor()}, {os.cpu_count()} CPUs; "
+             f"Python {platform.python_version()}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
+             f"command: python {script} {' '.join(args)}", *details, ""]
+    for heading, table in sections:
+        lines += [f"## {heading}", "", table, ""]
+    atomic_write_text(path, "\n".join(lines + [note, ""]), "the benchmark's results file")
 
 
 def csfcube_rerank_sample(n_queries: int, depth: int) -> pd.DataFrame:

@@ -117,3 +117,26 @@ def test_bench_encode_peaks_by_cpu(cpu, bits, fp32, int8):
 def test_bench_encode_reads_this_cpu():
     cpu = _bench_encode().cpu_info()
     assert cpu["cores"] >= 1 and cpu["mhz"] > 0 and isinstance(cpu["family"], (int, type(None)))
+
+
+def test_write_results_gives_the_file_docs_quote(tmp_path):
+    """A recorded results file: title, CPU, command, details, each section's table under its heading (what
+    ``<!-- recorded: FILE, heading -->`` quotes), then the load note; written atomically, never through a link."""
+    import os
+
+    from pyterrier_sci.bench import write_results
+    table = "| a | b |\n|---|---|\n| 1 | 2 |"
+    path = tmp_path / "r.md"
+    write_results(path, "bench_x: a title", "benchmarks/bench_x.py", ["--fast", "--out", "r.md"], ["data: d"],
+                  [("first", table), ("second", "| c |\n|---|")], "load average 0.1")
+    lines = path.read_text().split("\n")
+    assert lines[0] == "# bench_x: a title" and lines[2].startswith("CPU: ") and f"{os.cpu_count()} CPUs" in lines[2]
+    assert lines[3] == "command: python benchmarks/bench_x.py --fast --out r.md" and lines[4] == "data: d"
+    text = path.read_text()
+    assert "## first\n\n" + table + "\n\n## second\n\n| c |\n|---|\n\nload average 0.1\n" in text
+    target = tmp_path / "elsewhere.md"
+    target.write_text("keep")
+    link = tmp_path / "link.md"
+    link.symlink_to(target)
+    write_results(link, "t", "s.py", [], [], [("h", table)], "n")
+    assert target.read_text() == "keep" and not link.is_symlink()
