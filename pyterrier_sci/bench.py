@@ -135,17 +135,25 @@ def markdown(df: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
+def _isa_cap() -> str:
+    """``ONEDNN_MAX_CPU_ISA=... `` when set: a run with part of the CPU hidden from oneDNN (OpenVINO's kernels)
+    says so in its command line."""
+    cap = os.environ.get("ONEDNN_MAX_CPU_ISA")
+    return f"ONEDNN_MAX_CPU_ISA={cap} " if cap else ""
+
+
 def write_results(path: Any, title: str, script: str, argv: Optional[Sequence[str]], details: Sequence[str],
                   sections: Sequence[Tuple[str, str]], note: str) -> None:
     """Writes a benchmark's recorded results file (atomically): ``# title``, the CPU, Python and date, the
-    command (``script`` with ``argv``, default ``sys.argv[1:]``), ``details`` lines, then one ``## heading``
+    command (``script`` with ``argv``, default ``sys.argv[1:]``, after ``ONEDNN_MAX_CPU_ISA=...`` when that is
+    set), ``details`` lines, then one ``## heading``
     with its table per section, then ``note`` (the load).  Docs quote a section's table under
     ``<!-- recorded: FILE, heading -->``, which ``tests/test_recorded_tables.py`` checks line for line."""
     args = list(argv) if argv is not None else sys.argv[1:]
     lines = [f"# {title}", "",
              f"CPU: {environment()['cpu'].get('model') or platform.processor()}, {os.cpu_count()} CPUs; "
              f"Python {platform.python_version()}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
-             f"command: python {script} {' '.join(args)}", *details, ""]
+             f"command: {_isa_cap()}python {script} {' '.join(args)}", *details, ""]
     for heading, table in sections:
         lines += [f"## {heading}", "", table, ""]
     atomic_write_text(path, "\n".join(lines + [note, ""]), "the benchmark's results file")

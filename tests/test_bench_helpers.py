@@ -119,7 +119,7 @@ def test_bench_encode_reads_this_cpu():
     assert cpu["cores"] >= 1 and cpu["mhz"] > 0 and isinstance(cpu["family"], (int, type(None)))
 
 
-def test_write_results_gives_the_file_docs_quote(tmp_path):
+def test_write_results_gives_the_file_docs_quote(tmp_path, monkeypatch):
     """A recorded results file: title, CPU, command, details, each section's table under its heading (what
     ``<!-- recorded: FILE, heading -->`` quotes), then the load note; written atomically, never through a link."""
     import os
@@ -132,6 +132,10 @@ def test_write_results_gives_the_file_docs_quote(tmp_path):
     lines = path.read_text().split("\n")
     assert lines[0] == "# bench_x: a title" and lines[2].startswith("CPU: ") and f"{os.cpu_count()} CPUs" in lines[2]
     assert lines[3] == "command: python benchmarks/bench_x.py --fast --out r.md" and lines[4] == "data: d"
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX512_CORE_VNNI")  # a run with AMX hidden says so
+    write_results(tmp_path / "amx.md", "t", "s.py", ["--x"], [], [], "n")
+    command = (tmp_path / "amx.md").read_text().split("\n")[3]
+    assert command == "command: ONEDNN_MAX_CPU_ISA=AVX512_CORE_VNNI python s.py --x"
     text = path.read_text()
     assert "## first\n\n" + table + "\n\n## second\n\n| c |\n|---|\n\nload average 0.1\n" in text
     target = tmp_path / "elsewhere.md"
@@ -140,3 +144,24 @@ def test_write_results_gives_the_file_docs_quote(tmp_path):
     link.symlink_to(target)
     write_results(link, "t", "s.py", [], [], [("h", table)], "n")
     assert target.read_text() == "keep" and not link.is_symlink()
+
+
+def test_time_main_job_reads_each_phase_from_its_bar():
+    """benchmarks/time_main_job.py times the main job's phases from their finished progress bars (tqdm redraws
+    a bar with carriage returns: the last state counts; a rate per second and seconds per unit both occur)."""
+    import importlib.util
+    from pathlib import Path
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "time_main_job.py"
+    spec = importlib.util.spec_from_file_location("time_main_job", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    stderr = ("exporting m to OpenVINO:   0%|          | 0/1 [00:00<?, ?step/s]\r"
+              "exporting m to OpenVINO: 100%|##########| 1/1 [00:00<00:00,  1.25step/s]\n"
+              "calibrating int8 on 128 documents:  50%|#####     | 64/128 [00:02<00:02, 30.00doc/s]\r"
+              "calibrating int8 on 128 documents: 100%|##########| 128/128 [00:05<00:00, 25.60doc/s]\n"
+              "checking the int8 export against the model on 64 texts: 100%|#| 1/1 [00:02<00:00,  2.40s/step]\n"
+              "encoding sci/csfcube: 100%|##########| 4205/4205 [00:32<00:00, 131.41doc/s]\n")
+    got = mod.phase_seconds(stderr)
+    assert got["export"] == pytest.approx(0.8) and got["calibration"] == pytest.approx(5.0)
+    assert got["check"] == pytest.approx(2.4) and got["encoding"] == pytest.approx(4205 / 131.41)
+    assert got["docs/s"] == pytest.approx(131.41) and "compilation" not in got

@@ -1,5 +1,6 @@
 """Tables in the docs that quote a recorded benchmark run (``<!-- recorded: FILE, SECTION -->`` above the
-table) are the recorded table, line for line: a figure typed by hand, or a rerun not copied over, fails here."""
+table, a Markdown table or a fenced block of what a command printed) are the recorded table, line for line: a
+figure typed by hand, or a rerun not copied over, fails here."""
 import re
 import subprocess
 import sys
@@ -8,14 +9,20 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-MARKER = re.compile(r"<!-- recorded: (?P<file>[^,]+), (?P<section>[^>]+?) -->\n(?P<table>(?:\|.*\n)+)")
+MARKER = re.compile(r"<!-- recorded: (?P<file>[^,]+), (?P<section>[^>]+?) -->\n"
+                    r"(?P<table>(?:\|.*\n)+|```\n(?:(?!```).*\n)*```\n)")
 
 
 def _table_after(text: str, heading: str) -> str:
+    """The first Markdown table or fenced block under ``heading``."""
     lines = text[text.index(heading):].split("\n")[1:]
     out = []
     for line in lines:
-        if line.startswith("|"):
+        if out and out[0] == "```":
+            out.append(line)
+            if line == "```":
+                break
+        elif line.startswith("|") or (not out and line == "```"):
             out.append(line)
         elif out:
             break
@@ -61,3 +68,14 @@ def test_a_generated_table_is_the_scripts_output_for_the_recorded_run(doc, scrip
     lines = [line for line in body.splitlines() if line.strip()]
     assert lines == [line for line in out.stdout.splitlines() if line.strip()], \
         f"{doc.name}: the table differs from `{script} --table {recorded}`"
+
+
+def test_a_fenced_block_is_quoted_whole():
+    """A section holding what a command printed (a fenced block) is compared whole: a changed figure in it,
+    or a block cut short, differs."""
+    recorded = "# x\n\n## runs\n\n| a |\n|---|\n\n## table\n\n```\nname  MAP\nBM25  0.2227\n```\n\nload\n"
+    doc = "intro\n<!-- recorded: r.md, table -->\n```\nname  MAP\nBM25  0.2227\n```\nafter\n"
+    m = MARKER.search(doc)
+    assert m["section"] == "table" and m["table"] == _table_after(recorded, "## table")
+    assert MARKER.search(doc.replace("0.2227", "0.2228"))["table"] != _table_after(recorded, "## table")
+    assert _table_after(recorded, "## runs") == "| a |\n|---|\n"

@@ -16,8 +16,10 @@ from pyterrier_sci.models import BackendError
 __all__ = ["CALIBRATION_SIZE", "Calibration", "RecordedCalibration", "texts_sha256", "calibration_from_corpus",
            "calibration_from_texts", "calibration_from_pairs"]
 
-#: documents used to calibrate int8 (NNCF's default subset size)
-CALIBRATION_SIZE = 300
+#: documents used to calibrate int8 (NNCF's default subset size is 300: on CSFCube's MiniLM, 128 without bias
+#: correction gave int8 vectors as close to torch fp32 (mean cosine 0.99526 against 0.99528 on 1,000 held-out
+#: abstracts) in 5 s instead of 13 s on the Intel Xeon; docs/dense.md, "Calibration")
+CALIBRATION_SIZE = 128
 
 
 def texts_sha256(texts: Sequence) -> str:

@@ -20,7 +20,7 @@ from pyterrier_sci.data import work_dir
 from pyterrier_sci.models import BackendError, model_slug, resolve_model
 
 from .calibration import Calibration, calibration_from_pairs
-from .encoders import CHECK_SIZE, CHECK_TEXTS
+from .encoders import CHECK_TEXTS
 from .engine import engine_inputs, features, transformers_quiet
 from .engines import ENGINES, engine_for
 from .exports import (
@@ -33,8 +33,8 @@ from .exports import (
     write_export_meta,
 )
 
-__all__ = ["CROSS_ENCODER_TYPE", "CE_INT8_MIN_PEARSON", "CE_FP32_RTOL", "CE_EXPORT_VERSION", "CHECK_PAIRS",
-           "load_cross_encoder", "ExportedCrossEncoder"]
+__all__ = ["CROSS_ENCODER_TYPE", "CE_INT8_MIN_PEARSON", "CE_FP32_RTOL", "CE_CHECK_SIZE", "CE_EXPORT_VERSION",
+           "CHECK_PAIRS", "load_cross_encoder", "ExportedCrossEncoder"]
 
 #: the ``type`` of an exported cross-encoder's ``pt_meta.json`` (its ``format`` is the backend)
 CROSS_ENCODER_TYPE = "cross_encoder_export"
@@ -43,6 +43,8 @@ CROSS_ENCODER_TYPE = "cross_encoder_export"
 CE_INT8_MIN_PEARSON = 0.99
 #: an fp32 cross-encoder export must give torch's logits: max |difference| <= this x max(1, max |logit|)
 CE_FP32_RTOL = 1e-3
+#: calibration pairs on which a new cross-encoder export is compared with the model it came from
+CE_CHECK_SIZE = 128
 #: bump when the cross-encoder export changes so that old cache entries are not reused
 CE_EXPORT_VERSION = 2  # 2: int8 without SmoothQuant
 #: pairs that check an fp32 cross-encoder export when no calibration pairs are given
@@ -85,7 +87,7 @@ def _ce_quality_check(ce, tmp: Path, backend: str, precision: str, pairs: Sequen
     """The new export's logits against torch's on ``pairs`` (at most 256); a :class:`BackendError`
     when they fall below the bar (the build is then discarded)."""
     import torch
-    pairs = list(pairs)[:CHECK_SIZE]
+    pairs = list(pairs)[:CE_CHECK_SIZE]
     got = ExportedCrossEncoder.over(ce, engine_function(tmp, backend, keep=False), meta).predict(
         pairs, batch_size=32, activation_fn=torch.nn.Identity())
     ref = ce.predict(pairs, batch_size=32, activation_fn=torch.nn.Identity(), show_progress_bar=False,

@@ -60,9 +60,11 @@ class Engine:
 
     def export(self, st, tmp: Path, precision: str, calibration, *, output: str = "last_hidden_state",
                examples: Sequence = (), reference: Optional[dict] = None, verbose: bool = False,
-               name: str = "the model") -> Dict[str, Any]:
+               name: str = "the model", bias_correction: bool = True) -> Dict[str, Any]:
         """Writes ``output`` of the model ``st``'s transformer, in ``precision`` (int8 calibrated on
         ``calibration``), to the new directory ``tmp`` (its :attr:`model_files`); ``examples`` trace it.
+        ``bias_correction``: whether a static int8 quantisation also corrects the layers' biases (where the
+        engine's quantiser can; ignored otherwise).
         With ``reference`` (a dict) and int8, ``reference['run']`` may be set to an engine function over the
         fp32 graph before quantisation (the int8 check's reference).  Returns what the export records of
         itself (library versions, the quantisation method)."""

@@ -23,7 +23,7 @@ class ONNXEngine(Engine):
 
     def export(self, st, tmp: Path, precision: str, calibration, *, output: str = "last_hidden_state",
                examples: Sequence = (), reference: Optional[dict] = None, verbose: bool = False,
-               name: str = "the model") -> dict:
+               name: str = "the model", bias_correction: bool = True) -> dict:
         """``last_hidden_state`` is named ``token_embeddings``; any other output has a dynamic batch axis only."""
         with phase(f"exporting {name} to ONNX{' (int8)' if precision == 'int8' else ''}", verbose):
             return self._export(st, tmp, precision, output, examples)
