@@ -26,9 +26,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import os
-import platform
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -38,18 +36,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from pyterrier_sci.bench import interleaved, load_note, markdown
+from pyterrier_sci.bench import interleaved, load_note, markdown, write_results
 
 DATASET = "irds:sci/hepth-core-citations/train"
-
-
-def cpu_name() -> str:
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
-        model = next(line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name"))
-    except (OSError, subprocess.CalledProcessError, StopIteration):
-        model = platform.processor() or "unknown CPU"
-    return f"{model}, {os.cpu_count()} CPUs"
 
 
 def stream(n_base: int, n_new: int, dataset: str = DATASET):
@@ -300,10 +289,7 @@ def main(argv=None) -> int:
                         "index of the work directory, when built)")
     args = p.parse_args(argv)
     before = os.getloadavg()
-    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    lines = [f"# bench_append: {100 * args.fraction:g} % appended vs rebuilt", "",
-             f"CPU: {cpu_name()}; Python {platform.python_version()}; {when}",
-             f"command: python benchmarks/bench_append.py {' '.join(argv if argv is not None else sys.argv[1:])}", ""]
+    sections = []
     with tempfile.TemporaryDirectory(prefix="bench-append-") as tmp:
         work = Path(tmp)
         rows = []
@@ -313,28 +299,25 @@ def main(argv=None) -> int:
         if "dense" not in args.skip:
             rows += bench_dense(work, args.dense_docs, args.fraction, args.rounds)
         if rows:
-            lines += ["## time (median of the rounds; ratio per round: median, min-max)", "",
-                      markdown(pd.DataFrame(rows)), ""]
+            sections.append(("time (median of the rounds; ratio per round: median, min-max)",
+                             markdown(pd.DataFrame(rows))))
         if "ann" not in args.skip:
             source = Path(args.ann_index) if args.ann_index else _csfcube_index()
             if source is not None and (source / "vecs.f4").exists():
-                lines += [f"## ANN structures carried through an append: recall@100 vs the exact top-100 ({source})",
-                          "", markdown(pd.DataFrame(bench_ann(work, source))), ""]
+                sections.append((f"ANN structures carried through an append: recall@100 vs the exact top-100 "
+                                 f"({source})", markdown(pd.DataFrame(bench_ann(work, source)))))
             else:
-                lines += ["## ANN: skipped (no flat dense index to take vectors from; give --ann-index)", ""]
+                sections.append(("ANN: skipped", "no flat dense index to take vectors from; give --ann-index"))
         if "colbert" not in args.skip:
-            lines += ["## ColBERT/PLAID grown by a partition: recall@100 vs the rebuilt index's top-100 (CSFCube "
-                      "abstracts, the MiniLM-built checkpoint; queries: 30 words of held-out abstracts)", "",
-                      markdown(pd.DataFrame(bench_colbert(work))), ""]
+            sections.append(("ColBERT/PLAID grown by a partition: recall@100 vs the rebuilt index's top-100 (CSFCube "
+                             "abstracts, the MiniLM-built checkpoint; queries: 30 words of held-out abstracts)",
+                             markdown(pd.DataFrame(bench_colbert(work)))))
         if "memory" not in args.skip:
-            lines += ["## memory of a flat dense append (vectors given: nothing encoded)", "",
-                      markdown(pd.DataFrame(bench_memory(work))), ""]
-    lines.append(load_note(before))
-    text = "\n".join(lines) + "\n"
-    print(text)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text, encoding="utf-8")
+            sections.append(("memory of a flat dense append (vectors given: nothing encoded)",
+                             markdown(pd.DataFrame(bench_memory(work)))))
+    write_results(Path(args.out), f"bench_append: {100 * args.fraction:g} % appended vs rebuilt",
+                  "benchmarks/bench_append.py", argv, [], sections, load_note(before))
+    print(Path(args.out).read_text(encoding="utf-8"))
     return 0
 
 
