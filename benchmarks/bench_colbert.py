@@ -143,6 +143,8 @@ def main(argv=None):
     ap.add_argument("--work", help="keep the indexes in this directory (default: a temporary one, removed); "
                                    "indexes already there are reused, and their build is not timed")
     ap.add_argument("--json", help="also write the figures here")
+    ap.add_argument("--out", help="also write the table, with the CPU, date, command, notes and load, as a Markdown "
+                                  "results file (the README quotes benchmarks/results/bench_colbert.md)")
     args = ap.parse_args(argv)
     load_before = os.getloadavg()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -151,7 +153,7 @@ def main(argv=None):
     import pandas as pd
     import torch
 
-    from pyterrier_sci.bench import interleaved, load_note
+    from pyterrier_sci.bench import interleaved, load_note, write_results
     from pyterrier_sci.plugins.colbert import colbert_component, resolve_checkpoint
     from pyterrier_sci.plugins.colbert._compat import ensure_extensions
     from pyterrier_sci.plugins.dense import dense_component
@@ -224,12 +226,12 @@ def main(argv=None):
     est = estimate_per_1000(rows, meta, centroid_bytes, scale) if None not in (
         rows["flat"]["build_s"], rows["colbert"]["build_s"]) else None
     words = f"{args.chunk_words} words"
-    print(f"{len(docs):,} chunks ({words}, {meta['num_embeddings'] / len(docs):.0f} ColBERT token vectors each) of "
+    header = (f"{len(docs):,} chunks ({words}, {meta['num_embeddings'] / len(docs):.0f} ColBERT token vectors each) of "
           f"{n_papers} ACL papers; {len(topics)} title+abstract queries, k={args.k}; all-MiniLM-L6-v2 on both "
           f"sides (flat: max 256 word pieces a chunk, ColBERT: doc_maxlen 300, query_maxlen {args.query_maxlen}); "
-          f"{os.cpu_count()} CPU cores, {torch.get_num_threads()} torch threads; {load_note(load_before)}\n")
-    print("| | flat single-vector (FlexIndex) | ColBERT (PLAID, nbits=2) | ColBERT / flat |")
-    print("|---|---|---|---|")
+              f"{os.cpu_count()} CPU cores, {torch.get_num_threads()} torch threads")
+    lines = ["| | flat single-vector (FlexIndex) | ColBERT (PLAID, nbits=2) | ColBERT / flat |", "|---|---|---|---|"]
+    notes = []
 
     def fmt(x, f):
         return "reused" if x is None else f.format(x)
@@ -251,23 +253,23 @@ def main(argv=None):
             ratio = str(query_ratio)
         else:
             ratio = "" if None in (f, c) else f"{c / f:.2f}"
-        print(f"| {label} | {fmt(f, form)} | {fmt(c, form)} | {ratio} |")
+        lines.append(f"| {label} | {fmt(f, form)} | {fmt(c, form)} | {ratio} |")
     given = any(x is not None for x in (args.ncells, args.centroid_score_threshold, args.ndocs))
-    print(f"\nPLAID settings: {settings} (ncells, centroid_score_threshold, ndocs: "
+    notes.append(f"PLAID settings: {settings} (ncells, centroid_score_threshold, ndocs: "
           f"{'given' if given else 'the retriever defaults'}; exhaustive: every chunk scored exactly instead of "
           f"PLAID). Query latency per round (ms/query): flat "
           f"{[round(x) for x in rows['flat']['query_ms_rounds']]}, ColBERT "
           f"{[round(x) for x in rows['colbert']['query_ms_rounds']]}.")
     if ai_ratios is not None:
-        print(f"colbert-ai's own search (Searcher.dense_search one query after the other, what the retriever ran "
-              f"before; same index and settings): {rows['colbert_ai']['query_ms']:.0f} ms/query "
+        notes.append(f"colbert-ai's own search (Searcher.dense_search one query after the other, what the retriever "
+              f"ran before; same index and settings): {rows['colbert_ai']['query_ms']:.0f} ms/query "
               f"(rounds {[round(x) for x in rows['colbert_ai']['query_ms_rounds']]}), colbert-ai / flat "
               f"{ai_ratios[0]}, retriever / colbert-ai {ai_ratios[1]}.")
     if exact is not None:
         def rec(r):
             return "; ".join(f"@{k}: {m:.3f} (min {lo:.3f})" for k, (m, lo) in r.items())
-        print(f"Top k of the retriever against the exact MaxSim top k (every chunk re-scored), mean (min) over the "
-              f"queries: {rec(exact['recall'])}"
+        notes.append(f"Top k of the retriever against the exact MaxSim top k (every chunk re-scored), mean (min) over "
+              f"the queries: {rec(exact['recall'])}"
               + (f"; colbert-ai's search: {rec(exact['recall_colbert_ai'])}" if "recall_colbert_ai" in exact else "")
               + f". Exact MaxSim of every chunk: {exact['ms_per_query']:.0f} ms/query (one run, the re-scoring "
               f"path, including a {len(docs):,}-row frame per query).")
@@ -278,8 +280,14 @@ def main(argv=None):
     if est is not None:
         line += (f"; per 1,000 papers: ~{est['embeddings']:,.0f} token vectors, {est['partitions']:,} centroids, "
                  f"k-means ~{est['kmeans_s']:.0f} s")
-    print(line + f". First call (loads model and index): flat {rows['flat']['load_s']:.1f} s, "
-          f"ColBERT {rows['colbert']['load_s']:.1f} s.")
+    notes.append(line + f". First call (loads model and index): flat {rows['flat']['load_s']:.1f} s, "
+                 f"ColBERT {rows['colbert']['load_s']:.1f} s.")
+    note = load_note(load_before)
+    print("\n".join([header + "; " + note, "", *lines, "", *notes]))
+    if args.out:
+        write_results(Path(args.out), "bench_colbert: the ColBERT (PLAID) chunk index against the flat single-vector "
+                      "one", "benchmarks/bench_colbert.py", None, [header, *notes],
+                      [("ColBERT against flat", "\n".join(lines))], note)
     if args.json:
         Path(args.json).write_text(json.dumps({
             "papers": n_papers, "chunk_words": args.chunk_words, "chunks": len(docs), "queries": len(topics),
