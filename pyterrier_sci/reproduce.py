@@ -866,7 +866,7 @@ def docs_table(paper: Paper, table: Table, tier: Optional[str] = None) -> str:
     tier = tier or ("full" if "full" in rec_all else "quick")
     rec = rec_all.get(tier)
     cols = [(label, m) for label in table.datasets for m in table.measures]
-    head = "| system | " + " | ".join(f"{label} {m}" for label, m in cols) + " |"
+    head = "| system | " + " | ".join(_md_cell(f"{label} {m}") for label, m in cols) + " |"
     lines = [head, "|---" * (len(cols) + 1) + "|"]
     figures = (rec or {}).get("figures") or {}
     for s in table.systems.values():

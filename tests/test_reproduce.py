@@ -3,6 +3,7 @@ resuming from saved runs, published / recorded / reproduced and tolerances, the 
 run, the matrix (rendered in Chromium) and the generated docs tables.  On CSFCube with BM25 (seconds)."""
 import io
 import json
+import re
 import shutil
 import subprocess
 
@@ -382,3 +383,13 @@ def test_a_record_made_from_saved_runs_keeps_their_time_and_says_so(home, monkey
     paper = R.load_paper(d / "toy.yaml")
     text = R.docs_table(paper, paper.tables["t5"], "quick")
     assert "the runs of BM25 read back from an earlier run, whose recorded time is included" in text
+
+
+def test_a_generated_table_escapes_pipes_in_its_column_labels():
+    """HLM-Cite's candidate-set sizes are labelled |C| = 100 ...: unescaped, each pipe would split a header cell
+    and the table would have more header cells than columns."""
+    (paper, table), = [(p, t) for p, t in R.select("hlm_cite/sizes")]
+    lines = R.docs_table(paper, table).split("\n")
+    cells = [re.split(r"(?<!\\)\|", line)[1:-1] for line in lines[:3]]
+    assert len(cells[0]) == len(cells[1]) == len(cells[2]) == 1 + 3 * 4
+    assert cells[0][1].strip() == r"\|C\| = 100 PREC@3"
