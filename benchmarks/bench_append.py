@@ -315,9 +315,8 @@ def main(argv=None) -> int:
         if "memory" not in args.skip:
             sections.append(("memory of a flat dense append (vectors given: nothing encoded)",
                              markdown(pd.DataFrame(bench_memory(work)))))
-    write_results(Path(args.out), f"bench_append: {100 * args.fraction:g} % appended vs rebuilt",
-                  "benchmarks/bench_append.py", argv, [], sections, load_note(before))
-    print(Path(args.out).read_text(encoding="utf-8"))
+    print(write_results(Path(args.out), f"bench_append: {100 * args.fraction:g} % appended vs rebuilt",
+                        "benchmarks/bench_append.py", argv, [], sections, load_note(before)))
     return 0
 
 

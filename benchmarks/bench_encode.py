@@ -104,13 +104,12 @@ def model_flops(st, texts) -> tuple:
     return total, float(t.mean()), f"L={n_layers}, h={h}, i={i}"
 
 
-GUARD_DATASETS = ("irds:sci/csfcube/background", "irds:sci/csfcube/method", "irds:sci/csfcube/result",
-                  "irds:sci/csfcube")
 #: a fast setting passes within GUARD_POINTS of torch fp32 on all facets together (GUARD_ALL) and within
 #: GUARD_FACET_POINTS on each facet
+GUARD_ALL = "irds:sci/csfcube"
+GUARD_DATASETS = tuple(f"{GUARD_ALL}/{facet}" for facet in ("background", "method", "result")) + (GUARD_ALL,)
 GUARD_POINTS = 0.5
 GUARD_FACET_POINTS = 1.0
-GUARD_ALL = "irds:sci/csfcube"
 
 
 def quality_guard(settings, model: str = "default", datasets=GUARD_DATASETS):

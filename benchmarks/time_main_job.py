@@ -67,8 +67,9 @@ def main(argv=None) -> int:
     ap.add_argument("--amx-hidden", action="store_true", help="hide AMX from oneDNN (ONEDNN_MAX_CPU_ISA)")
     ap.add_argument("--out", help="write the results file (Markdown) here")
     args = ap.parse_args(argv)
+    if args.runs < 1:
+        ap.error("--runs must be at least 1: the later run reuses the last cold run's work directory")
 
-    import pyterrier_sci  # noqa: F401  (the CPU line of the results file)
     from pyterrier_sci.bench import load_note, write_results
 
     exe = Path(sys.executable).with_name("pyterrier-sci")

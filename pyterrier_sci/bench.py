@@ -143,12 +143,13 @@ def _isa_cap() -> str:
 
 
 def write_results(path: Any, title: str, script: str, argv: Optional[Sequence[str]], details: Sequence[str],
-                  sections: Sequence[Tuple[str, str]], note: str) -> None:
+                  sections: Sequence[Tuple[str, str]], note: str) -> str:
     """Writes a benchmark's recorded results file (atomically): ``# title``, the CPU, Python and date, the
     command (``script`` with ``argv``, default ``sys.argv[1:]``, after ``ONEDNN_MAX_CPU_ISA=...`` when that is
     set), ``details`` lines, then one ``## heading``
     with its table per section, then ``note`` (the load).  Docs quote a section's table under
-    ``<!-- recorded: FILE, heading -->``, which ``tests/test_recorded_tables.py`` checks line for line."""
+    ``<!-- recorded: FILE, heading -->``, which ``tests/test_recorded_tables.py`` checks line for line.
+    Returns the text written."""
     args = list(argv) if argv is not None else sys.argv[1:]
     lines = [f"# {title}", "",
              f"CPU: {environment()['cpu'].get('model') or platform.processor()}, {os.cpu_count()} CPUs; "
@@ -156,7 +157,9 @@ def write_results(path: Any, title: str, script: str, argv: Optional[Sequence[st
              f"command: {_isa_cap()}python {script} {' '.join(args)}", *details, ""]
     for heading, table in sections:
         lines += [f"## {heading}", "", table, ""]
-    atomic_write_text(path, "\n".join(lines + [note, ""]), "the benchmark's results file")
+    text = "\n".join(lines + [note, ""])
+    atomic_write_text(path, text, "the benchmark's results file")
+    return text
 
 
 def csfcube_rerank_sample(n_queries: int, depth: int) -> pd.DataFrame:

@@ -127,8 +127,9 @@ def test_write_results_gives_the_file_docs_quote(tmp_path, monkeypatch):
     from pyterrier_sci.bench import write_results
     table = "| a | b |\n|---|---|\n| 1 | 2 |"
     path = tmp_path / "r.md"
-    write_results(path, "bench_x: a title", "benchmarks/bench_x.py", ["--fast", "--out", "r.md"], ["data: d"],
-                  [("first", table), ("second", "| c |\n|---|")], "load average 0.1")
+    written = write_results(path, "bench_x: a title", "benchmarks/bench_x.py", ["--fast", "--out", "r.md"],
+                            ["data: d"], [("first", table), ("second", "| c |\n|---|")], "load average 0.1")
+    assert written == path.read_text()  # what it returns is what it wrote
     lines = path.read_text().split("\n")
     assert lines[0] == "# bench_x: a title" and lines[2].startswith("CPU: ") and f"{os.cpu_count()} CPUs" in lines[2]
     assert lines[3] == "command: python benchmarks/bench_x.py --fast --out r.md" and lines[4] == "data: d"
@@ -165,3 +166,6 @@ def test_time_main_job_reads_each_phase_from_its_bar():
     assert got["export"] == pytest.approx(0.8) and got["calibration"] == pytest.approx(5.0)
     assert got["check"] == pytest.approx(2.4) and got["encoding"] == pytest.approx(4205 / 131.41)
     assert got["docs/s"] == pytest.approx(131.41) and "compilation" not in got
+    with pytest.raises(SystemExit) as e:  # no cold run: one clear error before anything runs
+        mod.main(["--runs", "0"])
+    assert e.value.code == 2

@@ -84,7 +84,7 @@ def _pearson_spearman(a: np.ndarray, b: np.ndarray) -> tuple:
 
 
 def _ce_quality_check(ce, tmp: Path, backend: str, precision: str, pairs: Sequence, meta: dict) -> dict:
-    """The new export's logits against torch's on ``pairs`` (at most 256); a :class:`BackendError`
+    """The new export's logits against torch's on the first :data:`CE_CHECK_SIZE` of ``pairs``; a :class:`BackendError`
     when they fall below the bar (the build is then discarded)."""
     import torch
     pairs = list(pairs)[:CE_CHECK_SIZE]
