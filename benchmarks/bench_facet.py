@@ -9,6 +9,9 @@ gives the median time per query and the median (min-max) of the per-round ratios
 max_length, and the run prints the load average before and after.
 
     python benchmarks/bench_facet.py [--sizes 90 103 128 253] [--threads 2] [--repeat 3]
+        [--out benchmarks/results/bench_facet.md]
+
+``--out`` records the run (``pyterrier_sci.bench.write_results``); docs/sciface.md quotes its table.
 """
 from __future__ import annotations
 
@@ -22,7 +25,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from pyterrier_sci.bench import interleaved, load_note, markdown
+from pyterrier_sci.bench import interleaved, load_note, markdown, write_results
 
 
 def make_artifact(root: Path, max_length: int) -> "object":
@@ -65,7 +68,10 @@ def main(argv=None):
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=3, help="interleaved rounds per pool size")
+    ap.add_argument("--out", help="record the run in this results file (docs/sciface.md quotes it)")
     args = ap.parse_args(argv)
+    if min(args.sizes + args.max_lengths + [args.batch_size, args.threads, args.repeat]) < 1:
+        ap.error("sizes, max lengths, --batch-size, --threads and --repeat must be at least 1")
     torch.set_num_threads(args.threads)
     load_before = os.getloadavg()
     rows = []
@@ -83,9 +89,15 @@ def main(argv=None):
                              "pairs/s": round(n / sec, 1),
                              f"time / max_length {base} (median, min-max)":
                                  "-" if L == base else str(t.ratio(L, base))})
-    print(f"facet cross-encoder (MiniLM-L6, CPU, {args.threads} threads, batch {args.batch_size}); "
-          f"{args.repeat} interleaved rounds; {load_note(load_before)}\n")
-    print(markdown(pd.DataFrame(rows)))
+    header = (f"facet cross-encoder (MiniLM-L6, torch on the CPU, {args.threads} threads, batch {args.batch_size}), "
+              f"one CSFCube query's pool per size; {args.repeat} interleaved rounds")
+    note = load_note(load_before)
+    table = markdown(pd.DataFrame(rows))
+    print(f"{header}; {note}\n")
+    print(table)
+    if args.out:
+        write_results(args.out, "bench_facet: facet cross-encoder re-ranking throughput at CSFCube's pool sizes",
+                      "benchmarks/bench_facet.py", argv, [header], [("throughput", table)], note)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,9 @@ machine slows both alike: times are medians, the speed-up is the median (min-max
 speed-ups.  Prints a markdown table and the load average before and after.
 
     PYTERRIER_SCI_DATA=/work/shared/data python benchmarks/bench_llm.py [--queries 5] [--depth 20]
-        [--latency 0.05] [--concurrency 8] [--rounds 3]
+        [--latency 0.05] [--concurrency 8] [--rounds 3] [--out benchmarks/results/bench_llm.md]
+
+``--out`` records the run (``pyterrier_sci.bench.write_results``); docs/llm.md quotes its table.
 
 Token counts are the server's (whitespace words of the prompt; the scripted server has no
 tokenizer), so they compare re-rankers with each other, not with a real model's bill.
@@ -24,7 +26,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from pyterrier_sci.bench import csfcube_rerank_sample, interleaved, load_note, markdown
+from pyterrier_sci.bench import csfcube_rerank_sample, interleaved, load_note, markdown, write_results
 from pyterrier_sci.llm.loopback import Reply, ScriptedServer, choice_reply, prompt_of, yes_no
 
 
@@ -111,13 +113,20 @@ def main():
     ap.add_argument("--latency", type=float, default=0.05)
     ap.add_argument("--concurrency", type=int, default=8)
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds of sequential and concurrent calls")
+    ap.add_argument("--out", help="record the run in this results file (docs/llm.md quotes it)")
     args = ap.parse_args()
+    if min(args.queries, args.depth, args.concurrency, args.rounds) < 1 or args.latency < 0:
+        ap.error("--queries, --depth, --concurrency and --rounds must be at least 1, --latency not negative")
     load_before = os.getloadavg()
     table = run(args)
-    print(f"CSFCube method facet, {args.queries} queries x top {args.depth} of the pool; "
-          f"loopback server with {args.latency * 1000:.0f} ms fixed latency; {args.rounds} interleaved rounds; "
-          f"{load_note(load_before)}\n")
+    header = (f"CSFCube method facet, {args.queries} queries x top {args.depth} of the pool; "
+              f"loopback server with {args.latency * 1000:.0f} ms fixed latency; {args.rounds} interleaved rounds")
+    note = load_note(load_before)
+    print(f"{header}; {note}\n")
     print(markdown(table))
+    if args.out:
+        write_results(args.out, "bench_llm: the LLM re-rankers against a loopback server with a fixed latency",
+                      "benchmarks/bench_llm.py", None, [header], [("re-rankers", markdown(table))], note)
 
 
 if __name__ == "__main__":

@@ -169,3 +169,46 @@ def test_time_main_job_reads_each_phase_from_its_bar():
     with pytest.raises(SystemExit) as e:  # no cold run: one clear error before anything runs
         mod.main(["--runs", "0"])
     assert e.value.code == 2
+
+
+def _bench_script(name):
+    import importlib.util
+    from pathlib import Path
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_bench_llm_records_its_table(tmp_path, monkeypatch):
+    """benchmarks/bench_llm.py --out: the table docs/llm.md quotes, one row per re-ranker, with the calls the
+    re-rankers made (one pointwise judgement per paper) and none on the cached rerun; bad counts are one
+    argparse error."""
+    from conftest import DATA
+    if not (DATA / "csfcube").exists():
+        pytest.skip("no CSFCube data")
+    mod = _bench_script("bench_llm")
+    out = tmp_path / "llm.md"
+    monkeypatch.setattr("sys.argv", ["bench_llm.py", "--queries", "1", "--depth", "3", "--rounds", "1",
+                                     "--latency", "0", "--out", str(out)])
+    mod.main()
+    text = out.read_text()
+    rows = {line.split(" | ")[0].lstrip("| "): line.split(" | ") for line in text.split("\n")
+            if line.startswith("| ") and "---" not in line and "reranker" not in line}
+    assert set(rows) == {"mir_pointwise", "mir_agent", "listwise (20/10)", "listwise (4/2)", "pairwise_tournament",
+                         "hlm_agents"}
+    assert rows["mir_pointwise"][1] == "3.00"  # calls per query: one per paper of the top 3
+    assert all(r[-2] == "0" and r[-1].rstrip(" |") == "0" for r in rows.values())  # cached rerun: no request
+    assert "command: python benchmarks/bench_llm.py --queries 1" in text
+    monkeypatch.setattr("sys.argv", ["bench_llm.py", "--rounds", "0"])
+    with pytest.raises(SystemExit) as e:
+        mod.main()
+    assert e.value.code == 2
+
+
+def test_bench_facet_refuses_empty_sizes_before_loading_a_model(capsys):
+    mod = _bench_script("bench_facet")
+    with pytest.raises(SystemExit) as e:
+        mod.main(["--sizes", "0"])
+    assert e.value.code == 2 and "at least 1" in capsys.readouterr().err
