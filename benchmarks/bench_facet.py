@@ -1,15 +1,19 @@
 """Facet cross-encoder re-ranking throughput on CPU at CSFCube's pool sizes.
 
 CSFCube pools hold 90-253 candidates per query (median ~103).  For each pool size the benchmark
-re-ranks one query's pool (real CSFCube abstracts when the data is there, else synthetic text of
-abstract length) with a MiniLM-L6 facet cross-encoder (paper input format) and reports pairs per
-second, for max_length 256 and 512.  Per pool size the max_lengths run interleaved (256, 512, 256,
-512, ... for ``--repeat`` rounds, after a warm-up), so a loaded machine slows both alike; the table
-gives the median time per query and the median (min-max) of the per-round ratios to the first
-max_length, and the run prints the load average before and after.
+re-ranks a pool of that size (a random CSFCube paper as the seed and random CSFCube abstracts as its
+candidates when the data is there, else synthetic text of abstract length) with a MiniLM-L6 facet
+cross-encoder (paper input format) and reports pairs per second, for max_length 256 and 512.
+``--engines`` adds the exported engines (``onnx``, ``openvino``, ``openvino-int8``: the model's export, int8
+calibrated on CSFCube pairs as the component does) beside torch; the model is then trained briefly first (a
+fresh head's logits span too narrow a range for the int8 export's check).  Per pool size every (max_length,
+engine) runs interleaved (256, 512, 256, 512, ... for ``--repeat`` rounds, after a warm-up), so a loaded
+machine slows all alike; the table gives the median time per query and the median (min-max) of the per-round
+ratios to the first max_length (same engine) and of the first engine's time to each engine's (same
+max_length), and the run prints the load average before and after.
 
     python benchmarks/bench_facet.py [--sizes 90 103 128 253] [--threads 2] [--repeat 3]
-        [--out benchmarks/results/bench_facet.md]
+        [--engines torch,openvino-int8] [--out benchmarks/results/bench_facet.md]
 
 ``--out`` records the run (``pyterrier_sci.bench.write_results``); docs/sciface.md quotes its table.
 """
@@ -27,12 +31,33 @@ import torch
 
 from pyterrier_sci.bench import interleaved, load_note, markdown, write_results
 
+# engine name -> (backend, precision) of FacetCrossEncoder.on_backend
+ENGINES = {"torch": ("torch", "fp32"), "onnx": ("onnx", "fp32"), "openvino": ("openvino", "fp32"),
+           "openvino-int8": ("openvino", "int8")}
 
-def make_artifact(root: Path, max_length: int) -> "object":
+
+def make_artifact(root: Path, max_length: int, trained: bool = False) -> "object":
+    """The facet cross-encoder at ``max_length``: the offline MiniLM body with a fresh head, or (``trained``) the
+    head trained briefly on CSFCube's Method judgements of fold1-test (9 seeds, 2 epochs of 20 triplets each, lr
+    5e-5: a fresh head's logits span too narrow a range for the int8 export's check), trained once and shared by
+    every length."""
+    import shutil
+
     from pyterrier_sci.plugins import sciface as F  # noqa: N812
     from pyterrier_sci.plugins.dense import resolve_model
     from pyterrier_sci.plugins.sciface.cross_encoder import _load_cross_encoder
     d = root / f"minilm-{max_length}"
+    if trained:
+        source = root / "trained"
+        if not source.exists():
+            pairs = F.csfcube_pairs(["method"], split="fold1-test")
+            pairs = pairs[pairs.seed_id.isin(sorted(pairs.seed_id.unique())[:9])]
+            F.train_facet_cross_encoder(pairs, source, "method", epochs=2, triplets_per_seed=20, batch_size=16,
+                                        learning_rate=5e-5, max_length=max_length, seed=0)
+        shutil.copytree(source, d)
+        meta = json.loads((d / "pt_meta.json").read_text())
+        (d / "pt_meta.json").write_text(json.dumps({**meta, "max_length": max_length}))
+        return F.FacetCrossEncoder(d)
     model = _load_cross_encoder(resolve_model("default"), max_length)
     model.save(str(d / "model"))
     (d / "pt_meta.json").write_text(json.dumps({"type": F.ARTIFACT_TYPE, "format": F.ARTIFACT_FORMAT,
@@ -68,29 +93,50 @@ def main(argv=None):
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=3, help="interleaved rounds per pool size")
+    ap.add_argument("--engines", default="torch",
+                    help=f"comma-separated, the first is the reference: {', '.join(ENGINES)} (default torch)")
     ap.add_argument("--out", help="record the run in this results file (docs/sciface.md quotes it)")
     args = ap.parse_args(argv)
     if min(args.sizes + args.max_lengths + [args.batch_size, args.threads, args.repeat]) < 1:
         ap.error("sizes, max lengths, --batch-size, --threads and --repeat must be at least 1")
+    engines = [e.strip() for e in args.engines.split(",") if e.strip()]
+    unknown = [e for e in engines if e not in ENGINES]
+    if unknown or not engines or len(set(engines)) < len(engines):
+        ap.error(f"--engines {args.engines!r}: give distinct engines among {', '.join(ENGINES)}")
     torch.set_num_threads(args.threads)
     load_before = os.getloadavg()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        scorers = {L: make_artifact(Path(tmp), L).scorer(batch_size=args.batch_size) for L in args.max_lengths}
+        scorers = {}
+        for L in args.max_lengths:  # noqa: N806
+            model = make_artifact(Path(tmp), L, trained=any(ENGINES[e][1] == "int8" for e in engines))
+            for e in engines:
+                backend, precision = ENGINES[e]
+                on = model if backend == "torch" else model.on_backend(
+                    backend, precision, "irds:sci/csfcube" if precision == "int8" else None, Path(tmp) / "exports")
+                scorers[(L, e)] = on.scorer(batch_size=args.batch_size)
         for rr in scorers.values():
-            rr(frame(8))  # warm-up
-        base = args.max_lengths[0]
+            rr(frame(8))  # warm-up (an export is built here, outside the timings)
+        base, ref = args.max_lengths[0], engines[0]
         for n in args.sizes:
             inp = frame(n)
-            t = interleaved({L: (lambda rr=rr: rr(inp)) for L, rr in scorers.items()}, args.repeat)
-            for L in args.max_lengths:  # noqa: N806
-                sec = t.median(L)
-                rows.append({"max_length": L, "pool size": n, "seconds/query (median)": round(sec, 2),
-                             "pairs/s": round(n / sec, 1),
-                             f"time / max_length {base} (median, min-max)":
-                                 "-" if L == base else str(t.ratio(L, base))})
-    header = (f"facet cross-encoder (MiniLM-L6, torch on the CPU, {args.threads} threads, batch {args.batch_size}), "
-              f"one CSFCube query's pool per size; {args.repeat} interleaved rounds")
+            t = interleaved({k: (lambda rr=rr: rr(inp)) for k, rr in scorers.items()}, args.repeat)
+            for L, e in scorers:  # noqa: N806
+                sec = t.median((L, e))
+                row = {"max_length": L, "pool size": n}
+                if len(engines) > 1:
+                    row["engine"] = e
+                row.update({"seconds/query (median)": round(sec, 2), "pairs/s": round(n / sec, 1)})
+                if len(args.max_lengths) > 1:
+                    row[f"time / max_length {base} (median, min-max)"] = \
+                        "-" if L == base else str(t.ratio((L, e), (base, e)))
+                if len(engines) > 1:
+                    row[f"{ref} / this engine's time: speed-up (median, min-max)"] = \
+                        "-" if e == ref else str(t.ratio((L, ref), (L, e)))
+                rows.append(row)
+    header = (f"facet cross-encoder (MiniLM-L6 on the CPU, {', '.join(engines)}; torch on {args.threads} threads, "
+              f"batch {args.batch_size}), a random CSFCube seed paper with as many random abstracts as the pool size; "
+              f"{args.repeat} interleaved rounds")
     note = load_note(load_before)
     table = markdown(pd.DataFrame(rows))
     print(f"{header}; {note}\n")
