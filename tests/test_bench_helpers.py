@@ -212,3 +212,7 @@ def test_bench_facet_refuses_empty_sizes_before_loading_a_model(capsys):
     with pytest.raises(SystemExit) as e:
         mod.main(["--sizes", "0"])
     assert e.value.code == 2 and "at least 1" in capsys.readouterr().err
+    for engines in ("torch,tensorrt", "torch,torch", ","):  # unknown, repeated, none: one error each
+        with pytest.raises(SystemExit) as e:
+            mod.main(["--engines", engines])
+        assert e.value.code == 2 and "distinct engines among torch, onnx, openvino" in capsys.readouterr().err
