@@ -421,6 +421,19 @@ def _saved(path: Optional[Path]) -> Optional[pd.DataFrame]:
         return None
 
 
+def _covering(run: Optional[pd.DataFrame], topics: pd.DataFrame) -> Optional[pd.DataFrame]:
+    """A saved run read back for ``topics``: its rows for those queries, or None (computed again) when it lacks
+    one of them (saved for fewer queries: a tier whose ``topics`` grew, or a system that returned nothing for a
+    query, which is then run again each time)."""
+    if run is None:
+        return None
+    qids = set(topics["qid"].astype(str))
+    have = run["qid"].astype(str)
+    if not qids <= set(have):
+        return None
+    return run[have.isin(qids)].reset_index(drop=True)
+
+
 def _released_run(system: System, vars_: Mapping[str, Any]) -> pd.DataFrame:
     """A released ranking read from the data directory: TREC, or ``ranked_lists_json`` (an object
     mapping a key to its ranked list of document ids or ``[docno, score]`` pairs; ``qid`` is a
@@ -518,7 +531,7 @@ def _compute(paper: Paper, table: Table, tier: str, llm: Optional[str], trusted:
             else:
                 path = run_path(save_root, dsid, s.name, cfg)
                 run_files.setdefault(label, {})[s.name] = str(path)
-                saved = _saved(path)
+                saved = _covering(_saved(path), topics)
                 read_back[s.name] = read_back.get(s.name, True) and saved is not None
                 system = built[s.pipeline]
                 built_all.setdefault(s.name, system)

@@ -141,6 +141,37 @@ def test_a_table_runs_shares_its_prefix_resumes_and_compares(home):
     assert [c.reproduced for c in third.cells] == [c.reproduced for c in res.cells]
 
 
+def test_a_saved_run_for_fewer_queries_is_computed_again(home, monkeypatch):
+    """A saved run is read back only when it holds every query the tier asks for: after a tier's ``topics``
+    grew, the run saved for fewer queries is computed again (it would have scored the new queries 0), and one
+    saved for more queries gives the figures of the queries asked for."""
+    def table_with(n):
+        d = _paper(home)
+        doc = yaml.safe_load((d / "toy.yaml").read_text())
+        doc["tables"]["t5"]["tiers"] = {"quick": {"topics": n}}
+        (d / "toy.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+        return d
+
+    def bm25(res):
+        return {(c.dataset, c.measure): c.reproduced for c in res.cells if c.system == "BM25"}
+
+    fresh = {}
+    for n in (3, 6):   # each in a work directory of its own
+        monkeypatch.setenv("PYTERRIER_SCI_HOME", str(home / f"fresh{n}"))
+        (res,) = R.reproduce("toy/t5", tier="quick", directory=table_with(n))
+        fresh[n] = bm25(res)
+    monkeypatch.setenv("PYTERRIER_SCI_HOME", str(home / "work"))
+    assert fresh[3] != fresh[6]
+    (res,) = R.reproduce("toy/t5", tier="quick", directory=table_with(3))
+    assert bm25(res) == fresh[3]
+    CALLS["n"] = 0
+    (res,) = R.reproduce("toy/t5", tier="quick", directory=table_with(6))   # grew: run again, not read back
+    assert CALLS["n"] == 2 and bm25(res) == fresh[6] and "BM25" not in res.read_back
+    CALLS["n"] = 0
+    (res,) = R.reproduce("toy/t5", tier="quick", directory=table_with(3))   # shrank: read back, cut to 3
+    assert CALLS["n"] == 0 and bm25(res) == fresh[3]
+
+
 def test_the_validation_call_on_an_empty_frame_saves_no_run(home, tmp_path):
     """PyTerrier's validation runs each pipeline on an empty frame first: a run saved from it (what an
     earlier version wrote) would be read back as the system's run by a resumed reproduction, every

@@ -107,7 +107,7 @@ def test_hlm_cite_agent_rows_against_the_loopback_server():
             assert cells[(row, m)].published is not None
     deciders = [p for p in prompts if p.rstrip().endswith("Ranking: paper")]
     raw = [p for p in deciders if "Abstract: " in p.split("Candidates:")[-1]]
-    queries = 50
+    queries = 20
     # with the analyzer: analyzer + decider per query (the guider's two calls once, when no example is kept)
     assert len(prompts) - len(deciders) in (2 * queries, 2 * queries + 1)
     assert len(raw) == 2 * queries and len(deciders) in (4 * queries, 4 * queries + 1)
