@@ -15,8 +15,10 @@ from pathlib import Path
 from typing import Dict, List, NamedTuple, Optional, Tuple
 
 import ir_datasets
+import pandas as pd
 
 from pyterrier_sci import artifacts
+from pyterrier_sci.agreement import register_judgements
 from pyterrier_sci.data import (
     ENV_VAR,
     DamagedDataError,
@@ -332,6 +334,35 @@ def iter_judged(facet: Optional[str] = None, split: Optional[str] = None):
                     yield qid, str(cand), int(rel)
 
 
+#: the judgement sets each CSFCube dataset offers (pyterrier_sci.agreement.judgements): each query was graded by
+#: two of CSFCube's four annotators before adjudication (``relevance_ann1``-``relevance_ann4`` in the release's
+#: test-pid2anns files, two per query): ``first_annotator`` is the lower-numbered one's grades, ``second_annotator``
+#: the other's; ``adjudicated`` the grades the qrels hold
+JUDGEMENT_SETS = ("first_annotator", "second_annotator", "adjudicated")
+_ANNOTATOR = re.compile(r"relevance_ann(\d+)")
+
+
+def judgement_sets(facet: Optional[str] = None, split: Optional[str] = None):
+    """``{name: frame with qid, docno, label}`` of :data:`JUDGEMENT_SETS` for the selected queries: every pool
+    candidate with the grade each of its two annotators, and the adjudication, gave it.  A query without two
+    annotators' grades for every candidate is :class:`~pyterrier_sci.data.DamagedDataError` naming the file."""
+    wanted = set(_query_ids(facet, split))
+    rows: Dict[str, list] = {name: [] for name in JUDGEMENT_SETS}
+    for f in (FACETS if facet is None else (facet,)):
+        for pid, ann in annotations(f).items():
+            qid = f"{pid}_{f}"
+            if qid not in wanted:
+                continue
+            keys = sorted((k for k in ann if _ANNOTATOR.fullmatch(k)), key=lambda k: int(k[len("relevance_ann"):]))
+            if len(keys) != 2 or any(not isinstance(ann[k], list) or len(ann[k]) != len(ann["cands"]) for k in keys):
+                raise FILES[f].damaged(f"query paper {pid}: expected two annotators' grade lists "
+                                       f"(relevance_annN), one grade per candidate; found {keys}",
+                                       path=FILES[f].resolve())
+            for name, key in zip(JUDGEMENT_SETS, keys + [_GRADES]):
+                rows[name] += [(qid, str(c), float(g)) for c, g in zip(ann["cands"], ann[key])]
+    return {name: pd.DataFrame(r, columns=["qid", "docno", "label"]) for name, r in rows.items()}
+
+
 def _iter_qrels(facet, split):
     for qid, cand, rel in iter_judged(facet, split):
         yield ir_datasets.formats.GenericQrel(qid, cand, rel)
@@ -415,6 +446,7 @@ def _register_all():
                  FnScoredDocs(functools.partial(_iter_pool, facet, split)),
                  documentation={"pretty_name": f"CSFCube {facet or 'all facets'}{' ' + split if split else ''}",
                                 "desc": __doc__.split("\n\n")[0]})
+        register_judgements(name, functools.partial(judgement_sets, facet, split))
 
 
 _register_all()

@@ -41,6 +41,9 @@ import yaml
 
 from pyterrier_sci import artifacts, manifest
 from pyterrier_sci import measures as _measures
+from pyterrier_sci.agreement import MEASURES as AGREEMENT_MEASURES
+from pyterrier_sci.agreement import is_agreement_measure, judgements
+from pyterrier_sci.agreement import measure as agreement_measure
 from pyterrier_sci.data import data_dir, read_json
 from pyterrier_sci.environment import environment, jsonable
 from pyterrier_sci.errors import (
@@ -66,8 +69,9 @@ STATUS_NOT_RUNNABLE = "not runnable here"
 RUN_FORMATS = ("ranked_lists_json", "trec")
 _TABLE_KEYS = {"number", "title", "source", "datasets", "measures", "systems", "scale", "tolerance", "drift",
                "differs", "tiers", "digits"}
-_SYSTEM_KEYS = {"pipeline", "run", "random", "label", "tiers", "published", "reproduces", "tolerance", "drift",
-                "differs", "needs"}
+_SYSTEM_KEYS = {"pipeline", "run", "random", "agreement", "label", "tiers", "published", "reproduces", "tolerance",
+                "drift", "differs", "needs"}
+_AGREEMENT_KEYS = {"between", "per_query", "sample", "seed"}
 _PAPER_KEYS = {"paper", "config", "components", "models", "pipelines", "tables", "settings", "llm", "ray"}
 
 
@@ -88,6 +92,14 @@ class System:
     differs: Optional[str] = None
     needs: Tuple[str, ...] = ()
     random: Optional[Dict[str, int]] = None   # {trials, seed}: the mean over seeded shufflings of each pool
+    # {between: [two label sources], per_query, sample, seed}: an agreement row (measures of pyterrier_sci.agreement);
+    # a source is a judgement set of the dataset (its name) or {pipeline: EXPR, column: COL} labelling the pairs
+    agreement: Optional[Dict[str, Any]] = None
+
+    @property
+    def runs_here(self) -> bool:
+        """Whether the row computes anything (else it is declared for its published figures and ``needs``)."""
+        return any(x is not None for x in (self.pipeline, self.run, self.random, self.agreement))
 
 
 @dataclass
@@ -106,6 +118,11 @@ class Table:
     differs: str = ""
     tiers: Dict[str, Dict[str, Any]] = field(default_factory=dict)
     digits: int = 2
+
+    @property
+    def is_agreement(self) -> bool:
+        """A table of agreement between annotators (its measures are :data:`pyterrier_sci.agreement.MEASURES`)."""
+        return all(is_agreement_measure(m) for m in self.measures)
 
 
 @dataclass
@@ -199,11 +216,19 @@ def _parse_table(key: str, t: Any, path: Path) -> Table:
         unknown = sorted(set(s) - _SYSTEM_KEYS)
         if unknown:
             raise _fail(f"unknown keys {unknown} (known: {sorted(_SYSTEM_KEYS)})", path, sw)
-        given = [k for k in ("pipeline", "run", "random") if s.get(k) is not None]
+        given = [k for k in ("pipeline", "run", "random", "agreement") if s.get(k) is not None]
         if len(given) > 1 or not given and not s.get("needs"):
-            raise _fail("give one of 'pipeline' (an expression), 'run' (a released run file) and 'random' (the mean "
-                        "over shufflings of each pool), or only 'needs' (what it would take) for a row that cannot "
-                        "run here", path, sw)
+            raise _fail("give one of 'pipeline' (an expression), 'run' (a released run file), 'random' (the mean "
+                        "over shufflings of each pool) and 'agreement' (between two annotators' labels), or only "
+                        "'needs' (what it would take) for a row that cannot run here", path, sw)
+        agreement_table = all(is_agreement_measure(m) for m in measures)
+        if any(is_agreement_measure(m) for m in measures) and not agreement_table:
+            raise _fail(f"measures {measures} mix agreement measures ({', '.join(AGREEMENT_MEASURES)}) with ranking "
+                        "measures: give an agreement table of its own", path, where)
+        if given and (given[0] == "agreement") != agreement_table:
+            raise _fail("an 'agreement' row needs agreement measures (" + ", ".join(AGREEMENT_MEASURES) + ") and "
+                        "an agreement table takes only 'agreement' rows (or 'needs')", path, sw)
+        agreement_spec = _agreement_spec(s["agreement"], path, sw) if s.get("agreement") is not None else None
         random_spec = None
         if s.get("random") is not None:
             r = s["random"]
@@ -236,7 +261,7 @@ def _parse_table(key: str, t: Any, path: Path) -> Table:
             reproduces=bool(s.get("reproduces", False)),
             tolerance=None if s.get("tolerance") is None else _number(s["tolerance"], f"{sw}: tolerance", path),
             drift=None if s.get("drift") is None else _number(s["drift"], f"{sw}: drift", path),
-            differs=s.get("differs"), needs=needs, random=random_spec)
+            differs=s.get("differs"), needs=needs, random=random_spec, agreement=agreement_spec)
     tiers = dict(t.get("tiers") or {})
     for tier, spec in tiers.items():
         if tier not in TIERS or not isinstance(spec or {}, dict):
@@ -248,6 +273,37 @@ def _parse_table(key: str, t: Any, path: Path) -> Table:
                  drift=None if t.get("drift") is None else _number(t["drift"], f"{where}: drift", path),
                  differs=str(t["differs"]).strip(), tiers={k: dict(v or {}) for k, v in tiers.items()},
                  digits=int(t.get("digits", 2)))
+
+
+def _agreement_spec(a: Any, path: Path, where: str) -> Dict[str, Any]:
+    """An ``agreement:`` row checked: ``between`` two sources (a judgement set's name, or ``{pipeline: EXPR,
+    column: COL}`` labelling the judged pairs), ``per_query`` (the mean over queries of each query's figure;
+    default false: one figure over all pairs), ``sample`` pairs drawn with ``seed`` (default all)."""
+    if not isinstance(a, dict) or set(a) - _AGREEMENT_KEYS or not isinstance(a.get("between"), list) \
+            or len(a["between"]) != 2:
+        raise _fail("'agreement' must be a mapping {between: [SOURCE, SOURCE], per_query: bool, sample: N, seed: S} "
+                    "(a SOURCE: a judgement set of the dataset, or {pipeline: EXPR, column: COL})", path, where)
+    sources = []
+    for src in a["between"]:
+        if isinstance(src, str) and src:
+            sources.append(src)
+        elif isinstance(src, dict) and set(src) == {"pipeline", "column"} and \
+                all(isinstance(src[k], str) and src[k] for k in src):
+            sources.append(dict(src))
+        else:
+            raise _fail(f"agreement source {src!r}: give a judgement set's name or {{pipeline: EXPR, column: COL}}",
+                        path, where)
+    if not any(isinstance(x, str) for x in sources):
+        raise _fail("an agreement row compares with at least one judgement set of the dataset (the pairs it labels)",
+                    path, where)
+    for k in ("sample", "seed"):
+        v = a.get(k)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < (1 if k == "sample" else 0)):
+            raise _fail(f"agreement '{k}' must be an integer >= {1 if k == 'sample' else 0}, not {v!r}", path, where)
+    if not isinstance(a.get("per_query", False), bool):
+        raise _fail("agreement 'per_query' must be true or false", path, where)
+    return {"between": sources, "per_query": bool(a.get("per_query", False)), "sample": a.get("sample"),
+            "seed": int(a.get("seed") or 0)}
 
 
 def papers_dir() -> Path:
@@ -465,6 +521,60 @@ def _systems_of(table: Table, tier: str) -> List[System]:
     return [s for s in table.systems.values() if tier in s.tiers or tier == "full"]
 
 
+def _agreement_figures(system: System, table: Table, dsid: str, dataset: Mapping[str, Any], topics: pd.DataFrame,
+                       built: Mapping[str, Any], paper: Paper) -> Dict[str, float]:
+    """The table's agreement measures between the two label sources of ``system`` on the judged pairs of the
+    tier's queries (the pairs every judgement set named grades; ``sample`` of them when set), pooled or the mean
+    over queries (``per_query``).  A pipeline source labels those pairs (its input: ``qid``, ``query``, ``docno``)
+    and gives its ``column`` (``{facet}``-style fields filled from the dataset's ``vars``); a pair it leaves
+    unlabelled (NaN: an unusable LLM answer) is left out."""
+    spec = system.agreement
+    where = f"{paper.path}: table {table.key}, system {system.name!r}"
+    qids = set(topics["qid"].astype(str))
+    frames: List[Optional[pd.DataFrame]] = []
+    for src in spec["between"]:
+        if isinstance(src, str):
+            try:
+                j = judgements(dsid, src)
+            except KeyError as e:
+                raise ReproductionError(str(e.args[0]), where=where) from None
+            frames.append(j[j["qid"].isin(qids)])
+        else:
+            frames.append(None)
+    pairs = None
+    for f in frames:
+        if f is not None:
+            keys = f[["qid", "docno"]].drop_duplicates()
+            pairs = keys if pairs is None else pairs.merge(keys, on=["qid", "docno"])
+    pairs = pairs.sort_values(["qid", "docno"]).reset_index(drop=True)
+    if spec["sample"] is not None and spec["sample"] < len(pairs):
+        rng = np.random.default_rng(spec["seed"])
+        pairs = pairs.iloc[np.sort(rng.choice(len(pairs), spec["sample"], replace=False))].reset_index(drop=True)
+    labelled = pairs
+    for i, (src, f) in enumerate(zip(spec["between"], frames)):
+        if f is None:
+            inp = pairs.merge(topics[["qid", "query"]].astype({"qid": str}), on="qid")
+            out = built[src["pipeline"]](inp)
+            column = src["column"].format(**(dataset.get("vars") or {}))
+            if column not in out.columns:
+                raise ReproductionError(f"the pipeline {src['pipeline']!r} gives no column {column!r} (it gives: "
+                                        f"{', '.join(map(str, out.columns))})", where=where)
+            f = out[["qid", "docno", column]].rename(columns={column: "label"})
+            f = f.assign(qid=f["qid"].astype(str), docno=f["docno"].astype(str))
+        labelled = labelled.merge(f[["qid", "docno", "label"]].rename(columns={"label": f"label{i}"}),
+                                  on=["qid", "docno"], how="left")
+    labelled = labelled.dropna(subset=["label0", "label1"])
+    result: Dict[str, float] = {}
+    for m in table.measures:
+        if spec["per_query"]:
+            per = [agreement_measure(m, g["label0"], g["label1"]) for _, g in labelled.groupby("qid")]
+            per = [v for v in per if v == v]
+            result[m] = float(np.mean(per)) if per else float("nan")
+        else:
+            result[m] = agreement_measure(m, labelled["label0"], labelled["label1"])
+    return result
+
+
 def _random_runs(system: System, pool: pd.DataFrame) -> List[pd.DataFrame]:
     """The ``trials`` seeded shufflings of each query's pool (``pool``: the dataset's scoreddocs for the
     table's queries) of a ``random`` row."""
@@ -481,7 +591,7 @@ def _random_runs(system: System, pool: pd.DataFrame) -> List[pd.DataFrame]:
 
 def _runnable(system: System, llm: Optional[str]) -> Optional[str]:
     """None, or what the system needs that is not given."""
-    if system.pipeline is None and system.run is None and system.random is None:
+    if not system.runs_here:
         return "; ".join(system.needs) or "a declaration"
     if "llm" in system.needs and not llm:
         return "needs an LLM endpoint (--llm URL: any OpenAI-compatible server)"
@@ -518,12 +628,24 @@ def _compute(paper: Paper, table: Table, tier: str, llm: Optional[str], trusted:
     for label, ds in table.datasets.items():
         dsid = dataset_id(ds, tier)
         topics, qrels = _topics(table, tier, ds)
-        _measures.parse(table.measures, dataset=dsid)   # an unknown measure fails before anything runs
+        if not table.is_agreement:
+            _measures.parse(table.measures, dataset=dsid)   # an unknown measure fails before anything runs
         exprs = {s.name: s.pipeline for s in systems if s.pipeline is not None}
+        exprs.update({f"{s.name}:{i}": src["pipeline"] for s in systems if s.agreement is not None
+                      for i, src in enumerate(s.agreement["between"]) if isinstance(src, dict)})
         context = make_context(cfg, dsid, None, trusted)
         built = build_all(cfg, list(exprs.values()), context=context) if exprs else {}
         inputs, names = [], []
+
+        def put(name: str, m: str, v: Any, label: str = label) -> None:
+            if v is not None and v == v:
+                figures.setdefault(name, {}).setdefault(label, {})[m] = round(float(v) * table.scale, 6)
         for s in systems:
+            if s.agreement is not None:
+                for m, v in _agreement_figures(s, table, dsid, ds, topics, built, paper).items():
+                    put(s.name, m, v)
+                read_back[s.name] = False
+                continue
             if s.random is not None:
                 continue
             if s.run is not None:
@@ -537,9 +659,6 @@ def _compute(paper: Paper, table: Table, tier: str, llm: Optional[str], trusted:
                 built_all.setdefault(s.name, system)
                 inputs.append(saved if saved is not None else system >> _SaveRun(path, s.name))
             names.append(s.name)
-        def put(name: str, m: str, v: Any) -> None:
-            if v is not None and v == v:
-                figures.setdefault(name, {}).setdefault(label, {})[m] = round(float(v) * table.scale, 6)
 
         randoms = [s for s in systems if s.random is not None]
         pool = build_all(cfg, ["pool"], context=context)["pool"](topics) if randoms else None
@@ -747,6 +866,12 @@ def dry_run_table(paper: Paper, table: Table, tier: str = "quick", llm: Optional
                     what = f"read back its saved run {path}"
                 elif s.random is not None:
                     what = f"shuffle each pool {s.random['trials']} times (seed {s.random['seed']}) and average"
+                elif s.agreement is not None:
+                    a = s.agreement
+                    what = ("agreement between " + " and ".join(x if isinstance(x, str) else "the labels of " +
+                                                                x["pipeline"] for x in a["between"]) +
+                            (f" on {a['sample']} sampled pairs (seed {a['seed']})" if a["sample"] else "") +
+                            (", the mean over queries" if a["per_query"] else ""))
                 elif s.pipeline is None:
                     what = "-"
                 else:

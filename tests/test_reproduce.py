@@ -1,6 +1,7 @@
 """The reproduction engine (pyterrier_sci.reproduce): the schema, running a table with shared prefixes,
 resuming from saved runs, published / recorded / reproduced and tolerances, the exit status, the dry
 run, the matrix (rendered in Chromium) and the generated docs tables.  On CSFCube with BM25 (seconds)."""
+import copy
 import io
 import json
 import re
@@ -14,6 +15,7 @@ import yaml
 from conftest import needs_data
 
 import pyterrier_sci as ps
+from pyterrier_sci import agreement
 from pyterrier_sci import reproduce as R
 from pyterrier_sci.cli import main
 
@@ -80,9 +82,12 @@ def test_the_shipped_files_parse_and_name_known_measures_and_datasets():
         for table in paper.tables.values():
             assert table.differs, f"{pid}/{table.key} must say how it differs from the paper"
             for ds in table.datasets.values():
-                ps.measures.parse(table.measures, dataset=ds["id"])
+                if table.is_agreement:   # agreement between annotators: pyterrier_sci.agreement's measures
+                    assert all(agreement.is_agreement_measure(m) for m in table.measures)
+                else:
+                    ps.measures.parse(table.measures, dataset=ds["id"])
             for s in table.systems.values():
-                assert s.pipeline or s.run or s.random or s.needs
+                assert s.runs_here or s.needs
 
 
 @pytest.mark.parametrize("patch,message", [
@@ -93,6 +98,9 @@ def test_the_shipped_files_parse_and_name_known_measures_and_datasets():
     (lambda t: t["systems"]["BM25"].update(run={"path": "x"}), "give one of"),
     (lambda t: t.pop("differs"), "'differs' is required"),
     (lambda t: t["systems"]["BM25"].update(tiers=["nightly"]), "tiers"),
+    (lambda t: t["systems"]["BM25"].update(pipeline=None, agreement={"between": ["adjudicated", "x"]}),
+     "an 'agreement' row needs agreement measures"),
+    (lambda t: t.update(measures=["MAP", "Spearman"]), "mix agreement measures"),
 ])
 def test_schema_errors_name_the_file_and_the_cause(tmp_path, patch, message):
     d = _paper(tmp_path)
@@ -102,6 +110,67 @@ def test_schema_errors_name_the_file_and_the_cause(tmp_path, patch, message):
     with pytest.raises(R.ReproductionError) as e:
         R.load_paper("toy", d)
     assert message in str(e.value) and "toy.yaml" in str(e.value)
+
+
+AGREEMENT_TABLE = {
+    "number": "3", "measures": ["Spearman", "Kappa"], "differs": "a toy agreement table", "digits": 4,
+    "datasets": {"Method": {"id": "irds:sci/csfcube/method", "vars": {"facet": "method"}}},
+    "systems": {
+        "Annotators": {"agreement": {"between": ["first_annotator", "second_annotator"], "per_query": True},
+                       "tiers": ["quick", "full"]},
+        "Pooled": {"agreement": {"between": ["first_annotator", "second_annotator"]}, "tiers": ["quick", "full"]},
+        "Sampled": {"agreement": {"between": ["adjudicated", "first_annotator"], "sample": 50, "seed": 3},
+                    "tiers": ["quick", "full"]},
+        "Labeller": {"agreement": {"between": [{"pipeline": "text >> x", "column": "{facet}"}, "adjudicated"]},
+                     "needs": ["llm"]},
+    }}
+
+
+@pytest.mark.parametrize("patch,message", [
+    (lambda a: a.update(between=["first_annotator"]), "between: [SOURCE, SOURCE]"),
+    (lambda a: a.update(between=[{"pipeline": "text"}, "adjudicated"]), "judgement set's name or"),
+    (lambda a: a.update(between=[{"pipeline": "a", "column": "c"}, {"pipeline": "b", "column": "c"}]),
+     "at least one judgement set"),
+    (lambda a: a.update(sample=0), "'sample' must be an integer >= 1"),
+    (lambda a: a.update(per_query="yes"), "'per_query' must be true or false"),
+    (lambda a: a.update(colour="red"), "must be a mapping"),
+])
+def test_agreement_rows_are_checked(tmp_path, patch, message):
+    table = copy.deepcopy(AGREEMENT_TABLE)
+    patch(table["systems"]["Annotators"]["agreement"])
+    d = _paper(tmp_path, tables={"t3": table})
+    with pytest.raises(R.ReproductionError) as e:
+        R.load_paper("toy", d)
+    assert message in str(e.value) and "toy.yaml" in str(e.value) and "Annotators" in str(e.value)
+
+
+def test_an_agreement_table_is_the_libraries_statistics_on_the_judgement_sets(home):
+    """An agreement row: the measure between two judgement sets of the dataset on the tier's queries, pooled
+    over the pairs or the mean of each query's figure, on a seeded sample when asked; scipy's and sklearn's own
+    statistics on CSFCube's two annotators per query before adjudication."""
+    from scipy.stats import spearmanr
+    from sklearn.metrics import cohen_kappa_score
+
+    d = _paper(home, tables={"t3": copy.deepcopy(AGREEMENT_TABLE)})
+    (res,) = R.reproduce("toy/t3", tier="full", directory=d)
+    got = {(c.system, c.measure): c.reproduced for c in res.cells}
+    a = agreement.judgements("sci/csfcube/method", "first_annotator")
+    b = agreement.judgements("sci/csfcube/method", "second_annotator")
+    assert (a["qid"] + a["docno"]).tolist() == (b["qid"] + b["docno"]).tolist()
+    assert got[("Pooled", "Spearman")] == pytest.approx(spearmanr(a["label"], b["label"]).statistic, abs=1e-6)
+    assert got[("Pooled", "Kappa")] == pytest.approx(cohen_kappa_score(a["label"], b["label"]), abs=1e-6)
+    per = [spearmanr(ga["label"], b.loc[ga.index, "label"]).statistic for _, ga in a.groupby("qid")]
+    assert got[("Annotators", "Spearman")] == pytest.approx(float(pd.Series(per).mean()), abs=1e-6)
+    assert got[("Annotators", "Spearman")] != pytest.approx(got[("Pooled", "Spearman")], abs=1e-3)
+    sampled = got[("Sampled", "Spearman")]
+    assert sampled is not None and -1 <= sampled <= 1
+    assert [c.status for c in res.cells if c.system == "Labeller"] == [R.STATUS_NOT_RUNNABLE] * 2
+    # a judgement set the dataset does not have: one error naming the sets it has
+    table = copy.deepcopy(AGREEMENT_TABLE)
+    table["systems"]["Pooled"]["agreement"]["between"][1] = "third_annotator"
+    d = _paper(home, tables={"t3": table})
+    with pytest.raises(R.ReproductionError, match="no judgement set 'third_annotator'.*first_annotator"):
+        R.reproduce("toy/t3", tier="full", directory=d, systems=["Pooled"])
 
 
 def test_a_table_runs_shares_its_prefix_resumes_and_compares(home):
@@ -424,3 +493,24 @@ def test_a_generated_table_escapes_pipes_in_its_column_labels():
     cells = [re.split(r"(?<!\\)\|", line)[1:-1] for line in lines[:3]]
     assert len(cells[0]) == len(cells[1]) == len(cells[2]) == 1 + 3 * 4
     assert cells[0][1].strip() == r"\|C\| = 100 PREC@3"
+
+
+def test_csfcube_judgement_sets_need_two_annotators_per_query(monkeypatch):
+    """CSFCube's judgement sets read each query's two annotators (relevance_annN): a query with one is damaged
+    data, named with its file, not a silent half-empty set."""
+    from pyterrier_sci.data import DamagedDataError
+    from pyterrier_sci.datasets import csfcube
+    real = csfcube.annotations
+    sets = csfcube.judgement_sets("method")
+    assert [len(f) for f in sets.values()] == [len(sets["adjudicated"])] * 3
+    assert set(sets) == set(csfcube.JUDGEMENT_SETS)
+
+    def one_annotator(facet):
+        data = {k: dict(v) for k, v in real(facet).items()}
+        first = data[next(iter(data))]
+        for key in [k for k in first if k.startswith("relevance_ann")][1:]:
+            del first[key]
+        return data
+    monkeypatch.setattr(csfcube, "annotations", one_annotator)
+    with pytest.raises(DamagedDataError, match="two annotators' grade lists.*test-pid2anns-csfcube-method.json"):
+        csfcube.judgement_sets("method")

@@ -4,6 +4,8 @@ beyond its tolerance, or a published figure a table claims to reproduce and miss
 
 The LLM rows of the quick tier run against the loopback OpenAI-compatible server: their call counts,
 and their behaviour (a judge that says "Yes" to every paper keeps the first-stage order, §5.2.1)."""
+import json
+
 import pytest
 from conftest import DATA
 
@@ -20,7 +22,7 @@ def test_quick_tier_keeps_its_recorded_figures(paper, table):
     if not (DATA / DATA_OF.get(paper, paper)).exists():
         pytest.skip(f"no data for {paper} under {DATA}")
     declared = R.load_paper(paper).tables[table]
-    if not any(s.pipeline or s.run or s.random for s in declared.systems.values()):
+    if not any(s.runs_here for s in declared.systems.values()):
         # a table declared for its published figures only (every row needs what is not offline): nothing runs
         (res,) = R.reproduce(f"{paper}/{table}", tier="full")
         assert res.cells and all(c.status == R.STATUS_NOT_RUNNABLE and c.reason for c in res.cells)
@@ -144,3 +146,48 @@ def test_prism_agent_rows_against_the_loopback_server():
         assert cells[("Multi_bm25", m)] is not None
         assert cells[("Multi_bm25", m)] == pytest.approx(cells[("Single_bm25", m)], abs=1e-9)
     assert cells[("Multi_bm25", "Recall@100")] != pytest.approx(cells[("Sections_bm25", "Recall@100")], abs=1e-6)
+
+
+@pytest.mark.skipif(not (DATA / "csfcube").exists(), reason="no CSFCube data")
+def test_sciface_label_agreement_row_against_the_loopback_server(tmp_path, monkeypatch):
+    """SciFACE's Table 3, the labeller's row: it labels the 100 sampled judged pairs of each facet (one call
+    each, seed paper and candidate in the prompt), and the figure is the agreement of its labels with CSFCube's
+    adjudicated grades on those pairs: a server that answers each pair with its adjudicated grades agrees
+    perfectly (Spearman 1), one that answers with their reverse (3 - grade) disagrees perfectly (-1)."""
+    import numpy as np
+
+    from pyterrier_sci import agreement
+    from pyterrier_sci.datasets import csfcube
+    docs = csfcube.docs()
+    grade, sampled = {}, set()
+    for facet in ("background", "method"):
+        adj = agreement.judgements(f"sci/csfcube/{facet}", "adjudicated")
+        for q, d, g in adj.itertuples(index=False):
+            seed = docs[q.split("_")[0]]
+            grade.setdefault((seed.default_text()[:80], docs[d].title), {})[facet] = int(g)
+        # the declared sample: 100 of the judged pairs in (qid, docno) order, drawn with seed 0
+        pairs = adj.sort_values(["qid", "docno"]).reset_index(drop=True)
+        pick = pairs.iloc[np.sort(np.random.default_rng(0).choice(len(pairs), 100, replace=False))]
+        sampled |= {(q.split("_")[0], d) for q, d in zip(pick["qid"], pick["docno"])}
+    prompts = []
+
+    def answer(flip):
+        def respond(kind, body):
+            p = prompt_of(kind, body)
+            prompts.append(p)
+            seed = p.split("Seed paper\nTitle: \nAbstract: ", 1)[1][:80]
+            cand = p.split("Candidate paper\nTitle: ", 1)[1].split("\n", 1)[0]
+            g = grade[(seed, cand)]
+            return json.dumps({f: (3 - g.get(f, 0)) if flip else g.get(f, 0) for f in ("background", "method")})
+        return respond
+
+    for flip, expected in ((False, 1.0), (True, -1.0)):
+        prompts.clear()
+        monkeypatch.setenv("PYTERRIER_SCI_HOME", str(tmp_path / f"work-{flip}"))   # LLM answers cached per work dir
+        with ScriptedServer(responder=answer(flip)) as srv:
+            (res,) = R.reproduce("sciface/table3", tier="quick", llm=srv.base_url, systems=["LLM_vs_adjudicated"])
+        # one call per sampled pair; a pair sampled on both facets has the same prompt (the seed paper's text is
+        # the query of both), asked once
+        assert len(prompts) == len(set(prompts)) == len(sampled) > 190
+        for c in res.cells:
+            assert c.reproduced == pytest.approx(expected), c

@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 import pyterrier as pt
 
+from pyterrier_sci.agreement import accuracy, label_codes, macro_f1, spearman
 from pyterrier_sci.artifacts import atomic_file
 from pyterrier_sci.corpus import irds_id
 from pyterrier_sci.datasets import doris_mae
@@ -369,38 +370,6 @@ def to_qrels(scores: pd.DataFrame) -> pd.DataFrame:
 # agreement statistics
 # ------------------------------------------------------------------------------------------------
 
-def _codes(a: Sequence, b: Sequence) -> Tuple[np.ndarray, np.ndarray]:
-    """Both annotators' scores as codes of one label set, so that scikit-learn sees class labels even
-    where the adjudicated scores hold a half (the median of an even number of annotators)."""
-    a, b = np.asarray(a), np.asarray(b)
-    _, codes = np.unique(np.concatenate([a, b]), return_inverse=True)
-    return codes[:a.size], codes[a.size:]
-
-
-def accuracy(a: Sequence, b: Sequence) -> float:
-    """Exact agreement: the fraction of pairs given the same score (``sklearn.metrics.accuracy_score``)."""
-    from sklearn.metrics import accuracy_score
-    a, b = _codes(a, b)
-    return float(accuracy_score(a, b)) if a.size else float("nan")
-
-
-def macro_f1(a: Sequence, b: Sequence) -> float:
-    """Macro-F1 over the labels either annotator uses (``sklearn.metrics.f1_score(average="macro")``;
-    symmetric in ``a`` and ``b``)."""
-    from sklearn.metrics import f1_score
-    a, b = _codes(a, b)
-    return float(f1_score(a, b, average="macro", zero_division=0)) if a.size else float("nan")
-
-
-def spearman(a: Sequence, b: Sequence) -> float:
-    """Spearman's rho (``scipy.stats.spearmanr``); NaN when one annotator gives a single score throughout."""
-    from scipy.stats import spearmanr
-    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
-    if a.size < 2 or np.all(a == a[0]) or np.all(b == b[0]):
-        return float("nan")
-    return float(spearmanr(a, b).statistic)
-
-
 METRICS = {"f1_macro": macro_f1, "accuracy": accuracy, "spearman": spearman}
 METRIC_NAMES = {"f1_macro": "F1-score (macro)", "accuracy": "Accuracy", "spearman": "Spearman's rho"}
 
@@ -456,7 +425,7 @@ def resampled(name: str, a: Sequence, b: Sequence, idx: np.ndarray) -> np.ndarra
             out[~constant] = pearsonr(ra[~constant], rb[~constant], axis=1).statistic
         return out
     from sklearn.metrics import multilabel_confusion_matrix, precision_recall_fscore_support
-    ca, cb = _codes(a, b)
+    ca, cb = label_codes(a, b)
     n_labels = int(max(ca.max(), cb.max())) + 1
     offset = (np.arange(n) * n_labels)[:, None]
     ya, yb = (ca[idx] + offset).ravel(), (cb[idx] + offset).ravel()
