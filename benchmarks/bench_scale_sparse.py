@@ -19,6 +19,9 @@ compressed index and block-max data on first use), ``queries t=1`` and ``queries
 
     python benchmarks/bench_scale_sparse.py [--sizes 100000 1000000] [--backends pisa lucene]
         [--queries 500] [--lucene-queries 100] [--threads 1] [--java-heap 1g] [--json out.json]
+        [--out benchmarks/results/bench_scale_sparse.md]
+
+``--out`` records the run (``pyterrier_sci.bench.write_results``); docs/scale.md quotes its table.
 """
 from __future__ import annotations
 
@@ -33,6 +36,8 @@ import threading
 import time
 from pathlib import Path
 from typing import Dict, Iterator
+
+from pyterrier_sci.bench import load_note, write_results
 
 DATASET = "irds:sci/hepth-core-citations/train"
 
@@ -216,6 +221,7 @@ def main(argv=None) -> None:
     ap.add_argument("--threads", type=int, default=1, help="indexing threads")
     ap.add_argument("--workdir", type=Path, default=None, help="where the indexes go (default: a temp dir, removed)")
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--out", help="record the run in this results file (docs/scale.md quotes it)")
     ap.add_argument("--java-heap", default="", help="the JVM's -Xmx for Lucene, e.g. 1g (default: Java's)")
     ap.add_argument("--child", nargs=6, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -223,6 +229,9 @@ def main(argv=None) -> None:
         backend, n, workdir, queries, threads, java_heap = args.child
         child(backend, int(n), Path(workdir), int(queries), int(threads), java_heap)
         return
+    if min(args.sizes + [args.queries, args.lucene_queries, args.threads]) < 1:
+        ap.error("sizes, --queries, --lucene-queries and --threads must be at least 1")
+    load_before = os.getloadavg()
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bench_scale_sparse-"))
     rows = []
     try:
@@ -236,9 +245,18 @@ def main(argv=None) -> None:
     finally:
         if args.workdir is None:
             shutil.rmtree(workdir, ignore_errors=True)
-    print(report(rows))
+    table = report(rows)
+    print(table)
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
+    if args.out:
+        write_results(args.out, "bench_scale_sparse: BM25 indexing in bounded memory (PISA, Lucene)",
+                      "benchmarks/bench_scale_sparse.py", argv,
+                      [f"corpus: the hep-th abstracts of {DATASET} repeated under new docnos, streamed; each row in a "
+                       f"fresh child process, {args.threads} indexing thread(s); JVM heap: "
+                       f"{args.java_heap or 'Java default'}; queries: the first {args.queries} titles "
+                       f"({args.lucene_queries} for Lucene), k=1000"],
+                      [("indexing and queries", table)], load_note(load_before))
 
 
 if __name__ == "__main__":
