@@ -12,8 +12,11 @@
 
     PYTERRIER_SCI_DATA=/work/shared/data python benchmarks/bench_scale.py            # all three
     python benchmarks/bench_scale.py encode --docs 2000 --rounds 3 --memory-sizes 30000,300000
-    python benchmarks/bench_scale.py fanout [--docs 29555] [--dim 384] [--shards 2]
-    python benchmarks/bench_scale.py llm [--llm-queries 16] [--llm-depth 20] [--latency 0.05]
+    python benchmarks/bench_scale.py fanout [--docs 29555] [--dim 384] [--shards 2] [--out FILE]
+    python benchmarks/bench_scale.py llm [--llm-queries 16] [--llm-depth 20] [--latency 0.05] [--out FILE]
+
+``--out`` (fanout, llm) records the run (``pyterrier_sci.bench.write_results``); docs/scale.md quotes the
+recorded tables (benchmarks/results/bench_scale_fanout.md, bench_scale_llm.md).
 """
 from __future__ import annotations
 
@@ -33,7 +36,7 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
-from pyterrier_sci.bench import csfcube_rerank_sample, markdown
+from pyterrier_sci.bench import csfcube_rerank_sample, load_note, markdown, write_results
 from pyterrier_sci.llm.loopback import ScriptedServer, prompt_of, yes_no
 
 # ----------------------------------------------------------------- encode (sharded indexing)
@@ -278,10 +281,24 @@ def main_fanout(argv=None) -> int:
     ap.add_argument("--k", type=int, default=1000)
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--index", help="an existing sharded index whose vectors to use")
+    ap.add_argument("--out", help="record the run in this results file (docs/scale.md quotes it)")
     args = ap.parse_args(argv)
+    if min(args.docs, args.dim, args.shards, args.queries, args.k, args.repeats) < 1:
+        ap.error("--docs, --dim, --shards, --queries, --k and --repeats must be at least 1")
+    load_before = os.getloadavg()
     r = bench_fanout(args.docs, args.dim, args.shards, args.queries, args.k, args.repeats, args.index)
-    print(f"| fan-out retrieval ({r['source']}; {r['queries']} queries, k={r['k']}) | flat {r['flat_s']:.3f} s "
-          f"| {r['shards']} shards {r['sharded_s']:.3f} s | median ratio {r['ratio']:.2f} (target <= 1.2) |")
+    # the results were checked identical (docnos, scores within 1e-5) before the timing, or bench_fanout raised
+    table = ("| search | flat s | sharded s | shards | median ratio sharded / flat (target <= 1.2) |\n"
+             "|---|---|---|---|---|\n"
+             f"| {r['source']}; {r['queries']} queries, k={r['k']}, {args.repeats} A B pairs "
+             f"| {r['flat_s']:.3f} | {r['sharded_s']:.3f} | {r['shards']} | {r['ratio']:.2f} |")
+    print(table)
+    if args.out:
+        write_results(args.out, "bench_scale fanout: fan-out retrieval over shards against the flat index",
+                      "benchmarks/bench_scale.py", ["fanout", *(argv if argv is not None else sys.argv[2:])],
+                      ["query encoding excluded (the same on both sides); flat and sharded interleaved, the median of "
+                       "the per-pair ratios; results checked identical first"], [("fan-out", table)],
+                      load_note(load_before))
     return 0 if r["ok"] else 1
 
 
@@ -355,12 +372,21 @@ def main_llm(argv=None):
     ap.add_argument("--latency", type=float, default=0.05)
     ap.add_argument("--concurrency", type=int, default=4)
     ap.add_argument("--num-cpus", type=int, default=2)
+    ap.add_argument("--out", help="record the run in this results file (docs/scale.md quotes it)")
     args = ap.parse_args(argv)
+    if min(args.llm_queries, args.llm_depth, args.concurrency, args.num_cpus) < 1 or args.latency < 0:
+        ap.error("--llm-queries, --llm-depth, --concurrency and --num-cpus must be at least 1, --latency not negative")
+    load_before = os.getloadavg()
     table = bench_llm(args.llm_queries, args.llm_depth, args.latency, args.concurrency, args.num_cpus)
-    print(f"LLM stage (mir_pointwise), CSFCube method facet, {args.llm_queries} queries x top {args.llm_depth}; "
-          f"loopback server with {args.latency * 1000:.0f} ms fixed latency; {args.concurrency} calls in flight "
-          f"per worker; results identical to one process: {table.attrs['identical']}\n")
+    header = (f"LLM stage (mir_pointwise), CSFCube method facet, {args.llm_queries} queries x top {args.llm_depth}; "
+              f"loopback server with {args.latency * 1000:.0f} ms fixed latency; {args.concurrency} calls in flight "
+              f"per worker; results identical to one process: {table.attrs['identical']}")
+    print(header + "\n")
     print(markdown(table))
+    if args.out:
+        write_results(args.out, "bench_scale llm: an LLM stage on Ray workers against one process",
+                      "benchmarks/bench_scale.py", ["llm", *(argv if argv is not None else sys.argv[2:])], [header],
+                      [("LLM stage", markdown(table))], load_note(load_before))
 
 
 

@@ -319,3 +319,21 @@ def test_the_search_helpers_keep_their_old_import_paths():
     assert (_topk, _merge_topk, _prepare_queries, _scores) == (search.topk, search.merge_topk,
                                                                search.prepare_queries, search.aligned_scores)
     assert retriever.dense_component is components.dense_component and callable(_search)
+
+
+def test_unordered_shard_topk_merges_to_the_flat_order():
+    """A shard's top k is left unordered (merge_topk orders once for all shards): the same documents and
+    scores as the ordered top k, and merged, the flat search's order, ties by position included."""
+    from pyterrier_sci.plugins.dense.search import merge_topk, topk
+    rng = np.random.default_rng(1)
+    d = rng.integers(0, 3, size=(3000, 8)).astype(np.float32)   # few distinct scores: many ties
+    q = rng.integers(0, 3, size=(5, 8)).astype(np.float32)
+    flat = topk(d, q, 50)
+    parts = [topk(d[a:b], q, 50, offset=a, ordered=False) for a, b in ((0, 1100), (1100, 3000))]
+    ordered = topk(d[:1100], q, 50)
+    assert all(set(map(tuple, np.stack([s, i], -1).reshape(-1, 2).tolist())) ==
+               set(map(tuple, np.stack([os_, oi], -1).reshape(-1, 2).tolist()))
+               for s, i, os_, oi in zip(parts[0][0], parts[0][1], ordered[0], ordered[1]))
+    merged = merge_topk([p[0] for p in parts], [p[1] for p in parts], 50)
+    np.testing.assert_array_equal(merged[1], flat[1])
+    np.testing.assert_array_equal(merged[0], flat[0])

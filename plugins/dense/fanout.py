@@ -222,7 +222,7 @@ class ShardedDenseIndex(pta.Artifact):
 
         def one(i):
             dvecs, _ = self.shards[i].payload(return_docnos=False)
-            return topk(dvecs, qvecs, k, offset=int(self.starts[i]), cos=cos)
+            return topk(dvecs, qvecs, k, offset=int(self.starts[i]), cos=cos, ordered=False)  # merged below
         parts = self._map(one, list(range(self.num_shards)))
         return merge_topk([p[0] for p in parts], [p[1] for p in parts], min(k, self.num_docs))
 

@@ -104,11 +104,13 @@ def aligned_scores(qvecs, dvecs, lo: int, hi: int, offset: int = 0, cos: bool = 
     return out
 
 
-def topk(dvecs, qvecs, k: int, offset: int = 0, cos: bool = False, batch_size: int = 8192):
+def topk(dvecs, qvecs, k: int, offset: int = 0, cos: bool = False, batch_size: int = 8192, ordered: bool = True):
     """``(scores, ids)`` of the top-``k`` rows of ``dvecs`` for each (prepared) query, ``batch_size``
     rows scored (:func:`aligned_scores`) and selected at a time; ids are ``offset`` + row, ordered by score
     (descending) then id (ascending): a flat index and the shards of a sharded one (``offset`` = a
-    shard's start) give the same scores and order ties alike, so their results are identical."""
+    shard's start) give the same scores and order ties alike, so their results are identical.
+    ``ordered=False`` leaves each query's top ``k`` unordered (a shard's, which :func:`merge_topk` orders
+    once for all shards: the ordering is a sort of every query's ``k`` results, as costly as the selection)."""
     n, nq = dvecs.shape[0], qvecs.shape[0]
     k = min(k, n)
     qvecs = np.ascontiguousarray(qvecs, dtype=np.float32)
@@ -122,12 +124,14 @@ def topk(dvecs, qvecs, k: int, offset: int = 0, cos: bool = False, batch_size: i
         if s.shape[1] > k:
             s, i = select_topk(s, i, k)
         best_s, best_i = s, i
+    if not ordered:
+        return best_s, best_i
     order = np.lexsort((best_i, -best_s), axis=1)
     return np.take_along_axis(best_s, order, 1), np.take_along_axis(best_i, order, 1)
 
 
 def merge_topk(scores: list, ids: list, k: int):
-    """The exact top-``k`` of per-shard top-k lists (each ordered), by score then id."""
+    """The exact top-``k`` of per-shard top-k lists (ordered or not), by score then id."""
     s, i = np.concatenate(scores, axis=1), np.concatenate(ids, axis=1)
     if s.shape[1] > k:
         s, i = select_topk(s, i, k)
