@@ -521,15 +521,11 @@ def _systems_of(table: Table, tier: str) -> List[System]:
     return [s for s in table.systems.values() if tier in s.tiers or tier == "full"]
 
 
-def _agreement_figures(system: System, table: Table, dsid: str, dataset: Mapping[str, Any], topics: pd.DataFrame,
-                       built: Mapping[str, Any], paper: Paper) -> Dict[str, float]:
-    """The table's agreement measures between the two label sources of ``system`` on the judged pairs of the
-    tier's queries (the pairs every judgement set named grades; ``sample`` of them when set), pooled or the mean
-    over queries (``per_query``).  A pipeline source labels those pairs (its input: ``qid``, ``query``, ``docno``)
-    and gives its ``column`` (``{facet}``-style fields filled from the dataset's ``vars``); a pair it leaves
-    unlabelled (NaN: an unusable LLM answer) is left out."""
+def _agreement_pairs(system: System, dsid: str, topics: pd.DataFrame, where: str):
+    """``(frames, pairs)`` of an agreement row: each source's judgements on the tier's queries (None for a
+    pipeline source) and the pairs compared, ``qid``, ``docno`` (those every judgement set grades, in (qid,
+    docno) order; ``sample`` of them drawn with ``seed`` when set)."""
     spec = system.agreement
-    where = f"{paper.path}: table {table.key}, system {system.name!r}"
     qids = set(topics["qid"].astype(str))
     frames: List[Optional[pd.DataFrame]] = []
     for src in spec["between"]:
@@ -550,11 +546,28 @@ def _agreement_figures(system: System, table: Table, dsid: str, dataset: Mapping
     if spec["sample"] is not None and spec["sample"] < len(pairs):
         rng = np.random.default_rng(spec["seed"])
         pairs = pairs.iloc[np.sort(rng.choice(len(pairs), spec["sample"], replace=False))].reset_index(drop=True)
+    return frames, pairs
+
+
+def _agreement_input(pairs: pd.DataFrame, topics: pd.DataFrame) -> pd.DataFrame:
+    """What a labelling pipeline of an agreement row gets: the pairs with their queries' text."""
+    return pairs.merge(topics[["qid", "query"]].astype({"qid": str}), on="qid")
+
+
+def _agreement_figures(system: System, table: Table, dsid: str, dataset: Mapping[str, Any], topics: pd.DataFrame,
+                       built: Mapping[str, Any], paper: Paper) -> Dict[str, float]:
+    """The table's agreement measures between the two label sources of ``system`` on the judged pairs of the
+    tier's queries (the pairs every judgement set named grades; ``sample`` of them when set), pooled or the mean
+    over queries (``per_query``).  A pipeline source labels those pairs (its input: ``qid``, ``query``, ``docno``)
+    and gives its ``column`` (``{facet}``-style fields filled from the dataset's ``vars``); a pair it leaves
+    unlabelled (NaN: an unusable LLM answer) is left out."""
+    spec = system.agreement
+    where = f"{paper.path}: table {table.key}, system {system.name!r}"
+    frames, pairs = _agreement_pairs(system, dsid, topics, where)
     labelled = pairs
     for i, (src, f) in enumerate(zip(spec["between"], frames)):
         if f is None:
-            inp = pairs.merge(topics[["qid", "query"]].astype({"qid": str}), on="qid")
-            out = built[src["pipeline"]](inp)
+            out = built[src["pipeline"]](_agreement_input(pairs, topics))
             column = src["column"].format(**(dataset.get("vars") or {}))
             if column not in out.columns:
                 raise ReproductionError(f"the pipeline {src['pipeline']!r} gives no column {column!r} (it gives: "
@@ -884,6 +897,15 @@ def dry_run_table(paper: Paper, table: Table, tier: str = "quick", llm: Optional
                     system = build_all(cfg, [s.pipeline], context=make_context(cfg, dsid, None, bool(llm)))[s.pipeline]
                     system(topics)
                     reports.append(run.report([system], [f"{table.key}/{s.name}"], dataset=label))
+                if s.agreement is not None and "llm" in s.needs:   # its labelling pipeline on the pairs it compares
+                    topics, _ = _topics(table, tier, ds)
+                    _, pairs = _agreement_pairs(s, dsid, topics, f"{paper.path}: table {table.key}")
+                    for src in s.agreement["between"]:
+                        if isinstance(src, dict):
+                            system = build_all(cfg, [src["pipeline"]],
+                                               context=make_context(cfg, dsid, None, bool(llm)))[src["pipeline"]]
+                            system(_agreement_input(pairs, topics))
+                            reports.append(run.report([system], [f"{table.key}/{s.name}"], dataset=label))
     models = {name: dict(cfg.components.get(name) or {})      # with the tier's overrides
               for name in (paper.raw.get("models") or {})
               if any(re.search(rf"\b{re.escape(name)}\b", s.pipeline or "") for s in _systems_of(table, tier))}

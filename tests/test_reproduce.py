@@ -514,3 +514,16 @@ def test_csfcube_judgement_sets_need_two_annotators_per_query(monkeypatch):
     monkeypatch.setattr(csfcube, "annotations", one_annotator)
     with pytest.raises(DamagedDataError, match="two annotators' grade lists.*test-pid2anns-csfcube-method.json"):
         csfcube.judgement_sets("method")
+
+
+def test_a_dry_run_counts_the_calls_of_an_agreement_row(home):
+    """SciFACE's Table 3 labeller row in a dry run: one call per sampled pair of each facet (100 each), the
+    pairs sampled on both facets counted as cached the second time, and no request sent."""
+    paper = R.load_paper("sciface")
+    out = R.dry_run_table(paper, paper.tables["table3"], "full")
+    report = pd.concat([r.table for r in out["llm"]], ignore_index=True)
+    assert list(report["dataset"]) == ["Background", "Method"] and report["calls"].tolist() == [100, 100]
+    assert report["cached"].sum() == 200 - report["to_send"].sum() > 0
+    rows = {(r["dataset"], r["system"]): r for r in out["rows"]}
+    assert "100 sampled pairs (seed 0)" in rows[("Method", "LLM_vs_adjudicated")]["action"]
+    assert "first_annotator and second_annotator" in rows[("Method", "CSFCube_pre_adjudication")]["action"]
