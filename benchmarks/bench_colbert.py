@@ -284,10 +284,16 @@ def main(argv=None):
                  f"ColBERT {rows['colbert']['load_s']:.1f} s.")
     note = load_note(load_before)
     print("\n".join([header + "; " + note, "", *lines, "", *notes]))
+    sections = [("ColBERT against flat", "\n".join(lines))]
+    if exact is not None:   # the quality docs/colbert.md quotes: PLAID's top k against the exact MaxSim top k
+        ks = list(exact["recall"])
+        quality = [f"| chunks | query_maxlen | {' | '.join(f'@{k}' for k in ks)} |", "|---|---|" + "---|" * len(ks),
+                   f"| {len(docs):,} of {args.chunk_words} words ({len(topics)} queries) | {args.query_maxlen} | "
+                   + " | ".join(f"{m:.3f} ({lo:.3f})" for m, lo in exact["recall"].values()) + " |"]
+        sections.append(("PLAID against exact MaxSim", "\n".join(quality)))
     if args.out:
         write_results(Path(args.out), "bench_colbert: the ColBERT (PLAID) chunk index against the flat single-vector "
-                      "one", "benchmarks/bench_colbert.py", None, [header, *notes],
-                      [("ColBERT against flat", "\n".join(lines))], note)
+                      "one", "benchmarks/bench_colbert.py", None, [header, *notes], sections, note)
     if args.json:
         Path(args.json).write_text(json.dumps({
             "papers": n_papers, "chunk_words": args.chunk_words, "chunks": len(docs), "queries": len(topics),
