@@ -781,7 +781,7 @@ def _on_ray(jobs: List[Tuple[Paper, Table]], tier: str, llm: Optional[str], addr
     """The tables' systems as Ray tasks, on a local Ray or the cluster at ``address``: one task per system
     that runs a pipeline (all tables at once), each saving its runs in the work directory, whose indexes and
     trained models the tasks share (built once, under the artifact lock); then each table is assembled on the
-    driver from those saved runs (released runs and random rows are read or computed there), with its
+    driver from those saved runs (released runs, random rows and agreement rows are read or computed there), with its
     manifest.  A table's time is its slowest task's plus the assembly.  ``systems``: only those (one table)."""
     import ray
 
