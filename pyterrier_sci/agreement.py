@@ -15,8 +15,10 @@ from typing import Callable, Dict, Sequence, Tuple
 import numpy as np
 import pandas as pd
 
+from pyterrier_sci.registry import irds_id
+
 __all__ = ["MEASURES", "is_agreement_measure", "measure", "label_codes", "accuracy", "macro_f1", "spearman",
-           "pearson", "kendall", "cohen_kappa", "register_judgements", "judgements", "judgement_sets"]
+           "pearson", "kendall", "cohen_kappa", "register_judgements", "judgements"]
 
 
 def label_codes(a: Sequence, b: Sequence) -> Tuple[np.ndarray, np.ndarray]:
@@ -27,8 +29,13 @@ def label_codes(a: Sequence, b: Sequence) -> Tuple[np.ndarray, np.ndarray]:
     return codes[:a.size], codes[a.size:]
 
 
-def _constant(a: np.ndarray, b: np.ndarray) -> bool:
-    return a.size < 2 or bool(np.all(a == a[0])) or bool(np.all(b == b[0]))
+def _correlation(statistic, a: Sequence, b: Sequence) -> float:
+    """``statistic(a, b).statistic`` (a scipy.stats correlation) on the labels as floats; NaN when one annotator
+    gives a single label throughout (or there are fewer than two pairs)."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if a.size < 2 or np.all(a == a[0]) or np.all(b == b[0]):
+        return float("nan")
+    return float(statistic(a, b).statistic)
 
 
 def accuracy(a: Sequence, b: Sequence) -> float:
@@ -49,22 +56,19 @@ def macro_f1(a: Sequence, b: Sequence) -> float:
 def spearman(a: Sequence, b: Sequence) -> float:
     """Spearman's rho (``scipy.stats.spearmanr``); NaN when one annotator gives a single label throughout."""
     from scipy.stats import spearmanr
-    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
-    return float("nan") if _constant(a, b) else float(spearmanr(a, b).statistic)
+    return _correlation(spearmanr, a, b)
 
 
 def pearson(a: Sequence, b: Sequence) -> float:
     """Pearson's r (``scipy.stats.pearsonr``); NaN when one annotator gives a single label throughout."""
     from scipy.stats import pearsonr
-    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
-    return float("nan") if _constant(a, b) else float(pearsonr(a, b).statistic)
+    return _correlation(pearsonr, a, b)
 
 
 def kendall(a: Sequence, b: Sequence) -> float:
     """Kendall's tau-b (``scipy.stats.kendalltau``); NaN when one annotator gives a single label throughout."""
     from scipy.stats import kendalltau
-    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
-    return float("nan") if _constant(a, b) else float(kendalltau(a, b).statistic)
+    return _correlation(kendalltau, a, b)
 
 
 def cohen_kappa(a: Sequence, b: Sequence, weights: str = None) -> float:
@@ -97,19 +101,13 @@ _JUDGEMENTS: Dict[str, Callable[[], Dict[str, pd.DataFrame]]] = {}
 def register_judgements(dataset: str, sets: Callable[[], Dict[str, pd.DataFrame]]) -> None:
     """Offers ``sets()`` (``{name: frame with qid, docno, label}``, read on first use) as the named judgement
     sets of ``dataset`` (an ir_datasets id, with or without ``irds:``)."""
-    _JUDGEMENTS[_bare(dataset)] = sets
-
-
-def judgement_sets(dataset: str) -> Tuple[str, ...]:
-    """The names of the judgement sets ``dataset`` offers (empty when none)."""
-    fn = _JUDGEMENTS.get(_bare(dataset))
-    return tuple(fn()) if fn else ()
+    _JUDGEMENTS[irds_id(str(dataset))] = sets
 
 
 def judgements(dataset: str, name: str) -> pd.DataFrame:
     """The judgement set ``name`` of ``dataset``: ``qid``, ``docno``, ``label`` (float), one row per judged pair.
     A dataset that offers none, or not that one, is a :class:`KeyError` naming what it offers."""
-    fn = _JUDGEMENTS.get(_bare(dataset))
+    fn = _JUDGEMENTS.get(irds_id(str(dataset)))
     if fn is None:
         raise KeyError(f"dataset {dataset!r} offers no judgement sets (datasets that do: "
                        f"{', '.join(sorted(_JUDGEMENTS)) or 'none'})")
@@ -119,7 +117,3 @@ def judgements(dataset: str, name: str) -> pd.DataFrame:
     frame = sets[name]
     return pd.DataFrame({"qid": frame["qid"].astype(str), "docno": frame["docno"].astype(str),
                          "label": frame["label"].astype(float)})
-
-
-def _bare(dataset: str) -> str:
-    return str(dataset)[len("irds:"):] if str(dataset).startswith("irds:") else str(dataset)

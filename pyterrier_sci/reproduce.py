@@ -207,6 +207,10 @@ def _parse_table(key: str, t: Any, path: Path) -> Table:
             raise _fail(f"dataset {label!r} needs an 'id'", path, where)
         datasets[str(label)] = spec
     measures = [t["measures"]] if isinstance(t["measures"], str) else [str(m) for m in t["measures"]]
+    agreement_table = all(is_agreement_measure(m) for m in measures)   # what Table.is_agreement says
+    if any(is_agreement_measure(m) for m in measures) and not agreement_table:
+        raise _fail(f"measures {measures} mix agreement measures ({', '.join(AGREEMENT_MEASURES)}) with ranking "
+                    "measures: give an agreement table of its own", path, where)
     systems: Dict[str, System] = {}
     if not isinstance(t["systems"], dict):
         raise _fail("'systems' must map a system name to its declaration", path, where)
@@ -221,10 +225,6 @@ def _parse_table(key: str, t: Any, path: Path) -> Table:
             raise _fail("give one of 'pipeline' (an expression), 'run' (a released run file), 'random' (the mean "
                         "over shufflings of each pool) and 'agreement' (between two annotators' labels), or only "
                         "'needs' (what it would take) for a row that cannot run here", path, sw)
-        agreement_table = all(is_agreement_measure(m) for m in measures)
-        if any(is_agreement_measure(m) for m in measures) and not agreement_table:
-            raise _fail(f"measures {measures} mix agreement measures ({', '.join(AGREEMENT_MEASURES)}) with ranking "
-                        "measures: give an agreement table of its own", path, where)
         if given and (given[0] == "agreement") != agreement_table:
             raise _fail("an 'agreement' row needs agreement measures (" + ", ".join(AGREEMENT_MEASURES) + ") and "
                         "an agreement table takes only 'agreement' rows (or 'needs')", path, sw)
