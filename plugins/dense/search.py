@@ -124,10 +124,13 @@ def topk(dvecs, qvecs, k: int, offset: int = 0, cos: bool = False, batch_size: i
         if s.shape[1] > k:
             s, i = select_topk(s, i, k)
         best_s, best_i = s, i
-    if not ordered:
-        return best_s, best_i
-    order = np.lexsort((best_i, -best_s), axis=1)
-    return np.take_along_axis(best_s, order, 1), np.take_along_axis(best_i, order, 1)
+    return _by_score(best_s, best_i) if ordered else (best_s, best_i)
+
+
+def _by_score(s, i):
+    """Each row's results ordered by score (descending), then id (ascending)."""
+    order = np.lexsort((i, -s), axis=1)
+    return np.take_along_axis(s, order, 1), np.take_along_axis(i, order, 1)
 
 
 def merge_topk(scores: list, ids: list, k: int):
@@ -135,8 +138,7 @@ def merge_topk(scores: list, ids: list, k: int):
     s, i = np.concatenate(scores, axis=1), np.concatenate(ids, axis=1)
     if s.shape[1] > k:
         s, i = select_topk(s, i, k)
-    order = np.lexsort((i, -s), axis=1)
-    return np.take_along_axis(s, order, 1), np.take_along_axis(i, order, 1)
+    return _by_score(s, i)
 
 
 def masked_search(index: VectorIndex, qvecs, k: int, mask_fn: Callable[[int, int], np.ndarray],
