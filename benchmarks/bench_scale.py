@@ -11,12 +11,13 @@
            calls/s in one process, on 1 and on 2 Ray workers, and the server requests of a rerun (target 0).
 
     PYTERRIER_SCI_DATA=/work/shared/data python benchmarks/bench_scale.py            # all three
-    python benchmarks/bench_scale.py encode --docs 2000 --rounds 3 --memory-sizes 30000,300000
+    python benchmarks/bench_scale.py encode --docs 2000 --rounds 3 --memory-sizes 30000,300000 [--out FILE]
     python benchmarks/bench_scale.py fanout [--docs 29555] [--dim 384] [--shards 2] [--out FILE]
     python benchmarks/bench_scale.py llm [--llm-queries 16] [--llm-depth 20] [--latency 0.05] [--out FILE]
 
-``--out`` (fanout, llm) records the run (``pyterrier_sci.bench.write_results``); docs/scale.md quotes the
-recorded tables (benchmarks/results/bench_scale_fanout.md, bench_scale_llm.md).
+``--out`` records the run (``pyterrier_sci.bench.write_results``); docs/scale.md quotes the recorded tables
+(benchmarks/results/bench_scale_encode.md, with the capacity plan's arithmetic on its rates, bench_scale_fanout.md,
+bench_scale_llm.md).
 """
 from __future__ import annotations
 
@@ -168,22 +169,95 @@ def sharded_fresh(corpus, out, shards, workers, batch_size):
         return sharded(corpus, out, shards, workers, batch_size)
 
 
-def report_throughput(t: dict) -> dict:
-    print(f"## Encoding throughput ({t['docs']} hep-th abstracts, MiniLM, batch {t['batch_size']}, "
-          f"{os.cpu_count()} CPUs, {t['rounds']} interleaved rounds; load average {t['load_before'][0]:.2f} -> "
-          f"{t['load_after'][0]:.2f})\n")
-    print("| path | docs/s, whole build (median) | docs/s, encoding alone (median) |\n|---|---|---|")
+def mean_word_pieces(corpus: Path, batch: int = 64) -> float:
+    """Mean word pieces per text of ``corpus`` as the default encoder reads them (cut at its maximum length)."""
+    from pyterrier_sci.plugins.dense import DenseRetriever
+    st = DenseRetriever("default", verbose=False).encoder
+    texts = [d["text"] for d in read_jsonl(corpus)]
+    counts = []
+    for start in range(0, len(texts), batch):
+        counts += st[0].preprocess(texts[start:start + batch])["attention_mask"].sum(1).tolist()
+    return float(np.mean(counts))
+
+
+def throughput_table(t: dict) -> str:
+    rows = ["| path | docs/s, whole build (median) | docs/s, encoding alone (median) |", "|---|---|---|"]
     for k, name in (("single", "single process (flat build)"), ("ray1", "Ray, 1 worker"), ("ray2", "Ray, 2 workers")):
-        print(f"| {name} | {t['docs_per_s'][k]:.1f} | {t['encode_docs_per_s'][k]:.1f} |")
-    print("\nTime ratios (median of the per-round ratios, min-max); whole build includes model loads and, on Ray, "
-          "actor start-up (Ray itself is started before the timings):\n")
-    for k, name in (("ray1_over_single", "Ray 1 worker / single process, whole build (target <= 1.10)"),
-                    ("encode_ray1_over_single", "Ray 1 worker / single process, encoding alone (target <= 1.10)"),
-                    ("ray2_over_ray1", "Ray 2 workers / 1 worker, whole build"),
-                    ("encode_ray2_over_ray1", "Ray 2 workers / 1 worker, encoding alone")):
+        rows.append(f"| {name} | {t['docs_per_s'][k]:.1f} | {t['encode_docs_per_s'][k]:.1f} |")
+    return "\n".join(rows)
+
+
+RATIOS = (("ray1_over_single", "Ray 1 worker / single process, whole build", "<= 1.10"),
+          ("encode_ray1_over_single", "Ray 1 worker / single process, encoding alone", "<= 1.10"),
+          ("ray2_over_ray1", "Ray 2 workers / 1 worker, whole build", ""),
+          ("encode_ray2_over_ray1", "Ray 2 workers / 1 worker, encoding alone", ""))
+
+
+def ratios_table(t: dict) -> str:
+    rows = ["| time ratio | median | min | max | target |", "|---|---|---|---|---|"]
+    for k, name, target in RATIOS:
         r = t[k]
-        print(f"- {name}: {r['median']:.3f} ({r['min']:.3f}-{r['max']:.3f})")
-    return t
+        rows.append(f"| {name} | {r['median']:.3f} | {r['min']:.3f} | {r['max']:.3f} | {target} |")
+    return "\n".join(rows)
+
+
+def memory_table(memory: list) -> str:
+    rows = ["| documents | docs/s | peak RSS per worker (MiB) | driver peak RSS (MiB) | index (MiB) "
+            "| load before -> after |", "|---|---|---|---|---|---|"]
+    for m in memory:
+        rss = ", ".join(f"{v:.0f}" for v in m["peak_rss_mib_per_worker"])
+        rows.append(f"| {m['docs']:,} | {m['docs_per_s']:.1f} | {rss} | {m['driver_peak_rss_mib']:.0f} "
+                    f"| {m['index_mib']:.1f} | {m['load_before'][0]:.2f} -> {m['load_after'][0]:.2f} |")
+    return "\n".join(rows)
+
+
+#: published throughput (sbert.net's pretrained-models table): sentences/s on one GPU and on a CPU, for
+#: MiniLM-L6 models and for BERT-base-size models such as SPECTER2; short queries of about 10 word pieces
+SBERT_QPS = {"minilm": {"gpu": 18_000, "cpu": 750}, "bert-base": {"gpu": 4_000, "cpu": 170}}
+SBERT_QUERY_PIECES = 10
+#: PRISM's ACL corpus: 38,956 chunks of 256 words for 1,672 papers (sci/acl-fulltext/chunks-256)
+ACL_CHUNKS, ACL_PAPERS = 38_956, 1_672
+MAX_PIECES = 256  # MiniLM's cut: a 256-word chunk (about 330 word pieces) is read as 256
+
+
+def capacity_plan(rate: float, pieces: float, worker_mib: float) -> str:
+    """The capacity plan's arithmetic on the measured rate (abstracts/s of one Ray worker on this machine,
+    encoding alone), the corpus' mean word pieces and the measured peak memory per worker; every other input
+    is named in the table. Figures for sizes not run are estimates."""
+    hours = lambda n, per_s: n / per_s / 3600  # noqa: E731
+    gpu_by_ratio = SBERT_QPS["minilm"]["gpu"] * rate / SBERT_QPS["minilm"]["cpu"]
+    gpu_by_length = SBERT_QPS["minilm"]["gpu"] * SBERT_QUERY_PIECES / pieces
+    gpu_lo, gpu_hi = sorted((gpu_by_ratio, gpu_by_length))
+    specter_cpu = SBERT_QPS["bert-base"]["cpu"] / SBERT_QPS["minilm"]["cpu"] * rate
+    specter_gpu = SBERT_QPS["bert-base"]["gpu"] * rate / SBERT_QPS["minilm"]["cpu"]
+    chunk_cost = MAX_PIECES / pieces
+    chunks = 10e6 * ACL_CHUNKS / ACL_PAPERS
+    rows = [("MiniLM abstracts/s, one Ray worker on this machine (measured)", f"{rate:.1f}",
+             f"encoding alone, {pieces:.0f} word pieces on average"),
+            ("MiniLM abstracts/s per GPU (estimate)", f"{gpu_lo:,.0f}-{gpu_hi:,.0f}",
+             f"sbert.net's {SBERT_QPS['minilm']['gpu']:,} queries/s on a GPU, scaled by the CPU ratio "
+             f"({SBERT_QPS['minilm']['cpu']} queries/s : {rate:.1f} abstracts/s) or by length "
+             f"({SBERT_QUERY_PIECES} : {pieces:.0f} word pieces)"),
+            ("SPECTER2 (BERT-base) abstracts/s, CPU worker / GPU (estimate)", f"{specter_cpu:.1f} / {specter_gpu:,.0f}",
+             f"sbert.net's BERT-base {SBERT_QPS['bert-base']['cpu']} / {SBERT_QPS['bert-base']['gpu']:,} queries/s, "
+             "scaled by the CPU ratio"),
+            ("peak memory per worker, MiB (measured)", f"{worker_mib:.0f}", "the largest worker of the memory runs"),
+            ("100M abstracts: one 1M-abstract shard on one worker, hours", f"{hours(1e6, rate):.1f}", "1M / rate"),
+            ("100M abstracts: CPU worker-hours", f"{hours(1e8, rate):,.0f}", "100M / rate"),
+            ("100M abstracts: GPU-hours (estimate)", f"{hours(1e8, gpu_hi):.0f}-{hours(1e8, gpu_lo):.0f}",
+             "100M / GPU rate"),
+            ("100M abstracts, SPECTER2: CPU worker-hours / GPU-hours (estimate)",
+             f"{hours(1e8, specter_cpu):,.0f} / {hours(1e8, specter_gpu):.0f}", "100M / SPECTER2 rates"),
+            ("10M full papers: 256-word chunks (estimate)", f"{chunks / 1e6:.0f}M",
+             f"{ACL_CHUNKS:,} chunks / {ACL_PAPERS:,} ACL papers x 10M"),
+            ("10M full papers: chunks/s per CPU worker (estimate)", f"{rate / chunk_cost:.1f}",
+             f"a chunk is read as {MAX_PIECES} word pieces: rate x {pieces:.0f} / {MAX_PIECES}"),
+            ("10M full papers: CPU worker-hours / GPU-hours (estimate)",
+             f"{hours(chunks, rate / chunk_cost):,.0f} / {hours(chunks, gpu_hi / chunk_cost):.0f}-"
+             f"{hours(chunks, gpu_lo / chunk_cost):.0f}", "chunks / chunk rates")]
+    lines = ["| quantity | value | from |", "|---|---|---|"]
+    lines += [f"| {a} | {b} | {c} |" for a, b, c in rows]
+    return "\n".join(lines)
 
 
 def main_encode(argv=None):
@@ -197,34 +271,60 @@ def main_encode(argv=None):
     ap.add_argument("--mem-chars", type=int, default=200, help="texts of the memory runs cut to this many characters")
     ap.add_argument("--workdir", help="where corpora and indexes are written (default: a temporary directory)")
     ap.add_argument("--json", help="also write the results here")
+    ap.add_argument("--out", help="record the run in this results file (docs/scale.md quotes it); needs both the "
+                                  "throughput and the memory runs, which the capacity plan is computed from")
     ap.add_argument("--memory-child", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.docs < 0 or args.rounds < 1 or args.batch_size < 1 or min(args.mem_shards, args.mem_workers) < 1:
+        ap.error("--docs must not be negative; --rounds, --batch-size, --mem-shards and --mem-workers at least 1")
+    try:
+        sizes = [int(s) for s in args.memory_sizes.split(",") if s.strip()]
+    except ValueError:
+        ap.error(f"--memory-sizes must be comma-separated document counts, not {args.memory_sizes!r}")
+    if args.out and not (args.docs and sizes):
+        ap.error("--out records the capacity plan, which needs the throughput runs (--docs) and the memory runs "
+                 "(--memory-sizes)")
     work = Path(args.workdir or tempfile.mkdtemp(prefix="bench-scale-"))
     work.mkdir(parents=True, exist_ok=True)
-    sizes = [int(s) for s in args.memory_sizes.split(",") if s.strip()]
     if args.memory_child:
         Path(args.memory_child).write_text(json.dumps(memory_child(work, sizes, args.mem_shards, args.mem_workers,
                                                                    args.mem_chars, args.batch_size)))
         return
+    load_before = os.getloadavg()
     res = {"cpus": os.cpu_count()}
+    sections = []
     if args.docs:
-        res["throughput"] = report_throughput(throughput(work, args.docs, args.rounds, args.batch_size))
+        t = res["throughput"] = throughput(work, args.docs, args.rounds, args.batch_size)
+        t["mean_word_pieces"] = mean_word_pieces(work / f"hepth-{args.docs}.jsonl")
+        print(f"## Encoding throughput ({t['docs']} hep-th abstracts, {t['mean_word_pieces']:.1f} word pieces on "
+              f"average, MiniLM, batch {t['batch_size']}, {os.cpu_count()} CPUs, {t['rounds']} interleaved rounds; "
+              f"load average {t['load_before'][0]:.2f} -> {t['load_after'][0]:.2f})\n")
+        sections += [("encoding throughput", throughput_table(t)), ("time ratios", ratios_table(t))]
+        print(sections[0][1] + "\n\n" + sections[1][1])
     if sizes:
         res["memory"] = memory(work, sizes, args.mem_shards, args.mem_workers, args.mem_chars, args.batch_size)
         print(f"\n## Peak memory per worker ({args.mem_shards} shards, {args.mem_workers} workers, texts cut to "
               f"{args.mem_chars} characters)\n")
-        print("| documents | docs/s | peak RSS per worker (MiB) | driver peak RSS (MiB) | index (MiB) "
-              "| load before -> after |")
-        print("|---|---|---|---|---|---|")
-        for m in res["memory"]:
-            rss = ", ".join(f"{v:.0f}" for v in m["peak_rss_mib_per_worker"])
-            print(f"| {m['docs']:,} | {m['docs_per_s']:.1f} | {rss} | {m['driver_peak_rss_mib']:.0f} "
-                  f"| {m['index_mib']:.1f} | {m['load_before'][0]:.2f} -> {m['load_after'][0]:.2f} |")
+        sections.append(("peak memory per worker", memory_table(res["memory"])))
+        print(sections[-1][1])
+    if args.docs and sizes:
+        plan = capacity_plan(res["throughput"]["encode_docs_per_s"]["ray1"], res["throughput"]["mean_word_pieces"],
+                             max(v for m in res["memory"] for v in m["peak_rss_mib_per_worker"]))
+        sections.append(("capacity plan", plan))
+        print("\n## Capacity plan\n\n" + plan)
     if args.json:
         Path(args.json).write_text(json.dumps(res, indent=2))
+    if args.out:
+        write_results(args.out, "bench_scale encode: sharded encoding on Ray against one process, memory per worker",
+                      "benchmarks/bench_scale.py", ["encode", *(argv if argv is not None else sys.argv[2:])],
+                      [f"throughput: the first {args.docs} hep-th abstracts, MiniLM (torch fp32), batch "
+                       f"{args.batch_size}, {args.rounds} interleaved rounds; ratios are medians of the per-round time "
+                       "ratios; Ray is started before the timings, as a cluster is up before a job",
+                       f"memory: {args.mem_shards} shards, {args.mem_workers} workers, the hep-th abstracts repeated "
+                       f"under new ids and cut to {args.mem_chars} characters; each size in a process of its own"],
+                      sections, load_note(load_before))
     if not args.workdir:
         shutil.rmtree(work, ignore_errors=True)
-
 
 
 # ----------------------------------------------------------------- fanout (retrieval)
