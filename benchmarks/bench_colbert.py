@@ -285,6 +285,14 @@ def main(argv=None):
     note = load_note(load_before)
     print("\n".join([header + "; " + note, "", *lines, "", *notes]))
     sections = [("ColBERT against flat", "\n".join(lines))]
+    if ai_ratios is not None:   # the three searches docs/colbert.md quotes
+        ms = {k: rows[k]["query_ms"] for k in ("flat", "colbert", "colbert_ai")}
+        sections.append(("query latency against colbert-ai's search", "\n".join([
+            "| chunks | query_maxlen | flat ms/query | retriever ms/query | colbert-ai's search ms/query "
+            "| retriever / flat | colbert-ai / flat | retriever / colbert-ai |", "|---|---|---|---|---|---|---|---|",
+            f"| {len(docs):,} of {args.chunk_words} words ({len(topics)} queries, k={args.k}) | {args.query_maxlen} "
+            f"| {ms['flat']:.0f} | {ms['colbert']:.0f} | {ms['colbert_ai']:.0f} | {query_ratio} | {ai_ratios[0]} "
+            f"| {ai_ratios[1]} |"])))
     if exact is not None:   # the quality docs/colbert.md quotes: PLAID's top k against the exact MaxSim top k
         ks = list(exact["recall"])
         quality = [f"| chunks | query_maxlen | {' | '.join(f'@{k}' for k in ks)} |", "|---|---|" + "---|" * len(ks),

@@ -216,3 +216,75 @@ def test_bench_facet_refuses_empty_sizes_before_loading_a_model(capsys):
         with pytest.raises(SystemExit) as e:
             mod.main(["--engines", engines])
         assert e.value.code == 2 and "distinct engines among torch, onnx, openvino" in capsys.readouterr().err
+
+
+def _plan_rows(text):
+    return {line.split(" | ")[0].lstrip("| "): line.split(" | ")[1] for line in text.split("\n")
+            if line.startswith("| ") and "---" not in line and not line.startswith("| quantity")}
+
+
+def test_bench_scale_capacity_plan_is_arithmetic_on_the_measured_rates():
+    """The capacity plan docs/scale.md quotes is computed from the recorded rates: with the Zen 5 run's rate (32.5
+    abstracts/s, 153 word pieces) it gives the figures that were worked out by hand before (855 worker-hours,
+    8.5 h a shard, 780-1,176 abstracts/s per GPU, 3,320 chunk worker-hours within rounding), and it scales
+    with the rate."""
+    mod = _bench_script("bench_scale")
+    rows = _plan_rows(mod.capacity_plan(32.5, 153.0, 818.0))
+    assert rows["100M abstracts: CPU worker-hours"] == "855"
+    assert rows["100M abstracts: one 1M-abstract shard on one worker, hours"] == "8.5"
+    assert rows["MiniLM abstracts/s per GPU (estimate)"] == "780-1,176"
+    assert rows["10M full papers: 256-word chunks (estimate)"] == "233M"
+    assert rows["10M full papers: chunks/s per CPU worker (estimate)"] == "19.4"
+    assert rows["10M full papers: CPU worker-hours / GPU-hours (estimate)"].startswith("3,33")
+    assert rows["peak memory per worker, MiB (measured)"] == "818"
+    doubled = _plan_rows(mod.capacity_plan(65.0, 153.0, 818.0))
+    assert doubled["100M abstracts: CPU worker-hours"] == "427"
+
+
+def test_bench_scale_encode_refuses_bad_settings_before_running(capsys):
+    mod = _bench_script("bench_scale")
+    for argv in (["--rounds", "0"], ["--memory-sizes", "30k"], ["--docs", "0", "--out", "x.md"],
+                 ["--memory-sizes", "", "--out", "x.md"]):
+        with pytest.raises(SystemExit) as e:
+            mod.main_encode(argv)
+        assert e.value.code == 2, argv
+    assert "--out records the capacity plan" in capsys.readouterr().err
+
+
+def test_bench_mir_table_and_thread_counts(capsys):
+    """bench_mir.py --threads 1,2: one column per thread count (each run in a process of its own); a bad count is
+    one argparse error."""
+    mod = _bench_script("bench_mir")
+    row = {"torch_threads": 1, "triplets_per_second": 2.4418, "triplets": 72, "train_seconds": 29.49,
+           "total_seconds": 36.1, "peak_rss_mb": 3036.2, "load_average_1min": 1.39}
+    text = mod.table([row, {**row, "torch_threads": 2, "triplets_per_second": 3.9}])
+    assert text.split("\n")[0] == "| measure | `--threads 1` | `--threads 2` |"
+    assert "| training throughput, triplets/s | 2.44 (72 in 29.5 s) | 3.90 (72 in 29.5 s) |" in text
+    assert "| peak memory (RSS), MB | 3,036 | 3,036 |" in text
+    for bad in ("0", "1,x", ""):
+        with pytest.raises(SystemExit) as e:
+            mod.main(["--threads", bad])
+        assert e.value.code == 2
+    with pytest.raises(SystemExit) as e:
+        mod.main(["--steps", "0"])
+    assert e.value.code == 2 and "at least 1" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("script,argv", [("bench_ann", ["hepth", "--rounds", "0"]), ("bench_ann", ["--k", "0"]),
+                                         ("bench_hlm", ["--queries", "0"]), ("bench_hlm", ["--repeats", "0"])])
+def test_bench_scripts_refuse_counts_below_one(script, argv, capsys):
+    mod = _bench_script(script)
+    with pytest.raises(SystemExit) as e:
+        mod.main(argv)
+    assert e.value.code == 2 and "at least 1" in capsys.readouterr().err
+
+
+def test_bench_facet_agreement_needs_torch_first_and_onnx_int8_only_with_it(capsys):
+    mod = _bench_script("bench_facet")
+    for engines in ("openvino,torch", "torch"):
+        with pytest.raises(SystemExit) as e:
+            mod.main(["--engines", engines, "--agreement"])
+        assert e.value.code == 2 and "--agreement compares engines with torch" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        mod.main(["--engines", "torch,onnx-int8"])
+    assert e.value.code == 2 and "only reported with --agreement" in capsys.readouterr().err
