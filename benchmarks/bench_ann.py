@@ -14,6 +14,10 @@ max of the per-pair ratios), plus the time to build each ANN structure; load ave
     PYTERRIER_SCI_DATA=/work/shared/data python benchmarks/bench_ann.py            # both
     python benchmarks/bench_ann.py hepth [--k 100] [--rounds 5]
     python benchmarks/bench_ann.py scale [--docs 1000000] [--queries 200] [--no-hnsw]
+    python benchmarks/bench_ann.py all --rounds 3 --out benchmarks/results/bench_ann.md
+
+``--out`` records the run (``pyterrier_sci.bench.write_results``): one section per point (``hep-th``,
+``scale``), which docs/dense.md quotes.
 """
 from __future__ import annotations
 
@@ -27,7 +31,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from pyterrier_sci.bench import interleaved, load_note, markdown
+from pyterrier_sci.bench import interleaved, load_note, markdown, write_results
 
 HEPTH = "sci/hepth-core-citations/test"
 HEPTH_SETTINGS = [("hnsw", {}), ("hnsw", {"ef_search": 32}), ("hnsw", {"ef_search": 256}),
@@ -171,19 +175,37 @@ def main(argv=None):
     ap.add_argument("--queries", type=int, default=200)
     ap.add_argument("--clusters", type=int, default=4096)
     ap.add_argument("--no-hnsw", action="store_true", help="skip HNSW at the scale point (its build is long)")
+    ap.add_argument("--out", help="record the run in this results file (docs/dense.md quotes it)")
     args = ap.parse_args(argv)
+    if min(args.k, args.rounds, args.docs, args.queries, args.clusters) < 1:
+        ap.error("--k, --rounds, --docs, --queries and --clusters must be at least 1")
     before = os.getloadavg()
     print(load_note())
     tmp = Path(tempfile.mkdtemp(prefix="bench-ann-"))
+    sections, details = [], []
     try:
         if args.which in ("hepth", "all"):
-            print(markdown(bench_hepth(args.k, args.rounds, tmp)), flush=True)
+            sections.append(("hep-th", markdown(bench_hepth(args.k, args.rounds, tmp))))
+            details.append(f"hep-th: every document of {HEPTH.rsplit('/', 1)[0]} (title + abstract), sublinear TF-IDF "
+                           f"randomly projected to 384 dimensions, the test topics as queries, k={args.k}, "
+                           f"{args.rounds} interleaved rounds, through the dense transformer")
+            print(sections[-1][1], flush=True)
         if args.which in ("scale", "all"):
-            print(markdown(bench_scale(args.docs, args.queries, args.clusters, args.k, max(1, args.rounds // 2 + 1),
-                                       not args.no_hnsw, tmp)), flush=True)
+            rounds = max(1, args.rounds // 2 + 1)
+            sections.append(("scale", markdown(bench_scale(args.docs, args.queries, args.clusters, args.k, rounds,
+                                                           not args.no_hnsw, tmp))))
+            details.append(f"scale: {args.docs} synthetic 384-d unit vectors ({args.clusters} Gaussian clusters), "
+                           f"{args.queries} queries of the same mixture, k={args.k}, {rounds} interleaved rounds, "
+                           "at the index level")
+            print(sections[-1][1], flush=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
         print(load_note(before))
+    if args.out:
+        write_results(args.out, "bench_ann: approximate dense retrieval against exact search",
+                      "benchmarks/bench_ann.py", argv,
+                      details + ["recall against the exact top k; ANN/exact: median of the per-pair time ratios "
+                                 "(min-max)"], sections, load_note(before))
 
 
 if __name__ == "__main__":
