@@ -23,7 +23,10 @@ AdamW step on the same batches (the compute floor), ``--train-rounds`` interleav
 Throughput in examples per second (median round).  The load average before and after is printed.
 
     PYTERRIER_SCI_DATA=../shared/data python benchmarks/bench_hlm.py [--queries 100] [--steps 8] [--repeats 3]
-        [--train-rounds 2]
+        [--train-rounds 2] [--out benchmarks/results/bench_hlm.md]
+
+``--out`` records the run (``pyterrier_sci.bench.write_results``): sections ``retrieval`` and ``training``,
+which docs/hlm-cite.md quotes.
 """
 from __future__ import annotations
 
@@ -38,7 +41,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from pyterrier_sci.bench import interleaved, load_note, markdown
+from pyterrier_sci.bench import interleaved, load_note, markdown, write_results
 
 
 def retrieval(args, work):
@@ -66,6 +69,7 @@ def retrieval(args, work):
             groups = [(q, pool.loc[pool.qid == q, "docno"].map(row).to_numpy()) for q in topics["qid"]]
 
             def toolkit():
+                dr.__dict__.pop("_query_memo", None)  # the retriever memoises query vectors: encode them, as raw does
                 return dr(pool)
 
             def raw():
@@ -166,22 +170,41 @@ def main(argv=None):
                     help="tokens per abstract when encoding the corpus (128 halves the one-off encoding time)")
     ap.add_argument("--skip", choices=["retrieval", "training"], action="append", default=[])
     ap.add_argument("--work", default=None, help="work directory (the corpus index is kept there)")
+    ap.add_argument("--out", help="record the run in this results file (docs/hlm-cite.md quotes it)")
     args = ap.parse_args(argv)
+    if min(args.queries, args.steps, args.repeats, args.train_rounds, args.max_seq_length) < 1:
+        ap.error("--queries, --steps, --repeats, --train-rounds and --max-seq-length must be at least 1")
     work = Path(args.work or tempfile.mkdtemp(prefix="bench-hlm-"))
     os.environ.setdefault("PYTERRIER_SCI_HOME", str(work))
     import torch
     load_before = os.getloadavg()
     print(f"CPU threads: {torch.get_num_threads()}")
+    sections, details = [], [f"torch threads: {torch.get_num_threads()}"]
     if "retrieval" not in args.skip:
         build_s, n, table = retrieval(args, work)
+        details.append(f"retrieval: MiniLM, {n:,} hep-th abstracts encoded once at {args.max_seq_length} tokens into "
+                       f"the dense component's FlexIndex ({build_s:.0f} s, or less when --work kept it); "
+                       f"{args.queries} test queries, query encoding included on both sides, {args.repeats} "
+                       "interleaved rounds after one untimed")
         print(f"\nRetrieval, MiniLM, {n:,} hep-th abstracts (index build incl. encoding: {build_s:.0f} s)")
-        print(markdown(table))
+        sections.append(("retrieval", markdown(table)))
+        print(sections[-1][1])
     if "training" not in args.skip:
         table = training(args, work)
+        details.append(f"training: MiniLM-L6, 3 of 6 layers frozen, 128 tokens, {args.steps} steps per stage, "
+                       f"{args.train_rounds} interleaved rounds; train_curriculum (model load and save included) "
+                       "against a plain torch loop on the same batches")
         print("\nCurriculum training throughput on CPU (MiniLM-L6, 3 of 6 layers frozen, 128 tokens)")
-        print(markdown(table))
+        sections.append(("training", markdown(table)))
+        print(sections[-1][1])
     print(f"\n{load_note(load_before)}")
-    print(f"peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
+    peak = f"peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB"
+    print(peak)
+    if args.out:
+        write_results(args.out, "bench_hlm: HLM-Cite's retrieval and curriculum training against the raw work",
+                      "benchmarks/bench_hlm.py", argv, details + [peak], sections, load_note(load_before))
+    if not args.work:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":
