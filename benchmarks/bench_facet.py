@@ -15,7 +15,13 @@ max_length), and the run prints the load average before and after.
     python benchmarks/bench_facet.py [--sizes 90 103 128 253] [--threads 2] [--repeat 3]
         [--engines torch,openvino-int8] [--out benchmarks/results/bench_facet.md]
 
-``--out`` records the run (``pyterrier_sci.bench.write_results``); docs/sciface.md quotes its table.
+``--agreement`` (with ``--engines``, torch first) also scores 200 CSFCube pool pairs (the first 20 pool candidates
+of every fifth Method query in id order, 10 queries) with every engine and compares each engine's logits with
+torch's: max |difference|, Pearson, Spearman, the mean per-query Spearman, and the export's own check on its
+calibration pairs (from its ``pt_meta.json``); an int8 export the check refuses is a row saying so, with the
+Pearson it reached (``onnx-int8``: ONNX Runtime's dynamic quantisation).
+
+``--out`` records the run (``pyterrier_sci.bench.write_results``); docs/sciface.md quotes its tables.
 """
 from __future__ import annotations
 
@@ -33,7 +39,7 @@ from pyterrier_sci.bench import interleaved, load_note, markdown, write_results
 
 # engine name -> (backend, precision) of FacetCrossEncoder.on_backend
 ENGINES = {"torch": ("torch", "fp32"), "onnx": ("onnx", "fp32"), "openvino": ("openvino", "fp32"),
-           "openvino-int8": ("openvino", "int8")}
+           "openvino-int8": ("openvino", "int8"), "onnx-int8": ("onnx", "int8")}
 
 
 def make_artifact(root: Path, max_length: int, trained: bool = False) -> "object":
@@ -86,6 +92,80 @@ def frame(n: int) -> pd.DataFrame:
                          "abstract": [text() for _ in range(n)]})
 
 
+def pool_pairs(n_queries: int = 10, depth: int = 20, every: int = 5) -> pd.DataFrame:
+    """The first ``depth`` pool candidates of every ``every``-th CSFCube Method query in id order (``n_queries``
+    queries), in the facet scorer's input frame."""
+    import pyterrier as pt
+
+    from pyterrier_sci.datasets import csfcube
+    docs = csfcube.docs()
+    ds = pt.get_dataset("irds:sci/csfcube/method")
+    qids = sorted(ds.get_topics()["qid"])[::every][:n_queries]
+    pool = ds.get_results()
+    pool = pool[pool["qid"].isin(qids)].groupby("qid", sort=True).head(depth)
+    seeds = {q: docs[q.split("_")[0]] for q in qids}
+    return pd.DataFrame({"qid": pool["qid"].to_numpy(), "query": [seeds[q].title for q in pool["qid"]],
+                         "query_title": [seeds[q].title for q in pool["qid"]],
+                         "query_abstract": [seeds[q].abstract for q in pool["qid"]],
+                         "docno": pool["docno"].to_numpy(), "title": [docs[d].title for d in pool["docno"]],
+                         "abstract": [docs[d].abstract for d in pool["docno"]]})
+
+
+def export_check(exports: Path, backend: str, precision: str, max_length: int) -> dict:
+    """The quality check the export recorded in its ``pt_meta.json``."""
+    for meta in sorted(exports.rglob("pt_meta.json")):
+        m = json.loads(meta.read_text())
+        if (m.get("backend"), m.get("precision"), m.get("max_length")) == (backend, precision, max_length) \
+                and "check" in m:
+            return m["check"]
+    raise FileNotFoundError(f"no {backend} {precision} export at max_length {max_length} under {exports}")
+
+
+def aligned_scores(scorer, pairs: pd.DataFrame) -> np.ndarray:
+    """The scorer's score of each row of ``pairs``, in ``pairs``' order (a re-ranker returns its rows ranked)."""
+    out = scorer(pairs)
+    scores = pairs[["qid", "docno"]].merge(out[["qid", "docno", "score"]], on=["qid", "docno"], how="left",
+                                           validate="one_to_one")["score"].to_numpy(dtype=np.float64)
+    if np.isnan(scores).any():
+        raise ValueError("the scorer dropped rows of the pool pairs")
+    return scores
+
+
+def agreement(models: dict, engines: list, exports: Path, batch_size: int) -> str:
+    """Each engine's logits against torch's on :func:`pool_pairs`, one row per (engine, max_length)."""
+    import re
+
+    from scipy.stats import pearsonr, spearmanr
+
+    from pyterrier_sci.errors import BackendError
+    pairs = pool_pairs()
+    rows = []
+    for L, model in models.items():  # noqa: N806
+        ref = aligned_scores(model.scorer(batch_size=batch_size), pairs)
+        for e in engines[1:]:
+            backend, precision = ENGINES[e]
+            row = {"engine": e, "max_length": L}
+            try:
+                on = model.on_backend(backend, precision, "irds:sci/csfcube" if precision == "int8" else None, exports)
+                got = aligned_scores(on.scorer(batch_size=batch_size), pairs)
+            except BackendError as err:
+                reached = re.search(r"calibration pairs is (-?[0-9.]+)", str(err))
+                row.update({"max abs. logit difference": "-", "Pearson": "-", "Spearman": "-",
+                            "per-query Spearman": "-", "check on calibration pairs":
+                            f"Pearson {reached.group(1) if reached else '?'}: refused"})
+                rows.append(row)
+                continue
+            per_query = [spearmanr(got[idx], ref[idx])[0] for idx in pairs.groupby("qid").indices.values()]
+            check = export_check(exports, backend, precision, L)
+            row.update({"max abs. logit difference": f"{np.abs(got - ref).max():.1e}",
+                        "Pearson": f"{pearsonr(got, ref)[0]:.4f}", "Spearman": f"{spearmanr(got, ref)[0]:.4f}",
+                        "per-query Spearman": f"{np.mean(per_query):.4f}",
+                        "check on calibration pairs": (f"Pearson {check['pearson']:.4f}: built" if precision == "int8"
+                                                       else f"max diff {check['max_abs_diff']:.1e}")})
+            rows.append(row)
+    return markdown(pd.DataFrame(rows)) + f"\n\n(torch logits on the pool pairs: standard deviation {ref.std():.3f})"
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sizes", type=int, nargs="+", default=[90, 103, 128, 253])
@@ -95,6 +175,8 @@ def main(argv=None):
     ap.add_argument("--repeat", type=int, default=3, help="interleaved rounds per pool size")
     ap.add_argument("--engines", default="torch",
                     help=f"comma-separated, the first is the reference: {', '.join(ENGINES)} (default torch)")
+    ap.add_argument("--agreement", action="store_true",
+                    help="also compare each engine's logits with torch's on 200 CSFCube pool pairs (torch first)")
     ap.add_argument("--out", help="record the run in this results file (docs/sciface.md quotes it)")
     args = ap.parse_args(argv)
     if min(args.sizes + args.max_lengths + [args.batch_size, args.threads, args.repeat]) < 1:
@@ -103,47 +185,62 @@ def main(argv=None):
     unknown = [e for e in engines if e not in ENGINES]
     if unknown or not engines or len(set(engines)) < len(engines):
         ap.error(f"--engines {args.engines!r}: give distinct engines among {', '.join(ENGINES)}")
+    if args.agreement and (engines[0] != "torch" or len(engines) < 2):
+        ap.error("--agreement compares engines with torch: give --engines torch,ENGINE[,...]")
+    timed = [e for e in engines if e != "onnx-int8"]  # ONNX Runtime's dynamic int8 is refused by the check
+    if not args.agreement and len(timed) < len(engines):
+        ap.error("onnx-int8 is refused by the export's check: it is only reported with --agreement")
     torch.set_num_threads(args.threads)
     load_before = os.getloadavg()
-    rows = []
+    rows, sections = [], []
     with tempfile.TemporaryDirectory() as tmp:
-        scorers = {}
+        scorers, models = {}, {}
         for L in args.max_lengths:  # noqa: N806
-            model = make_artifact(Path(tmp), L, trained=any(ENGINES[e][1] == "int8" for e in engines))
-            for e in engines:
+            model = models[L] = make_artifact(Path(tmp), L, trained=any(ENGINES[e][1] == "int8" for e in engines))
+            for e in timed:
                 backend, precision = ENGINES[e]
                 on = model if backend == "torch" else model.on_backend(
                     backend, precision, "irds:sci/csfcube" if precision == "int8" else None, Path(tmp) / "exports")
                 scorers[(L, e)] = on.scorer(batch_size=args.batch_size)
         for rr in scorers.values():
             rr(frame(8))  # warm-up (an export is built here, outside the timings)
-        base, ref = args.max_lengths[0], engines[0]
+        base, ref = args.max_lengths[0], timed[0]
         for n in args.sizes:
             inp = frame(n)
             t = interleaved({k: (lambda rr=rr: rr(inp)) for k, rr in scorers.items()}, args.repeat)
             for L, e in scorers:  # noqa: N806
                 sec = t.median((L, e))
                 row = {"max_length": L, "pool size": n}
-                if len(engines) > 1:
+                if len(timed) > 1:
                     row["engine"] = e
                 row.update({"seconds/query (median)": round(sec, 2), "pairs/s": round(n / sec, 1)})
                 if len(args.max_lengths) > 1:
                     row[f"time / max_length {base} (median, min-max)"] = \
                         "-" if L == base else str(t.ratio((L, e), (base, e)))
-                if len(engines) > 1:
+                if len(timed) > 1:
                     row[f"{ref} / this engine's time: speed-up (median, min-max)"] = \
                         "-" if e == ref else str(t.ratio((L, ref), (L, e)))
                 rows.append(row)
-    header = (f"facet cross-encoder (MiniLM-L6 on the CPU, {', '.join(engines)}; torch on {args.threads} threads, "
+        if args.agreement:
+            sections.append(("agreement with torch", agreement(models, engines, Path(tmp) / "exports",
+                                                                args.batch_size)))
+    header = (f"facet cross-encoder (MiniLM-L6 on the CPU, {', '.join(timed)}; torch on {args.threads} threads, "
               f"batch {args.batch_size}), a random CSFCube seed paper with as many random abstracts as the pool size; "
               f"{args.repeat} interleaved rounds")
     note = load_note(load_before)
     table = markdown(pd.DataFrame(rows))
     print(f"{header}; {note}\n")
     print(table)
+    details = [header]
+    if args.agreement:
+        print("\n" + sections[0][1])
+        details.append("agreement: a Method facet cross-encoder (the offline MiniLM body trained on CSFCube's "
+                       "fold1-test judgements: 9 seeds, 2 epochs x 20 triplets per seed, lr 5e-5) on 200 CSFCube pool "
+                       "pairs, the first 20 pool candidates of every fifth Method query in id order; int8 calibrated "
+                       "on the component's 128 corpus pairs; per-query Spearman: the mean over the 10 queries")
     if args.out:
         write_results(args.out, "bench_facet: facet cross-encoder re-ranking throughput at CSFCube's pool sizes",
-                      "benchmarks/bench_facet.py", argv, [header], [("throughput", table)], note)
+                      "benchmarks/bench_facet.py", argv, details, [("throughput", table), *sections], note)
 
 
 if __name__ == "__main__":

@@ -288,3 +288,19 @@ def test_bench_facet_agreement_needs_torch_first_and_onnx_int8_only_with_it(caps
     with pytest.raises(SystemExit) as e:
         mod.main(["--engines", "torch,onnx-int8"])
     assert e.value.code == 2 and "only reported with --agreement" in capsys.readouterr().err
+
+
+def test_bench_facet_agreement_aligns_a_ranked_output_with_its_input():
+    """A re-ranker returns its rows ranked: the agreement compares each pair's score with the same pair's, not the
+    n-th best with the n-th best (which gives a per-query Spearman of 1 whatever the engines do)."""
+    import pandas as pd
+    mod = _bench_script("bench_facet")
+    pairs = pd.DataFrame({"qid": ["a", "a", "a", "b", "b"], "docno": ["1", "2", "3", "1", "4"]})
+    given = {("a", "1"): 0.1, ("a", "2"): 0.9, ("a", "3"): 0.5, ("b", "1"): 0.2, ("b", "4"): 0.7}
+
+    def ranked_scorer(df):
+        out = df.assign(score=[given[(q, d)] for q, d in zip(df.qid, df.docno)])
+        return out.sort_values(["qid", "score"], ascending=[True, False]).reset_index(drop=True)
+    assert mod.aligned_scores(ranked_scorer, pairs).tolist() == [0.1, 0.9, 0.5, 0.2, 0.7]
+    with pytest.raises(ValueError, match="dropped rows"):
+        mod.aligned_scores(lambda df: ranked_scorer(df).head(3), pairs)
