@@ -93,13 +93,10 @@ def peaks(cpu: dict, vector_bits: int, pipes: int) -> dict:
 
 def model_flops(st, texts) -> tuple:
     """(total FLOPs of the transformer on ``texts``, mean tokens per text, config string)."""
+    from pyterrier_sci.bench import word_pieces
     cfg = st[0].model.config
     n_layers, h, i = cfg.num_hidden_layers, cfg.hidden_size, cfg.intermediate_size
-    tokens = []
-    for start in range(0, len(texts), 64):
-        f = st[0].preprocess(texts[start:start + 64])
-        tokens += f["attention_mask"].sum(1).tolist()
-    t = np.asarray(tokens, dtype=np.float64)
+    t = np.asarray(word_pieces(st, texts), dtype=np.float64)
     total = float((2 * n_layers * (t * (4 * h * h + 2 * h * i) + 2 * t * t * h)).sum())
     return total, float(t.mean()), f"L={n_layers}, h={h}, i={i}"
 

@@ -131,8 +131,10 @@ def aligned_scores(scorer, pairs: pd.DataFrame) -> np.ndarray:
     return scores
 
 
-def agreement(models: dict, engines: list, exports: Path, batch_size: int) -> str:
-    """Each engine's logits against torch's on :func:`pool_pairs`, one row per (engine, max_length)."""
+def agreement(models: dict, scorers: dict, engines: list, exports: Path, batch_size: int) -> str:
+    """Each engine's logits against torch's on :func:`pool_pairs`, one row per (engine, max_length); ``scorers``
+    holds the timed engines' scorers by (max_length, engine), the others are built here (an int8 export the check
+    refuses is a row saying so)."""
     import re
 
     from scipy.stats import pearsonr, spearmanr
@@ -141,13 +143,15 @@ def agreement(models: dict, engines: list, exports: Path, batch_size: int) -> st
     pairs = pool_pairs()
     rows = []
     for L, model in models.items():  # noqa: N806
-        ref = aligned_scores(model.scorer(batch_size=batch_size), pairs)
+        ref = aligned_scores(scorers[(L, "torch")], pairs)
         for e in engines[1:]:
             backend, precision = ENGINES[e]
             row = {"engine": e, "max_length": L}
             try:
-                on = model.on_backend(backend, precision, "irds:sci/csfcube" if precision == "int8" else None, exports)
-                got = aligned_scores(on.scorer(batch_size=batch_size), pairs)
+                scorer = scorers.get((L, e)) or model.on_backend(
+                    backend, precision, "irds:sci/csfcube" if precision == "int8" else None, exports
+                ).scorer(batch_size=batch_size)
+                got = aligned_scores(scorer, pairs)
             except BackendError as err:
                 reached = re.search(r"calibration pairs is (-?[0-9.]+)", str(err))
                 row.update({"max abs. logit difference": "-", "Pearson": "-", "Spearman": "-",
@@ -222,7 +226,7 @@ def main(argv=None):
                         "-" if e == ref else str(t.ratio((L, ref), (L, e)))
                 rows.append(row)
         if args.agreement:
-            sections.append(("agreement with torch", agreement(models, engines, Path(tmp) / "exports",
+            sections.append(("agreement with torch", agreement(models, scorers, engines, Path(tmp) / "exports",
                                                                 args.batch_size)))
     header = (f"facet cross-encoder (MiniLM-L6 on the CPU, {', '.join(timed)}; torch on {args.threads} threads, "
               f"batch {args.batch_size}), a random CSFCube seed paper with as many random abstracts as the pool size; "

@@ -37,7 +37,7 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
-from pyterrier_sci.bench import csfcube_rerank_sample, load_note, markdown, write_results
+from pyterrier_sci.bench import csfcube_rerank_sample, load_note, markdown, word_pieces, write_results
 from pyterrier_sci.llm.loopback import ScriptedServer, prompt_of, yes_no
 
 # ----------------------------------------------------------------- encode (sharded indexing)
@@ -169,15 +169,11 @@ def sharded_fresh(corpus, out, shards, workers, batch_size):
         return sharded(corpus, out, shards, workers, batch_size)
 
 
-def mean_word_pieces(corpus: Path, batch: int = 64) -> float:
+def mean_word_pieces(corpus: Path) -> float:
     """Mean word pieces per text of ``corpus`` as the default encoder reads them (cut at its maximum length)."""
     from pyterrier_sci.plugins.dense import DenseRetriever
-    st = DenseRetriever("default", verbose=False).encoder
-    texts = [d["text"] for d in read_jsonl(corpus)]
-    counts = []
-    for start in range(0, len(texts), batch):
-        counts += st[0].preprocess(texts[start:start + batch])["attention_mask"].sum(1).tolist()
-    return float(np.mean(counts))
+    return float(np.mean(word_pieces(DenseRetriever("default", verbose=False).encoder,
+                                     [d["text"] for d in read_jsonl(corpus)])))
 
 
 def throughput_table(t: dict) -> str:

@@ -162,6 +162,15 @@ def write_results(path: Any, title: str, script: str, argv: Optional[Sequence[st
     return text
 
 
+def word_pieces(st, texts: Sequence[str], batch: int = 64) -> List[int]:
+    """Word pieces per text as the sentence-transformers model ``st`` reads them (its tokenizer, cut at its maximum
+    length), ``batch`` texts at a time."""
+    counts: List[int] = []
+    for start in range(0, len(texts), batch):
+        counts += st[0].preprocess(list(texts[start:start + batch]))["attention_mask"].sum(1).tolist()
+    return counts
+
+
 def csfcube_rerank_sample(n_queries: int, depth: int) -> pd.DataFrame:
     """The first ``n_queries`` queries of CSFCube's method facet with the top ``depth`` documents of
     their candidate pool, as a result frame with ``title`` and ``abstract`` (what the LLM re-rankers
