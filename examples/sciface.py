@@ -28,7 +28,7 @@ import pandas as pd  # noqa: E402
 import pyterrier as pt  # noqa: E402
 
 import pyterrier_sci as ps  # noqa: E402
-from pyterrier_sci.data import data_dir, work_dir  # noqa: E402
+from pyterrier_sci.data import data_dir  # noqa: E402
 from pyterrier_sci.datasets import csfcube  # noqa: E402
 from pyterrier_sci.plugins import sciface as F  # noqa: E402, N812
 from pyterrier_sci.plugins.sciface.folds import FoldRouted  # noqa: E402
@@ -93,31 +93,16 @@ def fold_reranker(facet: str, args):
 
 
 def warm_start(args) -> str:
-    """The bi-encoder-distilled starting point (plugins/sciface/warm_start.py): seeds and neighbours
-    from the ACL abstracts (no CSFCube paper, no label), targets = the offline MiniLM's cosine."""
-    import ir_datasets
-
-    from pyterrier_sci.plugins.sciface.warm_start import distil_cross_encoder, neighbour_pairs
-    key = f"{args.warm_corpus}-s{args.warm_seeds}-l{args.max_length}-e{args.warm_epochs}"
-    if args.warm_loss != "mse":      # the first (pointwise) setting keeps its original cache name
-        key += f"-{args.warm_loss}-r{args.warm_sampled_ranks}"
-    path = work_dir() / "sciface" / f"warm-start-{key}"
-    if not path.exists():
-        t0 = time.time()
-        if args.warm_corpus == "acl":
-            docs = [(d.doc_id, d.title, d.abstract)
-                    for d in ir_datasets.load("sci/acl-core-citations/train").docs_iter()]
-        else:   # CSFCube's papers without its 34 query papers: in-domain, unlabelled (GPL-style)
-            queries = set(pd.read_csv(data_dir() / "csfcube" / "queries-release.csv", dtype=str)["pid"])
-            docs = [(d.doc_id, d.title, d.abstract) for d in csfcube.docs().values() if d.doc_id not in queries]
-        if args.warm_loss == "mse":
-            pairs = neighbour_pairs(docs, n_seeds=args.warm_seeds)
-        else:   # the nearest paper, sampled near neighbours (ranks up to 100) and one random paper per seed
-            pairs = neighbour_pairs(docs, n_seeds=args.warm_seeds, ranks=(1,), n_sampled_ranks=args.warm_sampled_ranks,
-                                    max_rank=100, n_random=1)
-        distil_cross_encoder(pairs, path, epochs=args.warm_epochs, max_length=args.max_length, loss=args.warm_loss)
-        print(f"[warm start] {len(pairs)} {args.warm_corpus} pairs distilled from MiniLM ({args.warm_loss}) "
-              f"in {time.time() - t0:.0f} s", flush=True)
+    """The bi-encoder-distilled starting point (plugins/sciface/warm_start.py, built once and kept in the
+    work directory): seeds and neighbours from the ACL abstracts (no CSFCube paper, no label), or CSFCube's
+    papers without its query papers; targets = the offline MiniLM's cosine."""
+    from pyterrier_sci.plugins.sciface.warm_start import WarmStartSettings, warm_start_model
+    settings = WarmStartSettings(loss=args.warm_loss, seeds=args.warm_seeds, corpus=args.warm_corpus,
+                                 epochs=args.warm_epochs, sampled_ranks=args.warm_sampled_ranks,
+                                 max_length=args.max_length)
+    t0 = time.time()
+    path = warm_start_model(settings, verbose=True)
+    print(f"[warm start] {path} ready in {time.time() - t0:.0f} s", flush=True)
     return str(path)
 
 

@@ -1,6 +1,7 @@
 """``sciface_rerank(train=True)``: SciFACE's facet cross-encoders trained on CSFCube's own judgements,
 cross-fitted on its official folds (plugins/sciface/folds.py).  Each query must be re-ranked by the model
 trained on the other fold's test queries, and no model may have seen a query it re-ranks."""
+import conftest
 import pandas as pd
 import pyterrier as pt
 import pytest
@@ -10,11 +11,13 @@ import pyterrier_sci as ps
 from pyterrier_sci.datasets import csfcube
 from pyterrier_sci.errors import ParameterError
 from pyterrier_sci.plugins.sciface import folds as F  # noqa: N812
+from pyterrier_sci.plugins.sciface import warm_start as W  # noqa: N812
 from pyterrier_sci.plugins.sciface.components import facet_rerank_component
 from pyterrier_sci.plugins.sciface.cross_encoder import FacetReranker
 from pyterrier_sci.plugins.sciface.rerank import SeedText
+from pyterrier_sci.plugins.sciface.warm_start import WarmStartSettings
 from pyterrier_sci.protocol import walk
-from pyterrier_sci.registry import Context
+from pyterrier_sci.registry import Context, get
 
 pytestmark = needs_data("csfcube", "readable_annotations")
 
@@ -117,3 +120,77 @@ def test_train_true_is_refused_where_it_cannot_hold(tmp_path, dataset, extra, ma
 def test_training_settings_need_train_true(tmp_path):
     with pytest.raises(ParameterError, match="epochs need train=True"):
         facet_rerank_component(context=Context(dataset=METHOD, work_dir=str(tmp_path)), model="/x", epochs=2)
+
+
+def test_fresh_head_model_keys_are_those_of_before_warm_starts():
+    # the keys of the models in users' work directories (trained before warm starts were settings) must not move
+    settings = F.FoldSettings(facet="method")
+    assert settings.key("fold2-test") == "11435ca0943b"
+    assert F.FoldSettings(facet="method", warm_start=WarmStartSettings()).key("fold2-test") != "11435ca0943b"
+
+
+@conftest.needs_data("acl-fulltext")
+def test_warm_started_fold_models_start_from_one_shared_student(trained, monkeypatch):
+    """``warm_loss``: both folds train from one cross-encoder distilled on unlabelled ACL papers (built once,
+    keyed by its settings, reused by a second facet and pipeline), not from a fresh head."""
+    warm = dict(warm_loss="margin_mse", warm_seeds=3, warm_docs=40)
+    distilled, bases = [], []
+    real_distil, real_train = W.distil_cross_encoder, F.train_facet_cross_encoder
+
+    def distil(pairs, path, **kw):
+        distilled.append((set(pairs["seed_id"]) | set(pairs["cand_id"]), kw))
+        return real_distil(pairs, path, **kw)
+
+    def train(pairs, path, facet, **kw):
+        bases.append(kw["base_model"])
+        return real_train(pairs, path, facet, **kw)
+
+    monkeypatch.setattr(W, "distil_cross_encoder", distil)
+    monkeypatch.setattr(F, "train_facet_cross_encoder", train)
+    tmp_path, fresh_pipe, _ = trained      # the module's work directory, which holds the fresh-head models
+    ctx = Context(dataset=METHOD, work_dir=str(tmp_path))
+    pipe = facet_rerank_component(context=ctx, **TINY, **warm)
+    student = W.warm_start_model(W.WarmStartSettings(loss="margin_mse", seeds=3, docs=40, max_length=48), tmp_path)
+    assert student.parent == tmp_path / "models" / "sciface" and student.name.startswith(
+        "sci__acl-core-citations__train-warm-margin_mse-")
+    assert W.WarmStartCrossEncoder(student).metadata["seeds"] == 3
+    # one distillation, on the first 40 ACL papers, at the fold training's input length
+    acl = [d for d, _, _ in W.distillation_corpus("acl")]
+    assert len(distilled) == 1 and distilled[0][0] <= set(acl[:40])
+    assert distilled[0][1]["max_length"] == 48 and distilled[0][1]["loss"] == "margin_mse"
+    assert bases == [str(student)] * 2
+    routed = _routed(pipe)
+    for fold, reranker in routed.by_fold.items():
+        assert reranker.model.meta["base_model"] == str(student), fold
+    # the fresh-head models of the same settings are other models; a second warm pipeline reuses all
+    fresh = {t.model.path for t in _routed(fresh_pipe).by_fold.values()}
+    assert len(fresh) == 2 and not fresh & {t.model.path for t in routed.by_fold.values()}
+    monkeypatch.setattr(W, "distil_cross_encoder", lambda *a, **k: pytest.fail("distilled twice"))
+    n = len(bases)
+    again = facet_rerank_component(context=ctx, **TINY, **warm)
+    assert len(bases) == n and {t.model.path for t in _routed(again).by_fold.values()} == \
+        {t.model.path for t in routed.by_fold.values()}
+
+
+def test_csfcube_distillation_corpus_leaves_out_the_query_papers():
+    tested = {csfcube.query_paper_id(q) for facet in ("background", "method")
+              for split in csfcube.splits()[facet].values() for q in split}
+    docs = [d for d, _, _ in W.distillation_corpus("csfcube")]
+    assert len(tested) == 28 and not tested & set(docs)
+    # all 34 released query papers are left out (28 in the test folds), nothing else
+    assert len(docs) == len(set(docs)) == 4205 - 34 and set(csfcube.docs()) - set(docs) >= tested
+    assert W.distillation_corpus("csfcube", docs=10) == W.distillation_corpus("csfcube")[:10]
+    with pytest.raises(ValueError, match="unknown warm-start corpus 'pubmed'"):
+        W.distillation_corpus("pubmed")
+
+
+@pytest.mark.parametrize("extra,match", [
+    ({"warm_seeds": 10}, "warm_seeds need warm_loss"),
+    ({"warm_loss": "kl"}, "warm_loss"),
+    ({"warm_loss": "mse", "warm_corpus": "pubmed"}, "warm_corpus"),
+    ({"warm_loss": "mse", "warm_docs": 1}, "warm_docs"),
+])
+def test_warm_start_settings_are_checked(tmp_path, extra, match):
+    with pytest.raises(ParameterError, match=match):   # through the registry, as a pipeline file builds it
+        get("sciface_rerank").build(context=Context(dataset=METHOD, work_dir=str(tmp_path)), **TINY, **extra)
+    assert not (tmp_path / "models").exists()

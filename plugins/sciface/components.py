@@ -18,6 +18,7 @@ from .folds import FoldRouted, FoldSettings, csfcube_facet_of, fold_models
 from .labels import FacetLabeller
 from .rerank import FacetControl, SeedText
 from .triplets import FACETS
+from .warm_start import CORPORA, LOSSES, WarmStartSettings
 
 __all__ = ["facet_rerank_component", "facet_label_component"]
 
@@ -32,7 +33,10 @@ __all__ = ["facet_rerank_component", "facet_label_component"]
         triplets_per_seed=Param(int, min=1, max=1_000_000, optional=True),
         learning_rate=Param(float, min=1e-9, max=1.0, optional=True),
         max_length=Param(int, min=8, max=8192, optional=True), val_seeds=Param(int, min=0, max=1000, optional=True),
-        seed=Param(int, min=0, max=2**32 - 1, optional=True), collapse=Param(bool, optional=True))
+        seed=Param(int, min=0, max=2**32 - 1, optional=True), collapse=Param(bool, optional=True),
+        warm_loss=Param(str, choices=LOSSES, optional=True), warm_seeds=Param(int, min=1, max=1_000_000, optional=True),
+        warm_corpus=Param(str, choices=tuple(CORPORA), optional=True),
+        warm_epochs=Param(int, min=1, max=1000, optional=True), warm_docs=Param(int, min=2, optional=True))
 def facet_rerank_component(*inputs, context=None, facet: Optional[str] = None, model: Optional[str] = None,
                            background_model: Optional[str] = None, method_model: Optional[str] = None,
                            weights: Union[None, str, Mapping[str, float]] = None, normalise: str = "zscore",
@@ -41,7 +45,10 @@ def facet_rerank_component(*inputs, context=None, facet: Optional[str] = None, m
                            train: bool = False, base_model: Optional[str] = None, epochs: Optional[int] = None,
                            triplets_per_seed: Optional[int] = None, learning_rate: Optional[float] = None,
                            max_length: Optional[int] = None, val_seeds: Optional[int] = None,
-                           seed: Optional[int] = None, collapse: Optional[bool] = None) -> pt.Transformer:
+                           seed: Optional[int] = None, collapse: Optional[bool] = None,
+                           warm_loss: Optional[str] = None, warm_seeds: Optional[int] = None,
+                           warm_corpus: Optional[str] = None, warm_epochs: Optional[int] = None,
+                           warm_docs: Optional[int] = None) -> pt.Transformer:
     """``sciface_rerank(facet=method, model=PATH)``: SciFACE facet re-ranking of the input's results.
     ``sciface_rerank(weights=same_method_different_problem, background_model=P1, method_model=P2)``:
     the controllable mode.  ``facet`` defaults to ``model``'s own facet (and to ``method`` without
@@ -58,12 +65,26 @@ def facet_rerank_component(*inputs, context=None, facet: Optional[str] = None, m
     fold's test queries), on first use, with ``base_model``, ``epochs``, ``triplets_per_seed``,
     ``learning_rate``, ``max_length``, ``val_seeds``, ``seed`` and ``collapse`` (unset:
     :class:`~pyterrier_sci.plugins.sciface.folds.FoldSettings`' defaults), and kept in the work directory
-    keyed by them."""
+    keyed by them.  ``warm_loss`` (``mse`` or ``margin_mse``) starts that training from a cross-encoder
+    distilled from the MiniLM bi-encoder on unlabelled papers, not from a fresh head (not in SciFACE:
+    :func:`~pyterrier_sci.plugins.sciface.warm_start.warm_start_model`), with ``warm_seeds`` (1,000),
+    ``warm_corpus`` (``acl``, or ``csfcube`` without its query papers), ``warm_epochs`` (1) and
+    ``warm_docs`` (the corpus's first N papers only; all when unset); ``base_model`` and ``max_length``
+    are the distillation's too."""
     check_backend(backend, precision)
     dataset = dataset_of(dataset, context, "sciface_rerank", required=False)
     given = dict(base_model=base_model, epochs=epochs, triplets_per_seed=triplets_per_seed,
                  learning_rate=learning_rate, max_length=max_length, val_seeds=val_seeds, seed=seed, collapse=collapse)
     training = {k: v for k, v in given.items() if v is not None}
+    warm = {k: v for k, v in dict(loss=warm_loss, seeds=warm_seeds, corpus=warm_corpus, epochs=warm_epochs,
+                                  docs=warm_docs).items() if v is not None}
+    if warm and warm_loss is None:
+        raise ParameterError(f"sciface_rerank: {', '.join('warm_' + k for k in sorted(warm))} need warm_loss "
+                             f"(one of {', '.join(LOSSES)})", component="sciface_rerank",
+                             param="warm_" + sorted(warm)[0])
+    if warm:
+        training["warm_start"] = WarmStartSettings(max_length=max_length or FoldSettings.max_length,
+                                                   base_model=base_model or FoldSettings.base_model, **warm)
     if training and not train:
         raise ParameterError(f"sciface_rerank: {', '.join(sorted(training))} need train=True",
                              component="sciface_rerank", param=sorted(training)[0])

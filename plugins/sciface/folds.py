@@ -8,7 +8,10 @@ that re-ranks fold *k*'s test queries is trained on the other fold's test querie
 :class:`FoldRouted` sends each query to the model that never saw it.  No query is in both the training and
 the test side of any model.  Each fold's model is trained on first use
 (:func:`~.training.train_facet_cross_encoder`: the paper's triplets, margin ranking loss, AdamW with
-warm-up) and kept in the work directory, keyed by its settings (:func:`fold_model_path`).
+warm-up) and kept in the work directory, keyed by its settings (:func:`fold_model_path`).  With a
+``warm_start`` (:class:`~.warm_start.WarmStartSettings`) the fold training starts from a cross-encoder
+distilled from the MiniLM bi-encoder on unlabelled papers (:func:`~.warm_start.warm_start_model`, built once
+and shared by both folds and facets).
 """
 from __future__ import annotations
 
@@ -27,6 +30,7 @@ from pyterrier_sci.training import settings_key, trained_model_dir
 from .cross_encoder import FacetCrossEncoder
 from .training import train_facet_cross_encoder
 from .triplets import FACETS, csfcube_pairs, split_seeds
+from .warm_start import WarmStartSettings, warm_start_model
 
 __all__ = ["FOLDS", "FoldSettings", "csfcube_facet_of", "fold_model_path", "fold_models", "FoldRouted"]
 
@@ -47,13 +51,17 @@ class FoldSettings:
     val_seeds: int = 2
     seed: int = 42
     collapse: Optional[bool] = None
+    warm_start: Optional[WarmStartSettings] = None
 
     def __post_init__(self):
         if self.facet not in FACETS:
             raise ValueError(f"facet must be one of {FACETS}, not {self.facet!r}")
 
     def key(self, train_split: str) -> str:
-        return settings_key({**asdict(self), "train": train_split})
+        d = asdict(self)
+        if d["warm_start"] is None:  # the keys of the models trained before warm starts were settings
+            del d["warm_start"]
+        return settings_key({**d, "train": train_split})
 
 
 def csfcube_facet_of(dataset: Optional[str]) -> Optional[str]:
@@ -77,7 +85,8 @@ def fold_model_path(fold: str, settings: FoldSettings, work: Union[None, str, Pa
     return trained_model_dir("sciface", f"sci/csfcube/{settings.facet}", f"{train}-{settings.key(train)}", work)
 
 
-def _train_fold(fold: str, settings: FoldSettings, path: Path, verbose: bool) -> FacetCrossEncoder:
+def _train_fold(fold: str, settings: FoldSettings, path: Path, work: Union[None, str, Path],
+                verbose: bool) -> FacetCrossEncoder:
     train = f"{_other(fold)}-test"
     pairs = csfcube_pairs([settings.facet], split=train)
     tested = set(csfcube.splits()[settings.facet][f"{fold}_test"])
@@ -93,8 +102,11 @@ def _train_fold(fold: str, settings: FoldSettings, path: Path, verbose: bool) ->
                         seed=settings.seed)
     part = pairs["seed_id"].map(split)
     val = pairs[part == "val"] if settings.val_seeds else None
+    base = settings.base_model
+    if settings.warm_start is not None:
+        base = str(warm_start_model(settings.warm_start, work, verbose=verbose))
     return train_facet_cross_encoder(
-        pairs[part == "train"], path, settings.facet, val_pairs=val, base_model=settings.base_model,
+        pairs[part == "train"], path, settings.facet, val_pairs=val, base_model=base,
         collapse=settings.collapse, epochs=settings.epochs, triplets_per_seed=settings.triplets_per_seed,
         learning_rate=settings.learning_rate, max_length=settings.max_length, seed=settings.seed, verbose=verbose)
 
@@ -113,7 +125,7 @@ def fold_models(settings: FoldSettings, work: Union[None, str, Path] = None,
             print(f"sciface_rerank: training the {settings.facet} cross-encoder for {fold}'s test queries on "
                   f"{_other(fold)}'s into {path} (once)", flush=True)
         try:
-            out[fold] = _train_fold(fold, settings, path, verbose)
+            out[fold] = _train_fold(fold, settings, path, work, verbose)
         except FileExistsError:  # another process finished it between the check and the build
             out[fold] = FacetCrossEncoder(path)
     return out

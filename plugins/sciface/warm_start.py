@@ -1,22 +1,35 @@
 """Warm start for facet cross-encoders (not in SciFACE): a cross-encoder distilled from a bi-encoder's
 similarities on unlabelled papers (:func:`neighbour_pairs`, :func:`distil_cross_encoder`), a
-starting point for facet training on tiny training sets (``base_model=<its path>``).  See
-``docs/sciface.md`` ("Warm start from the bi-encoder").
+starting point for facet training on tiny training sets (``base_model=<its path>``).  The whole step,
+corpus to model, is :func:`warm_start_model` with :class:`WarmStartSettings`, which
+``sciface_rerank(train=True, warm_loss=...)`` runs before its fold training.  See ``docs/sciface.md``
+("Warm start from the bi-encoder").
 """
 from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Iterable, Optional, Sequence, Tuple, Union
+from typing import Iterable, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import pandas as pd
 import pyterrier as pt
 
 from pyterrier_sci.artifacts import build_atomically
+from pyterrier_sci.data import data_dir
+from pyterrier_sci.datasets import csfcube
 from pyterrier_sci.plugins.dense import load_sentence_transformer, resolve_model
-from pyterrier_sci.training import run_trainer, save_model, save_model_artifact, seed_everything, trainer_arguments
+from pyterrier_sci.training import (
+    run_trainer,
+    save_model,
+    save_model_artifact,
+    seed_everything,
+    settings_key,
+    trained_model_dir,
+    trainer_arguments,
+)
 
 from .cross_encoder import open_cross_encoder, pair_input
 
@@ -166,3 +179,73 @@ def _groups(frame: pd.DataFrame):
     cols["label"] = [g.label.iloc[:size].tolist() for g in groups]
     cut = int(sum(len(g) - size for g in groups))
     return datasets.Dataset.from_dict(cols), {"group_size": size, "groups": len(groups), "pairs_cut": cut}
+
+
+#: the unlabelled corpora a warm start distils on: ``acl`` (the 1,672 ACL papers of
+#: ``sci/acl-core-citations``: no CSFCube paper) or ``csfcube`` (CSFCube's papers without its query
+#: papers: in-domain, transductive in the way GPL is)
+CORPORA = {"acl": "sci/acl-core-citations/train", "csfcube": "sci/csfcube"}
+
+
+@dataclass(frozen=True)
+class WarmStartSettings:
+    """The settings of a warm start (:func:`warm_start_model`); the defaults are docs/sciface.md's
+    margin-MSE setting.  ``seeds`` seed papers of ``corpus`` each give a group of candidates: with
+    ``loss="mse"`` its neighbours at ranks 1, 2, 4, ..., 64 and one random paper (8 pairs), with
+    ``"margin_mse"`` its nearest paper, ``sampled_ranks`` neighbours at ranks drawn from 2..100 and one
+    random paper.  ``docs``: only the corpus's first ``docs`` papers (a quick check of the whole path)."""
+    loss: str = "margin_mse"
+    seeds: int = 1000
+    corpus: str = "acl"
+    epochs: int = 1
+    docs: Optional[int] = None
+    sampled_ranks: int = 6
+    max_length: int = 256
+    base_model: str = "default"
+    seed: int = 0
+
+    def __post_init__(self):
+        if self.loss not in LOSSES:
+            raise ValueError(f"unknown distillation loss {self.loss!r}; one of {LOSSES}")
+        if self.corpus not in CORPORA:
+            raise ValueError(f"unknown warm-start corpus {self.corpus!r}; one of {tuple(CORPORA)}")
+
+    def key(self) -> str:
+        return settings_key(asdict(self))
+
+
+def distillation_corpus(corpus: str = "acl", docs: Optional[int] = None) -> List[Tuple[str, str, str]]:
+    """``(docno, title, abstract)`` of a warm-start corpus (:data:`CORPORA`), the first ``docs`` only when set;
+    CSFCube's without its query papers, so no query is ever a distillation seed."""
+    if corpus not in CORPORA:
+        raise ValueError(f"unknown warm-start corpus {corpus!r}; one of {tuple(CORPORA)}")
+    if corpus == "acl":
+        import ir_datasets
+        out = [(d.doc_id, d.title, d.abstract) for d in ir_datasets.load(CORPORA[corpus]).docs_iter()]
+    else:
+        queries = set(pd.read_csv(data_dir() / "csfcube" / "queries-release.csv", dtype=str)["pid"])
+        out = [(d.doc_id, d.title, d.abstract) for d in csfcube.docs().values() if d.doc_id not in queries]
+    return out[:docs] if docs else out
+
+
+def warm_start_model(settings: WarmStartSettings = WarmStartSettings(), work: Union[None, str, Path] = None,
+                     verbose: bool = False) -> Path:
+    """The distilled cross-encoder of ``settings``, built on first use (the corpus's neighbour pairs with
+    MiniLM's cosine, then :func:`distil_cross_encoder`, atomically under the model's lock) and kept in
+    the work directory keyed by the settings:
+    ``<work>/models/sciface/<corpus dataset>-warm-<loss>-<settings key>``."""
+    path = trained_model_dir("sciface", CORPORA[settings.corpus], f"warm-{settings.loss}-{settings.key()}", work)
+    if (path / "pt_meta.json").exists():
+        return path
+    docs = distillation_corpus(settings.corpus, settings.docs)
+    if settings.loss == "mse":
+        pairs = neighbour_pairs(docs, n_seeds=settings.seeds, seed=settings.seed)
+    else:
+        pairs = neighbour_pairs(docs, n_seeds=settings.seeds, ranks=(1,), n_sampled_ranks=settings.sampled_ranks,
+                                max_rank=100, n_random=1, seed=settings.seed)
+    if verbose:
+        print(f"sciface warm start: distilling MiniLM's similarities ({settings.loss}) on {len(pairs)} pairs of "
+              f"{settings.seeds} {settings.corpus} seeds into {path} (once)", flush=True)
+    return distil_cross_encoder(pairs, path, base_model=settings.base_model, epochs=settings.epochs,
+                                max_length=settings.max_length, seed=settings.seed, loss=settings.loss,
+                                verbose=verbose)
