@@ -297,15 +297,15 @@ def replay_outcome(config: Union[str, Path, dict, PipelineConfig], name: Optiona
     return outcome
 
 
-def pipeline_key(config: Optional[PipelineConfig], pipeline_name: str) -> str:
-    """A short hash of what a pipeline computes: its expression (``pipeline_name`` itself when the
-    config names no such pipeline), and, transitively, the named pipelines and the component
-    settings it uses.  Part of its saved run's name, so that a changed pipeline is run again and two
-    names that read alike on disk never share a run."""
+def pipeline_key(config: Optional[PipelineConfig], pipeline_name: str, expression: Optional[str] = None) -> str:
+    """A short hash of what a pipeline computes: its expression (``expression`` when given, else the
+    config's pipeline of that name, else ``pipeline_name`` itself), and, transitively, the named
+    pipelines and the component settings it uses.  Part of its saved run's name, so that a changed
+    pipeline is run again and two names that read alike on disk never share a run."""
     pipelines = dict(config.pipelines) if config is not None else {}
     components = dict(config.components) if config is not None else {}
     used: Dict[str, Any] = {"name": pipeline_name}
-    todo, seen = [pipelines.get(pipeline_name, pipeline_name)], set()
+    todo, seen = [expression if expression is not None else pipelines.get(pipeline_name, pipeline_name)], set()
     used["expression"] = todo[0]
     while todo:
         expr = todo.pop()
@@ -323,14 +323,16 @@ def pipeline_key(config: Optional[PipelineConfig], pipeline_name: str) -> str:
 
 
 def run_path(save_root: Optional[Union[str, Path]], dataset: str, pipeline_name: str,
-             config: Optional[PipelineConfig] = None) -> Optional[Path]:
+             config: Optional[PipelineConfig] = None, expression: Optional[str] = None) -> Optional[Path]:
     """Where an experiment with ``save_dir`` ``save_root`` keeps the run of a pipeline on a dataset:
     ``<save_root>/<dataset>/<name>-<key>.res.gz``, the name made safe for a file name and ``key``
-    the :func:`pipeline_key` of the pipeline in ``config`` (names that read alike on disk, ``x<y``
-    and ``x>y``, and a pipeline whose expression or components changed get runs of their own)."""
+    the :func:`pipeline_key` of the pipeline in ``config`` (or of ``expression``, for a pipeline that is
+    named elsewhere, as a reproduction's systems are): names that read alike on disk, ``x<y`` and
+    ``x>y``, and a pipeline whose expression or components changed get runs of their own."""
     if not save_root:
         return None
-    return Path(save_root) / _slug(dataset) / f"{_slug(pipeline_name)}-{pipeline_key(config, pipeline_name)}.res.gz"
+    key = pipeline_key(config, pipeline_name, expression)
+    return Path(save_root) / _slug(dataset) / f"{_slug(pipeline_name)}-{key}.res.gz"
 
 
 def check_run_paths(outcome: "ExperimentOutcome") -> None:

@@ -664,7 +664,7 @@ def _compute(paper: Paper, table: Table, tier: str, llm: Optional[str], trusted:
             if s.run is not None:
                 inputs.append(_released_run(s, dict(ds.get("vars") or {})))
             else:
-                path = run_path(save_root, dsid, s.name, cfg)
+                path = run_path(save_root, dsid, s.name, cfg, s.pipeline)   # keyed by what the system computes
                 run_files.setdefault(label, {})[s.name] = str(path)
                 saved = _covering(_saved(path), topics)
                 read_back[s.name] = read_back.get(s.name, True) and saved is not None
@@ -872,7 +872,7 @@ def dry_run_table(paper: Paper, table: Table, tier: str = "quick", llm: Optional
             check_dataset(dsid, where=f"{paper.path}: table {table.key}")
             for s in _systems_of(table, tier):
                 missing = _runnable(s, llm)
-                path = run_path(save_root, dsid, s.name, cfg) if s.pipeline else None
+                path = run_path(save_root, dsid, s.name, cfg, s.pipeline) if s.pipeline else None
                 if s.run is not None:
                     what = "read the released run " + str(s.run["path"]).format(**(ds.get("vars") or {}))
                 elif path is not None and path.exists():

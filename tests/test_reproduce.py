@@ -241,6 +241,33 @@ def test_a_saved_run_for_fewer_queries_is_computed_again(home, monkeypatch):
     assert CALLS["n"] == 0 and bm25(res) == fresh[3]
 
 
+def test_a_system_whose_expression_or_components_changed_is_computed_again(home):
+    """A saved run is keyed by what its system computes: after the YAML changes a component the system uses
+    (a model's settings, say) or the system's expression, the run saved before is not read back as the new
+    system's (it was, while runs were keyed by the system's name alone)."""
+    def table_with(k1=0.9, expression="counted_pool >> bm25"):
+        d = _paper(home)
+        doc = yaml.safe_load((d / "toy.yaml").read_text())
+        doc["components"]["bm25"]["k1"] = k1
+        doc["tables"]["t5"]["systems"]["BM25"]["pipeline"] = expression
+        (d / "toy.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+        return d
+
+    def bm25(res):
+        return {(c.dataset, c.measure): c.reproduced for c in res.cells if c.system == "BM25"}
+
+    (first,) = R.reproduce("toy/t5", tier="quick", directory=table_with(), systems=["BM25"])
+    CALLS["n"] = 0
+    (same,) = R.reproduce("toy/t5", tier="quick", directory=table_with(), systems=["BM25"])
+    assert CALLS["n"] == 0 and bm25(same) == bm25(first) and "BM25" in same.read_back
+    (tuned,) = R.reproduce("toy/t5", tier="quick", directory=table_with(k1=2.0), systems=["BM25"])
+    assert CALLS["n"] == 2 and "BM25" not in tuned.read_back and bm25(tuned) != bm25(first)
+    CALLS["n"] = 0
+    (cut,) = R.reproduce("toy/t5", tier="quick", directory=table_with(expression="counted_pool >> bm25 % 5"),
+                         systems=["BM25"])
+    assert CALLS["n"] == 2 and "BM25" not in cut.read_back and bm25(cut) != bm25(first)
+
+
 def test_the_validation_call_on_an_empty_frame_saves_no_run(home, tmp_path):
     """PyTerrier's validation runs each pipeline on an empty frame first: a run saved from it (what an
     earlier version wrote) would be read back as the system's run by a resumed reproduction, every
