@@ -36,7 +36,8 @@ __all__ = ["facet_rerank_component", "facet_label_component"]
         seed=Param(int, min=0, max=2**32 - 1, optional=True), collapse=Param(bool, optional=True),
         warm_loss=Param(str, choices=LOSSES, optional=True), warm_seeds=Param(int, min=1, max=1_000_000, optional=True),
         warm_corpus=Param(str, choices=tuple(CORPORA), optional=True),
-        warm_epochs=Param(int, min=1, max=1000, optional=True), warm_docs=Param(int, min=2, optional=True))
+        warm_epochs=Param(int, min=1, max=1000, optional=True),
+        warm_docs=Param(int, min=2, max=100_000_000, optional=True))
 def facet_rerank_component(*inputs, context=None, facet: Optional[str] = None, model: Optional[str] = None,
                            background_model: Optional[str] = None, method_model: Optional[str] = None,
                            weights: Union[None, str, Mapping[str, float]] = None, normalise: str = "zscore",
