@@ -235,6 +235,12 @@ def _read_queries(path: Path) -> Dict[str, dict]:
             for _, row in iter_csv(path, FILES["queries"].remedy(), required=("pid", "facet", "title"))}
 
 
+def query_papers() -> set:
+    """The paper ids of every released query (``queries-release.csv``, checked against its checksum): 34 papers,
+    some the query of more than one facet."""
+    return {row["pid"] for row in _read_queries(FILES["queries"].resolve()).values()}
+
+
 def verify() -> None:
     """Checks the data directory's CSFCube files once (the verdict is cached by path, size and time):
     checksums (in :meth:`DataFile.resolve`), every annotated query in the queries file and the folds,

@@ -183,6 +183,7 @@ def test_csfcube_distillation_corpus_leaves_out_the_query_papers():
     assert len(tested) == 28 and not tested & set(docs)
     # all 34 released query papers are left out (28 in the test folds), nothing else
     assert len(docs) == len(set(docs)) == 4205 - 34 and set(csfcube.docs()) - set(docs) >= tested
+    assert set(csfcube.docs()) - set(docs) == csfcube.query_papers() and len(csfcube.query_papers()) == 34
     assert W.distillation_corpus("csfcube", docs=10) == W.distillation_corpus("csfcube")[:10]
     with pytest.raises(ValueError, match="unknown warm-start corpus 'pubmed'"):
         W.distillation_corpus("pubmed")

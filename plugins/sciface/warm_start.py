@@ -18,7 +18,6 @@ import pandas as pd
 import pyterrier as pt
 
 from pyterrier_sci.artifacts import build_atomically
-from pyterrier_sci.data import data_dir
 from pyterrier_sci.datasets import csfcube
 from pyterrier_sci.plugins.dense import load_sentence_transformer, resolve_model
 from pyterrier_sci.training import (
@@ -207,8 +206,7 @@ class WarmStartSettings:
     def __post_init__(self):
         if self.loss not in LOSSES:
             raise ValueError(f"unknown distillation loss {self.loss!r}; one of {LOSSES}")
-        if self.corpus not in CORPORA:
-            raise ValueError(f"unknown warm-start corpus {self.corpus!r}; one of {tuple(CORPORA)}")
+        _check_corpus(self.corpus)
 
     def key(self) -> str:
         return settings_key(asdict(self))
@@ -217,15 +215,19 @@ class WarmStartSettings:
 def distillation_corpus(corpus: str = "acl", docs: Optional[int] = None) -> List[Tuple[str, str, str]]:
     """``(docno, title, abstract)`` of a warm-start corpus (:data:`CORPORA`), the first ``docs`` only when set;
     CSFCube's without its query papers, so no query is ever a distillation seed."""
-    if corpus not in CORPORA:
-        raise ValueError(f"unknown warm-start corpus {corpus!r}; one of {tuple(CORPORA)}")
+    _check_corpus(corpus)
     if corpus == "acl":
         import ir_datasets
         out = [(d.doc_id, d.title, d.abstract) for d in ir_datasets.load(CORPORA[corpus]).docs_iter()]
     else:
-        queries = set(pd.read_csv(data_dir() / "csfcube" / "queries-release.csv", dtype=str)["pid"])
+        queries = csfcube.query_papers()
         out = [(d.doc_id, d.title, d.abstract) for d in csfcube.docs().values() if d.doc_id not in queries]
     return out[:docs] if docs else out
+
+
+def _check_corpus(corpus: str) -> None:
+    if corpus not in CORPORA:
+        raise ValueError(f"unknown warm-start corpus {corpus!r}; one of {tuple(CORPORA)}")
 
 
 def warm_start_model(settings: WarmStartSettings = WarmStartSettings(), work: Union[None, str, Path] = None,
