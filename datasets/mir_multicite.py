@@ -3,7 +3,9 @@
 methodological intent (MultiCite's ``Uses`` or ``Extention``, sic).
 
 Registers ``sci/mir-multicite/{train,dev,test,train-aug}[/restricted,/extended]`` and the offline
-chronological protocol ``sci/mir-multicite/dev/chrono-{train,test}[/extended]``; reads the release's
+chronological protocols ``sci/mir-multicite/dev/chrono-{train,test}[/extended]``, their validation slice
+``.../dev/validation-train`` and ``.../dev/validation[/extended]`` and the rolling-origin folds
+``.../dev/rolling-K-{train,test}[/extended]`` and ``.../dev/rolling-test[/extended]``; reads the release's
 files, the citation graph (``citations_iter()``) and the proposals.  See ``docs/mir.md``.
 """
 
@@ -265,11 +267,36 @@ def candidate_pools(judged: Mapping[str, Mapping[str, int]], qids: Sequence[str]
 # views: which proposals, which corpus
 # ----------------------------------------------------------------------------------------------
 
+#: the parts of the offline protocols (``View.part``) beside ``None`` (all proposals of a split)
+CHRONO_PARTS = ("chrono-train", "chrono-test")
+#: the chronological training proposals split again by date (sub-train / validation; never the test ones)
+VALIDATION_PARTS = ("validation-train", "validation")
+_ROLLING_PART = re.compile(r"rolling-(\d+)-(train|test)$")
+
+
+def rolling_part_names(origins: Sequence[float] = ROLLING_ORIGINS) -> List[str]:
+    """The registered parts of the rolling-origin protocol: ``rolling-K-train`` and ``rolling-K-test`` per
+    fold K (1-based) and ``rolling-test``, every fold's test proposals together."""
+    return [f"rolling-{k}-{side}" for k in range(1, len(origins) + 1) for side in ("train", "test")] + ["rolling-test"]
+
+
+def validation_parts(train_q: Sequence[str], fraction: float = CHRONO_TRAIN_FRACTION) -> Tuple[List[str], List[str]]:
+    """``(sub-train qids, validation qids)``: the chronological training proposals split again by date with
+    the same rule (the ``validation-train`` / ``validation`` parts)."""
+    n = int(round(len(train_q) * fraction))
+    return list(train_q[:n]), list(train_q[n:])
+
+
 @dataclass(frozen=True)
 class View:
-    """A registered id: proposals of ``split`` (all, or a chronological ``part``) over a ``corpus``."""
+    """A registered id: proposals of ``split`` (all, or a part of an offline protocol) over a ``corpus``.
+
+    ``part``: ``None``; ``chrono-train`` / ``chrono-test`` (the first 60% of the proposals by date and the
+    rest); ``validation-train`` / ``validation`` (``chrono-train`` split again by date); ``rolling-K-train``
+    / ``rolling-K-test`` (fold K of :func:`rolling_parts`) and ``rolling-test`` (every fold's test
+    proposals, each proposal's candidates those of its own fold)."""
     split: str
-    part: Optional[str] = None          # None, "chrono-train" or "chrono-test"
+    part: Optional[str] = None
     corpus: str = "restricted"          # "restricted" or "extended"
 
     def data(self) -> Split:
@@ -279,12 +306,36 @@ class View:
         s = self.data()
         if self.part is None:
             return list(s.proposals)
+        if self.part == "rolling-test":
+            return [q for v in self.folds() for q in v.qids()]
+        m = _ROLLING_PART.match(self.part)
+        if m:
+            train, test = rolling_parts(s)[int(m.group(1)) - 1]
+            return train if m.group(2) == "train" else test
         train, test = chrono_parts(s)
+        if self.part in VALIDATION_PARTS:
+            sub, val = validation_parts(train)
+            return sub if self.part == "validation-train" else val
         return train if self.part == "chrono-train" else test
 
+    def folds(self) -> List["View"]:
+        """The test views of the rolling-origin folds that ``rolling-test`` joins (``[self]`` for any other)."""
+        if self.part != "rolling-test":
+            return [self]
+        return [View(self.split, f"rolling-{k}-test", self.corpus) for k in range(1, len(ROLLING_ORIGINS) + 1)]
+
     def training_view(self) -> "View":
-        """Whose cited papers make the extended corpus."""
-        return View(self.split, "chrono-train") if self.part is not None else View("train")
+        """Whose cited papers make the extended corpus (and whose proposals train a model for this view)."""
+        if self.part is None:
+            return View("train")
+        m = _ROLLING_PART.match(self.part)
+        if m:
+            return View(self.split, f"rolling-{m.group(1)}-train")
+        if self.part in VALIDATION_PARTS:
+            return View(self.split, "validation-train")
+        if self.part == "rolling-test":
+            raise ValueError("the rolling-origin folds train on different proposals: see View.folds()")
+        return View(self.split, "chrono-train")
 
     def judged(self) -> Dict[str, Dict[str, int]]:
         return self.data().cited(self.qids())
@@ -294,6 +345,8 @@ class View:
         return list(dict.fromkeys(d for docs in t.judged().values() for d in docs))
 
     def corpus_ids(self) -> List[str]:
+        if self.part == "rolling-test":
+            return list(dict.fromkeys(d for v in self.folds() for d in v.corpus_ids()))
         judged = self.judged()
         if self.corpus == "restricted":
             return list(dict.fromkeys(d for docs in judged.values() for d in docs))
@@ -301,6 +354,10 @@ class View:
         return list(dict.fromkeys(self.training_docs() + gt))
 
     def pools(self) -> Iterator[Tuple[str, List[str]]]:
+        if self.part == "rolling-test":
+            for v in self.folds():
+                yield from v.pools()
+            return
         qids = self.qids()
         yield from candidate_pools(self.judged(), qids, self.corpus,
                                    self.training_docs() if self.corpus == "extended" else ()).items()
@@ -426,13 +483,21 @@ def _register_all():
             ext = View(split, corpus="extended")
             entries.append((base + "/extended", ext, FnDocs(base + "/extended", ext.docs, MIRDoc),
                             f"MIR-MultiCite {split} (extended corpus)"))
-    for part in ("chrono-train", "chrono-test"):
+    titles = {"chrono-train": "the first 60% of the proposals by date", "chrono-test": "the other 40%",
+              "validation-train": "the first 60% of chrono-train by date", "validation": "the rest of chrono-train",
+              "rolling-test": "every rolling-origin fold's test proposals"}
+    for k in range(1, len(ROLLING_ORIGINS) + 1):
+        titles[f"rolling-{k}-train"] = (f"rolling-origin fold {k}: the proposals before origin "
+                                        f"{ROLLING_ORIGINS[k - 1]:g}")
+        titles[f"rolling-{k}-test"] = f"rolling-origin fold {k}: the proposals it tests"
+    for part in (*CHRONO_PARTS, *VALIDATION_PARTS, *rolling_part_names()):
         base = f"{NAME}/dev/{part}"
         v = View("dev", part)
-        entries.append((base, v, FnDocs(base, v.docs, MIRDoc), f"MIR-MultiCite dev, {part} (offline protocol)"))
-    v = View("dev", "chrono-test", "extended")
-    base = f"{NAME}/dev/chrono-test/extended"
-    entries.append((base, v, FnDocs(base, v.docs, MIRDoc), "MIR-MultiCite dev, chrono-test, extended corpus"))
+        entries.append((base, v, FnDocs(base, v.docs, MIRDoc), f"MIR-MultiCite dev, {part}: {titles[part]}"))
+        if not part.endswith("train"):
+            v = View("dev", part, "extended")
+            entries.append((base + "/extended", v, FnDocs(base + "/extended", v.docs, MIRDoc),
+                            f"MIR-MultiCite dev, {part}, extended corpus"))
     for name, view, docs, title in entries:
         _register(name, view, docs, title)
     for name, view, _, _ in sorted(entries, key=lambda e: -len(e[0])):

@@ -437,6 +437,7 @@ class TableResult:
     partial: bool = False                # only some systems ran (--systems): recorded figures are merged
     read_back: Tuple[str, ...] = ()      # systems whose runs were all read back from an earlier run's saved runs
     computed: Tuple[str, ...] = ()       # systems run now (at least one dataset)
+    runs: Dict[str, Dict[str, str]] = field(default_factory=dict)   # {dataset label: {system: its saved run}}
 
     @property
     def failed(self) -> List[Cell]:
@@ -773,7 +774,7 @@ def run_table(paper: Any, table: Any, tier: str = "full", llm: Optional[str] = N
     command = _command(paper, table, tier) + (f" --systems {','.join(table.systems)}" if partial else "")
     return TableResult(paper.id, table, tier, cells, seconds, path, command, figures, str(paper.path), partial,
                        tuple(sorted(n for n, back in read_back.items() if back)),
-                       tuple(sorted(n for n, back in read_back.items() if not back)))
+                       tuple(sorted(n for n, back in read_back.items() if not back)), run_files)
 
 
 def _on_ray(jobs: List[Tuple[Paper, Table]], tier: str, llm: Optional[str], address: Optional[str],

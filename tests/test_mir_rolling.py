@@ -1,17 +1,11 @@
 """Evaluating MIR models on any chronological part of the dev split: the shared pool rule, the
-rolling-origin folds, per-proposal evaluation (pinned to the registered ids' figures) and the
-rolling-origin example end to end."""
+rolling-origin folds and per-proposal evaluation (pinned to the registered ids' figures); the declared
+rolling-origin table and examples/mir.py's paired tests over it."""
 import pandas as pd
 import pytest
-from conftest import load_example
 
 #: docs/mir.md, "Rolling origin": the base model's six figures and their mean on the 37 proposals
 BASE_ROLLING = [67.34, 73.65, 65.59, 71.4, 78.6, 65.02, 70.27]
-
-
-@pytest.fixture(scope="module")
-def example():
-    return load_example("mir_rolling")
 
 
 def test_rolling_parts_train_only_on_earlier_proposals(mir_dev):
@@ -64,34 +58,38 @@ def test_evaluate_part_reproduces_the_chronological_split_figures(mir_dev):
                        "restricted R@5": 74.56, "restricted mAP": 60.10, "mean": 68.95}
 
 
-def test_paired_comparison_counts_and_tests_per_proposal(example):
-    rows = []
-    for corpus in ("extended", "restricted"):
-        for q, base, tuned in (("a", 50.0, 100.0), ("b", 50.0, 50.0), ("c", 100.0, 50.0), ("d", 0.0, 50.0)):
-            rows += [("MiniLM", corpus, "R@3", q, base), ("FT", corpus, "R@3", q, tuned)]
-    per_query = pd.DataFrame(rows, columns=["system", "corpus", "measure", "qid", "value"])
-    t = example.paired(per_query, "MiniLM", "FT")
-    assert list(t.index) == ["extended R@3", "restricted R@3", "mean of six"]
-    row = t.loc["extended R@3"]
-    assert (row.margin, row.better, row.worse, row.n) == (12.5, 2, 1, 4)
-    assert 0.5 < row.p < 1.0
-    same = example.paired(per_query.assign(value=50.0), "MiniLM", "FT")
-    assert (same.p == 1.0).all() and (same.margin == 0).all()
+def test_the_example_pairs_the_rolling_tables_runs_over_the_proposals(mir_dev, tmp_path, monkeypatch):
+    """examples/mir.py on mir/rolling's quick tier: the paired margins are the differences of the table's
+    figures, over the 37 proposals with ground truth, and the base row is the documented one."""
+    from conftest import load_example
 
-
-def test_rolling_example_one_step_per_fold(example, mir_dev, tmp_path, monkeypatch):
+    from pyterrier_sci import reproduce as R  # noqa: N812
     monkeypatch.setenv("PYTERRIER_SCI_HOME", str(tmp_path))
-    out = tmp_path / "rolling.json"
-    table, tests = example.main(["--seeds", "0", "--max-steps", "1", "--max-seq-length", "64", "--json", str(out)])
-    assert list(table.index) == ["MiniLM", "MiniLM (FT) seed 0"]
-    assert list(tests) == ["MiniLM (FT) seed 0"] and tests["MiniLM (FT) seed 0"]["n"].eq(37).all()
-    assert len(list((tmp_path / "models" / "mir-rolling").iterdir())) == 3       # one model per fold
-    assert out.exists() and not list(tmp_path.glob("*.partial-*"))
-    assert table.loc["MiniLM"].tolist() == BASE_ROLLING
+    example = load_example("mir")
+    [res] = R.reproduce("mir/rolling", tier="quick")
+    fig = res.figures
+    assert [round(fig["MiniLM"][c][m], 2) for c in ("Extended", "Restricted") for m in ("R@3", "R@5", "mAP")] == \
+        BASE_ROLLING[:6]
+    t = example.paired(res, "MiniLM")
+    assert set(t.index.get_level_values("system")) == {"BM25"}
+    assert t["queries"].eq(37).all()
+    for c in ("Extended", "Restricted"):
+        for m in ("R@3", "R@5", "mAP"):
+            row = t.loc[("BM25", f"{c} {m}")]
+            assert row.margin == pytest.approx(fig["BM25"][c][m] - fig["MiniLM"][c][m], abs=1e-6)
+            assert row.better + row.worse <= 37 and 0 < row.p <= 1
+    assert t.loc[("BM25", "mean")].margin == pytest.approx(
+        sum(fig["BM25"][c][m] - fig["MiniLM"][c][m] for c in ("Extended", "Restricted")
+            for m in ("R@3", "R@5", "mAP")) / 6, abs=1e-6)
+    assert t.loc[("BM25", "mean")].p < 0.05          # MiniLM is ahead of BM25 on these proposals
 
 
-def test_rolling_example_rejects_bad_origins_with_one_error(example, mir_dev, capsys):
-    for bad, message in (("a,b", "comma-separated fractions"), ("0.6,0.4", "increasing fractions")):
-        with pytest.raises(SystemExit) as e:
-            example.main(["--origins", bad])
-        assert e.value.code == 2 and message in capsys.readouterr().err
+def test_the_example_averages_each_validation_setting_over_its_seeds():
+    from conftest import load_example
+    example = load_example("mir")
+    diff = pd.DataFrame({"mean": [1.0, -2.0, 4.0, 0.5, 0.5]},
+                        index=["A_s0", "A_s1", "A_s2", "B_x_s0", "B_x_s1"])
+    out = example.seed_means(diff)
+    assert list(out.index) == ["A", "B_x"]
+    assert out.loc["A"].tolist() == [1.0, -2.0, 4.0, 1.0]
+    assert out.loc["B_x", "mean"] == 0.5 and out.loc["B_x", "seed 2"] != out.loc["B_x", "seed 2"]   # NaN

@@ -18,6 +18,7 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import pandas as pd
+import pyterrier as pt
 from torch import Tensor, nn
 
 from pyterrier_sci.artifacts import build_atomically
@@ -47,7 +48,7 @@ from .measures import measure
 
 __all__ = ["KeywordExtractor", "DomainIndex", "MAGSampler", "JointTripletLoss", "EpochBatchSampler",
            "MIRTrainingConfig", "MIRModel", "train_mir", "TRIPLET_SETS", "evaluate_part", "table2_figures",
-           "trained_model_path", "mir_retriever"]
+           "trained_model_path", "mir_retriever", "wise_ft_model", "RollingRouted", "rolling_folds"]
 
 TRIPLET_SETS = {"T1": ("T1",), "T1+T2": ("T1", "T2"), "T1+T3": ("T1", "T3"), "all": ("T1", "T2", "T3"),
                 "T1+T2+T3": ("T1", "T2", "T3")}
@@ -591,6 +592,90 @@ def mir_retriever(model: Union[str, Path], *, context=None, dataset: Optional[st
                                 f"(train one with pyterrier_sci.plugins.mir.training.train_mir)")
     return dense_component(context=context, model=str(model), dataset=dataset, fields=fields, num_results=num_results,
                            batch_size=batch_size, verbose=verbose, device=device, backend=backend, precision=precision)
+
+
+def wise_ft_model(tuned: Union[str, Path], weight: float, output: Optional[Union[str, Path]] = None) -> Path:
+    """WiSE-FT (Wortsman et al., CVPR 2022) of a trained MIR model: the weights ``(1 - weight) * base +
+    weight * fine-tuned`` (``weight`` 1 is the fine-tuned model, 0 its base; integer buffers from the
+    fine-tuned one), saved once, atomically, at ``output`` (default: beside ``tuned``, named by the
+    weight) as a MIR model whose training record adds ``wise_ft``.  Returns its path."""
+    import torch
+    weight = float(weight)
+    if not 0 <= weight <= 1:
+        raise ValueError(f"wise_ft must be a weight in [0, 1] (1 = the fine-tuned model), got {weight}")
+    tuned = Path(tuned)
+    record = json.loads((tuned / TRAINING_FILE).read_text())
+    output = Path(output) if output is not None else tuned.with_name(f"{tuned.name}-wise-ft-{weight:g}")
+
+    def build(tmp: Path) -> None:
+        model = load_sentence_transformer(str(tuned), "cpu")
+        base = load_sentence_transformer(record.get("base_model") or DEFAULT_MODEL, "cpu").state_dict()
+        with torch.no_grad():
+            state = {k: (base[k] * (1 - weight) + v * weight) if v.is_floating_point() else v
+                     for k, v in model.state_dict().items()}
+        model.load_state_dict(state)
+        save_model(model, tmp)
+        save_model_artifact(tmp, ARTIFACT_TYPE, ARTIFACT_FORMAT,
+                            {**record, "wise_ft": {"weight": weight, "fine_tuned": str(tuned),
+                                                   "method": "WiSE-FT weight interpolation with the base model"}},
+                            training_file=TRAINING_FILE)
+
+    build_atomically(output, build, what="the WiSE-FT MIR model")
+    return output
+
+
+class RollingRouted(pt.Transformer):
+    """Scores each proposal with the model of the rolling-origin fold that tests it (``[(test qids,
+    transformer)]``, fold by fold): every fold's model saw only proposals dated before its fold.  A proposal
+    that no fold tests is one :class:`ValueError` naming it (no model is known never to have seen it)."""
+
+    def __init__(self, folds: Sequence[Tuple[Sequence[str], pt.Transformer]], dataset: str):
+        self.folds = [(frozenset(map(str, qids)), t) for qids, t in folds]
+        self.dataset = dataset
+
+    def sci_models(self):
+        """The component protocol: the fold models' references."""
+        return [ref for _, t in self.folds for ref in getattr(t, "sci_models", lambda: [])()]
+
+    def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
+        if len(inp) == 0:
+            return self.folds[0][1].transform(inp)
+        qids = inp["qid"].astype(str)
+        fold = pd.Series(-1, index=inp.index)
+        for k, (keep, _) in enumerate(self.folds):
+            fold[qids.isin(keep)] = k
+        unknown = sorted(qids[fold < 0].unique())
+        if unknown:
+            raise ValueError(f"mir_dense(rolling=True): {len(unknown)} query id(s) are tested by no rolling-origin "
+                             f"fold of {self.dataset} (e.g. {unknown[:3]}): each proposal is scored by the model "
+                             "trained on the proposals before its fold, so only the fold's test proposals can be")
+        parts = [t.transform(inp[fold == k]) for k, (_, t) in enumerate(self.folds) if (fold == k).any()]
+        return pd.concat(parts, ignore_index=True)
+
+    def __repr__(self) -> str:
+        return f"RollingRouted({self.dataset}, " + ", ".join(repr(t) for _, t in self.folds) + ")"
+
+
+def rolling_folds(dataset: str) -> List[Tuple[str, str, List[str]]]:
+    """``[(training id, test id, test qids)]`` of a rolling-origin test id (``sci/mir-multicite/dev/rolling-test``
+    or ``.../rolling-K-test``, either corpus): fold by fold, the registered ids of the proposals it trains on
+    and of those it tests, and the latter's ids.  Any other id is a :class:`ValueError` that names the
+    rolling ids."""
+    try:
+        view = mir_multicite.view_of(dataset)
+    except ValueError:
+        view = None
+    if view is None or not (view.part or "").startswith("rolling-") or view.part.endswith("-train"):
+        raise ValueError(f"mir_dense(rolling=True) scores a rolling-origin test set, not {dataset}: use "
+                         f"irds:{mir_multicite.NAME}/dev/rolling-test (every fold) or .../rolling-K-test "
+                         "(one fold), /extended for the extended corpus (docs/mir.md)")
+    out = []
+    for fold in view.folds():
+        train = fold.training_view()
+        test = f"irds:{mir_multicite.NAME}/{fold.split}/{fold.part}"
+        test += "/extended" if fold.corpus == "extended" else ""
+        out.append((f"irds:{mir_multicite.NAME}/{train.split}/{train.part}", test, fold.qids()))
+    return out
 
 
 def __getattr__(name: str):  # PEP 562: moved to .components (which imports this module); the old import path works
