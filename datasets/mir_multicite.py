@@ -220,9 +220,13 @@ def chronological_order(split: Split) -> List[str]:
 
 def chrono_parts(split: Split, fraction: float = CHRONO_TRAIN_FRACTION) -> Tuple[List[str], List[str]]:
     """``(train qids, test qids)``: the chronologically first ``fraction`` of the proposals and the rest."""
-    order = chronological_order(split)
-    n = int(round(len(order) * fraction))
-    return order[:n], order[n:]
+    return _head_and_rest(chronological_order(split), fraction)
+
+
+def _head_and_rest(ids: Sequence[str], fraction: float) -> Tuple[List[str], List[str]]:
+    """The first ``fraction`` of ``ids`` (rounded to a whole proposal) and the rest: the protocols' one rule."""
+    n = int(round(len(ids) * fraction))
+    return list(ids[:n]), list(ids[n:])
 
 
 #: where the rolling-origin folds of :func:`rolling_parts` start testing (fractions of the proposals by date)
@@ -283,8 +287,7 @@ def rolling_part_names(origins: Sequence[float] = ROLLING_ORIGINS) -> List[str]:
 def validation_parts(train_q: Sequence[str], fraction: float = CHRONO_TRAIN_FRACTION) -> Tuple[List[str], List[str]]:
     """``(sub-train qids, validation qids)``: the chronological training proposals split again by date with
     the same rule (the ``validation-train`` / ``validation`` parts)."""
-    n = int(round(len(train_q) * fraction))
-    return list(train_q[:n]), list(train_q[n:])
+    return _head_and_rest(train_q, fraction)
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,7 @@ from pyterrier_sci.errors import (
 from pyterrier_sci.models import model_slug
 from pyterrier_sci.registry import irds_id
 
-__all__ = ["NonFiniteTrainingError", "check_finite_loss", "first_non_finite_parameter", "guard_finite",
+__all__ = ["FoldRouting", "NonFiniteTrainingError", "check_finite_loss", "first_non_finite_parameter", "guard_finite",
            "seed_everything", "trainer_arguments", "run_trainer", "train_summary", "save_model_artifact",
            "PACKAGE_HINT", "freeze_lower_layers", "encoder_layers", "settings_key", "trained_model_dir", "save_model",
            "query_ids", "refuse_training_on_test_queries"]
@@ -288,3 +288,34 @@ def trained_model_dir(family: str, train_dataset: str, key: str, work: Union[Non
     keeps the model trained on ``train_dataset`` with the settings of ``key``:
     ``<work dir>/models/<family>/<dataset>-<key>``."""
     return Path(work or work_dir()) / "models" / family / f"{irds_id(train_dataset).replace('/', '__')}-{key}"
+
+
+class FoldRouting:
+    """Mixin of the transformers that send each query to the model of the fold that tests it (a model
+    trained only on other queries): ``by_fold`` maps a fold to its transformer, in the order the results are
+    joined; :meth:`fold_of` names a query's fold (``None`` for none).  A query in no fold of ``by_fold`` is one
+    :class:`ValueError` (:meth:`unknown_message`): no model is known never to have seen it.  Mixed into
+    ``pt.Transformer`` subclasses: SciFACE's CSFCube folds, MIR's rolling-origin folds."""
+
+    by_fold: Dict[Any, Any]
+
+    def fold_of(self, qid: str) -> Optional[Any]:
+        raise NotImplementedError
+
+    def unknown_message(self, unknown: List[str]) -> str:
+        raise NotImplementedError
+
+    def sci_models(self):
+        """The component protocol: the fold models' references."""
+        return [ref for t in self.by_fold.values() for ref in getattr(t, "sci_models", lambda: [])()]
+
+    def transform(self, inp):
+        import pandas as pd
+        if len(inp) == 0:
+            return next(iter(self.by_fold.values())).transform(inp)
+        folds = inp["qid"].astype(str).map(self.fold_of)
+        unknown = sorted(inp.loc[folds.isna() | ~folds.isin(list(self.by_fold)), "qid"].astype(str).unique())
+        if unknown:
+            raise ValueError(self.unknown_message(unknown))
+        parts = [t.transform(inp[folds == fold]) for fold, t in self.by_fold.items() if (folds == fold).any()]
+        return pd.concat(parts, ignore_index=True)

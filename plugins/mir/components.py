@@ -90,6 +90,13 @@ def mir_dense_component(*inputs, context=None, model: Optional[str] = None, data
         name = "rolling" if rolling else "wise_ft"
         raise ParameterError(f"mir_dense: {name} applies to a model trained here: add train=True",
                              component="mir_dense", param=name)
+
+    def retriever(path) -> pt.Transformer:
+        return mir_retriever(path, context=context, dataset=dataset, fields=fields, num_results=num_results,
+                             batch_size=batch_size, verbose=verbose, device=device, backend=backend,
+                             precision=precision)
+
+    t = None
     if train:
         unknown = set(training) - set(MIRTrainingConfig.__dataclass_fields__)
         if unknown:
@@ -112,28 +119,23 @@ def mir_dense_component(*inputs, context=None, model: Optional[str] = None, data
             for fold_train, fold_test, qids in folds:
                 if chronological:
                     _check_chronological(fold_train, fold_test)
-                path = _trained(fold_train, cfg, work, verbose, wise_ft)
-                routed.append((qids, mir_retriever(path, context=context, dataset=dataset, fields=fields,
-                                                   num_results=num_results, batch_size=batch_size, verbose=verbose,
-                                                   device=device, backend=backend, precision=precision)))
+                routed.append((qids, retriever(_trained(fold_train, cfg, work, verbose, wise_ft))))
             t = RollingRouted(routed, test)
-            if len(inputs) > 1:
-                raise ValueError("mir_dense takes at most one input pipeline")
-            return inputs[0] >> t if inputs else t
-        if not train_dataset:
-            raise ValueError("mir_dense(train=True) needs train_dataset='irds:sci/mir-multicite/...' "
-                             "(a training split), or rolling=True on a rolling-origin test set")
-        test = dataset_of(dataset, context, "mir_dense", required=False)
-        if chronological and test:
-            _check_chronological(train_dataset, test)
-        model = str(_trained(train_dataset, cfg, work, verbose, wise_ft))
+        else:
+            if not train_dataset:
+                raise ValueError("mir_dense(train=True) needs train_dataset='irds:sci/mir-multicite/...' "
+                                 "(a training split), or rolling=True on a rolling-origin test set")
+            test = dataset_of(dataset, context, "mir_dense", required=False)
+            if chronological and test:
+                _check_chronological(train_dataset, test)
+            model = str(_trained(train_dataset, cfg, work, verbose, wise_ft))
     elif training:
         raise TypeError(f"mir_dense: training settings {sorted(training)} need train=True")
-    if not model:
-        raise ValueError("mir_dense needs model=<path of a MIR model> (train_mir / MIRModel) or train=True with "
-                         "train_dataset=...")
-    t = mir_retriever(model, context=context, dataset=dataset, fields=fields, num_results=num_results,
-                      batch_size=batch_size, verbose=verbose, device=device, backend=backend, precision=precision)
+    if t is None:
+        if not model:
+            raise ValueError("mir_dense needs model=<path of a MIR model> (train_mir / MIRModel) or train=True "
+                             "with train_dataset=...")
+        t = retriever(model)
     if len(inputs) > 1:
         raise ValueError("mir_dense takes at most one input pipeline")
     return inputs[0] >> t if inputs else t

@@ -32,6 +32,7 @@ from pyterrier_sci.plugins.dense import (
 )
 from pyterrier_sci.plugins.dense.models import SentenceTransformerModel
 from pyterrier_sci.training import (
+    FoldRouting,
     freeze_lower_layers,
     run_trainer,
     save_model,
@@ -624,36 +625,26 @@ def wise_ft_model(tuned: Union[str, Path], weight: float, output: Optional[Union
     return output
 
 
-class RollingRouted(pt.Transformer):
+class RollingRouted(FoldRouting, pt.Transformer):
     """Scores each proposal with the model of the rolling-origin fold that tests it (``[(test qids,
     transformer)]``, fold by fold): every fold's model saw only proposals dated before its fold.  A proposal
     that no fold tests is one :class:`ValueError` naming it (no model is known never to have seen it)."""
 
     def __init__(self, folds: Sequence[Tuple[Sequence[str], pt.Transformer]], dataset: str):
-        self.folds = [(frozenset(map(str, qids)), t) for qids, t in folds]
+        self.by_fold = {k: t for k, (_, t) in enumerate(folds)}
+        self._fold = {str(q): k for k, (qids, _) in enumerate(folds) for q in qids}
         self.dataset = dataset
 
-    def sci_models(self):
-        """The component protocol: the fold models' references."""
-        return [ref for _, t in self.folds for ref in getattr(t, "sci_models", lambda: [])()]
+    def fold_of(self, qid: str) -> Optional[int]:
+        return self._fold.get(qid)
 
-    def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
-        if len(inp) == 0:
-            return self.folds[0][1].transform(inp)
-        qids = inp["qid"].astype(str)
-        fold = pd.Series(-1, index=inp.index)
-        for k, (keep, _) in enumerate(self.folds):
-            fold[qids.isin(keep)] = k
-        unknown = sorted(qids[fold < 0].unique())
-        if unknown:
-            raise ValueError(f"mir_dense(rolling=True): {len(unknown)} query id(s) are tested by no rolling-origin "
-                             f"fold of {self.dataset} (e.g. {unknown[:3]}): each proposal is scored by the model "
-                             "trained on the proposals before its fold, so only the fold's test proposals can be")
-        parts = [t.transform(inp[fold == k]) for k, (_, t) in enumerate(self.folds) if (fold == k).any()]
-        return pd.concat(parts, ignore_index=True)
+    def unknown_message(self, unknown) -> str:
+        return (f"mir_dense(rolling=True): {len(unknown)} query id(s) are tested by no rolling-origin fold of "
+                f"{self.dataset} (e.g. {unknown[:3]}): each proposal is scored by the model trained on the "
+                "proposals before its fold, so only the fold's test proposals can be")
 
     def __repr__(self) -> str:
-        return f"RollingRouted({self.dataset}, " + ", ".join(repr(t) for _, t in self.folds) + ")"
+        return f"RollingRouted({self.dataset}, " + ", ".join(repr(t) for t in self.by_fold.values()) + ")"
 
 
 def rolling_folds(dataset: str) -> List[Tuple[str, str, List[str]]]:

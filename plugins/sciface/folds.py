@@ -19,13 +19,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Dict, Mapping, Optional, Union
 
-import pandas as pd
 import pyterrier as pt
 
 from pyterrier_sci.datasets import csfcube
 from pyterrier_sci.errors import ParameterError
 from pyterrier_sci.registry import irds_id
-from pyterrier_sci.training import settings_key, trained_model_dir
+from pyterrier_sci.training import FoldRouting, settings_key, trained_model_dir
 
 from .cross_encoder import FacetCrossEncoder
 from .training import train_facet_cross_encoder
@@ -131,29 +130,22 @@ def fold_models(settings: FoldSettings, work: Union[None, str, Path] = None,
     return out
 
 
-class FoldRouted(pt.Transformer):
+class FoldRouted(FoldRouting, pt.Transformer):
     """Re-ranks each query with the transformer of its CSFCube test fold (``{fold: transformer}``): a
     query that is in no test fold is one :class:`ValueError` naming it (no model is known never to have
     seen it)."""
 
     def __init__(self, by_fold: Mapping[str, pt.Transformer]):
-        self.by_fold = dict(by_fold)
+        self.by_fold = {fold: by_fold[fold] for fold in FOLDS if fold in by_fold}   # results joined fold by fold
+        self.by_fold.update(by_fold)
 
-    def sci_models(self):
-        """The component protocol: the fold models' references."""
-        return [ref for t in self.by_fold.values() for ref in getattr(t, "sci_models", lambda: [])()]
+    def fold_of(self, qid: str) -> Optional[str]:
+        return csfcube.test_fold_of(qid)
 
-    def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
-        if len(inp) == 0:
-            return next(iter(self.by_fold.values())).transform(inp)
-        folds = inp["qid"].astype(str).map(csfcube.test_fold_of)
-        unknown = sorted(inp.loc[folds.isna() | ~folds.isin(list(self.by_fold)), "qid"].astype(str).unique())
-        if unknown:
-            raise ValueError(f"sciface_rerank(train=True): {len(unknown)} query id(s) are in no CSFCube test fold "
-                             f"(e.g. {unknown[:3]}): each query is re-ranked by the model trained on the other "
-                             "fold, so only CSFCube's facet queries can be")
-        parts = [self.by_fold[fold].transform(inp[folds == fold]) for fold in FOLDS if (folds == fold).any()]
-        return pd.concat(parts, ignore_index=True)
+    def unknown_message(self, unknown) -> str:
+        return (f"sciface_rerank(train=True): {len(unknown)} query id(s) are in no CSFCube test fold "
+                f"(e.g. {unknown[:3]}): each query is re-ranked by the model trained on the other "
+                "fold, so only CSFCube's facet queries can be")
 
     def __repr__(self) -> str:
         return "FoldRouted(" + ", ".join(f"{f}={t!r}" for f, t in self.by_fold.items()) + ")"
