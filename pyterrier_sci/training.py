@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
 import numpy as np
+import pandas as pd
 
 from pyterrier_sci.artifacts import write_pt_meta
 from pyterrier_sci.data import work_dir
@@ -310,7 +311,6 @@ class FoldRouting:
         return [ref for t in self.by_fold.values() for ref in getattr(t, "sci_models", lambda: [])()]
 
     def transform(self, inp):
-        import pandas as pd
         if len(inp) == 0:
             return next(iter(self.by_fold.values())).transform(inp)
         folds = inp["qid"].astype(str).map(self.fold_of)
