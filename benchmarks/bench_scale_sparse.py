@@ -21,7 +21,8 @@ compressed index and block-max data on first use), ``queries t=1`` and ``queries
         [--queries 500] [--lucene-queries 100] [--threads 1] [--java-heap 1g] [--json out.json]
         [--out benchmarks/results/bench_scale_sparse.md]
 
-``--out`` records the run (``pyterrier_sci.bench.write_results``); docs/scale.md quotes its table.
+``--out`` records the run (``pyterrier_sci.bench.write_results``) with the capacity plan for 100M abstracts
+computed from it (:func:`capacity_plan`); docs/scale.md quotes both tables.
 """
 from __future__ import annotations
 
@@ -40,6 +41,11 @@ from typing import Dict, Iterator
 from pyterrier_sci.bench import load_note, write_results
 
 DATASET = "irds:sci/hepth-core-citations/train"
+#: files an index needs only to be built (and, for PISA, derived again for other k1/b): PISA's forward index and
+#: uncompressed inverted index; everything else (lexicons, the derived compressed index and block-max data) serves
+BUILD_ONLY = {"pisa": ("fwd", "inv.docs", "inv.freqs"), "lucene": ()}
+#: the corpus size the capacity plan is for
+PLAN_DOCS = 100_000_000
 
 
 def synthetic_corpus(n: int, dataset: str = DATASET) -> Iterator[dict]:
@@ -106,6 +112,8 @@ def child(backend: str, n: int, workdir: Path, queries: int, threads: int, java_
     BM25(idx, num_results=1000)(topics.head(1))
     out["first_query_s"] = time.perf_counter() - t0
     out["index_bytes_after_first_query"] = du(path)
+    out["serve_bytes"] = out["index_bytes_after_first_query"] - sum(
+        (path / f).stat().st_size for f in BUILD_ONLY.get(backend, ()) if (path / f).is_file())
     for t in (1, 2):
         phase(f"queries t={t}")
         retr = BM25(idx, num_results=1000, threads=t)
@@ -211,6 +219,88 @@ def report(rows) -> str:
     return "\n".join(lines)
 
 
+def _size(n: float) -> str:
+    """100000 -> 100K, 2000000 -> 2M."""
+    return f"{n / 1e6:,.0f}M" if n >= 1e6 and n % 1e6 == 0 else (f"{n / 1e3:,.0f}K" if n % 1e3 == 0 else f"{n:,}")
+
+
+def capacity_plan(rows, n: int = PLAN_DOCS, java_heap: str = "") -> str:
+    """The arithmetic for ``n`` documents from the measured rows: per backend, the bytes per document of its
+    largest run (disk to build, the derived part, what serving needs), memory as measured at the largest size
+    plus its growth per document between the two largest sizes (never below zero), and the indexing rates of
+    the runs of at least 1M documents (all runs when none is).  Every figure for ``n`` is an estimate."""
+    gb, mb = 1e9, 2 ** 20
+    by = {}
+    for r in rows:
+        by.setdefault(r["backend"], []).append(r)
+    cols, cells = [], {}
+    for backend in ("pisa", "lucene"):
+        runs = sorted(by.get(backend, []), key=lambda r: r["n"])
+        if not runs:
+            continue
+        big = runs[-1]
+        res, docs = big["result"], big["result"]["num_docs"]
+        build = res["index_bytes"] / docs
+        after = res["index_bytes_after_first_query"] / docs
+        serve = res.get("serve_bytes", res["index_bytes_after_first_query"]) / docs
+        base = big["peaks"].get("import", [0, 0])[1]
+
+        def grown(phase: str) -> tuple:
+            """(peak anonymous bytes at the largest size, its growth per document from the size before)"""
+            peak = big["peaks"].get(phase, [0, 0])[1]
+            if len(runs) < 2:
+                return peak, 0.0
+            prev = runs[-2]
+            step = (peak - prev["peaks"].get(phase, [0, 0])[1]) / (big["n"] - prev["n"])
+            return peak, max(step, 0.0)
+        rates = [r["result"]["num_docs"] / r["result"]["index_s"] for r in runs if r["n"] >= 1_000_000] or \
+            [r["result"]["num_docs"] / r["result"]["index_s"] for r in runs]
+        hours = sorted(n / x / 3600 for x in rates)
+        idx_peak, idx_step = grown("index")
+        c = cells[backend] = {}
+        cols.append(backend)
+        measured = f"measured at {_size(big['n'])}"
+        if backend == "pisa":
+            derived = after - build
+            c["disk while building"] = (f"{_size(n)} x ({build:,.0f} + {derived:,.0f} B) = "
+                                        f"**{n * after / gb:,.0f} GB** (build files + derived; {measured})")
+            c["disk to serve"] = (f"{_size(n)} x {serve:,.0f} B = **{n * serve / gb:,.1f} GB** (derived index, "
+                                  "block-max data, lexicons; the build files are needed again only for other k1/b)")
+            fq_peak = big["peaks"].get("first query", [0, 0])[1]
+            c["RAM while deriving (first query per k1/b)"] = (
+                f"(peak {fq_peak / mb:,.0f} MB - {base / mb:,.0f} MB after import) x {n / big['n']:,.0f} + the process "
+                f"= **{(base + (fq_peak - base) * n / big['n']) / gb:,.1f} GB** (linear in the derived index)")
+            c["RAM to serve at full speed"] = f"**{n * serve / gb:,.1f} GB** of page cache (mmap'd) + the process"
+        else:
+            c["disk while building"] = (f"{_size(n)} x {build:,.0f} B = **{n * build / gb:,.1f} GB** "
+                                        f"({measured}), + free space for merges (up to twice the largest merged "
+                                        "segment, <= 5 GB)")
+            c["disk to serve"] = f"**{n * serve / gb:,.1f} GB**"
+            c["RAM while deriving (first query per k1/b)"] = "none"
+            c["RAM to serve at full speed"] = f"**{n * serve / gb:,.1f} GB** of page cache + a small heap"
+        heap = backend == "lucene" and bool(java_heap)
+        since = f"its growth per document from {_size(runs[-2]['n'])}" if len(runs) > 1 else "one size only"
+        if heap:  # the JVM's heap is capped: it grows toward the cap, not with the corpus
+            c["RAM while indexing (1 thread)"] = (f"**{idx_peak / mb:,.0f} MB** ({measured}): bounded by -Xmx"
+                                                  f"{java_heap} whatever the corpus size")
+        else:
+            c["RAM while indexing (1 thread)"] = (
+                f"{idx_peak / mb:,.0f} MB ({measured}) + {_size(n)} x {idx_step:,.0f} B ({since}) = "
+                f"**{(idx_peak + idx_step * n) / gb:,.1f} GB**")
+        span = f"{min(rates):,.0f}-{max(rates):,.0f}" if len(rates) > 1 else f"{rates[0]:,.0f}"
+        took = f"{hours[0]:.1f}-{hours[-1]:.1f}" if f"{hours[0]:.1f}" != f"{hours[-1]:.1f}" else f"{hours[0]:.1f}"
+        c["indexing time, 1 thread"] = (f"{_size(n)} / {span} docs/s (measured at "
+                                        f"{', '.join(_size(r['n']) for r in runs if r['n'] >= min(big['n'], 1e6))}) "
+                                        f"= **{took} h**")
+    order = ["disk while building", "disk to serve", "RAM while indexing (1 thread)",
+             "RAM while deriving (first query per k1/b)", "RAM to serve at full speed", "indexing time, 1 thread"]
+    names = {"pisa": "PISA", "lucene": "Lucene"}
+    lines = ["| " + f"{_size(n)} abstracts (estimates) | " + " | ".join(names[b] for b in cols) + " |",
+             "|---" * (len(cols) + 1) + "|"]
+    lines += ["| " + q + " | " + " | ".join(cells[b][q] for b in cols) + " |" for q in order]
+    return "\n".join(lines)
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", type=int, nargs="+", default=[100_000, 1_000_000])
@@ -246,7 +336,8 @@ def main(argv=None) -> None:
         if args.workdir is None:
             shutil.rmtree(workdir, ignore_errors=True)
     table = report(rows)
-    print(table)
+    plan = capacity_plan(rows, java_heap=args.java_heap)
+    print(table + "\n\n" + plan)
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
     if args.out:
@@ -256,7 +347,7 @@ def main(argv=None) -> None:
                        f"fresh child process, {args.threads} indexing thread(s); JVM heap: "
                        f"{args.java_heap or 'Java default'}; queries: the first {args.queries} titles "
                        f"({args.lucene_queries} for Lucene), k=1000"],
-                      [("indexing and queries", table)], load_note(load_before))
+                      [("indexing and queries", table), ("capacity plan", plan)], load_note(load_before))
 
 
 if __name__ == "__main__":

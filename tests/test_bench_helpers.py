@@ -304,3 +304,45 @@ def test_bench_facet_agreement_aligns_a_ranked_output_with_its_input():
     assert mod.aligned_scores(ranked_scorer, pairs).tolist() == [0.1, 0.9, 0.5, 0.2, 0.7]
     with pytest.raises(ValueError, match="dropped rows"):
         mod.aligned_scores(lambda df: ranked_scorer(df).head(3), pairs)
+
+
+def _sparse_row(backend, n, seconds, index_anon_mb, first_query_anon_mb, import_anon_mb, index_bytes, after_bytes,
+                serve_bytes):
+    mb = 2 ** 20
+    return dict(backend=backend, n=n, peaks={"import": [0, import_anon_mb * mb], "index": [0, index_anon_mb * mb],
+                                             "first query": [0, first_query_anon_mb * mb]},
+                result=dict(num_docs=n, index_s=seconds, index_bytes=index_bytes,
+                            index_bytes_after_first_query=after_bytes, serve_bytes=serve_bytes))
+
+
+def test_bench_scale_sparse_capacity_plan_is_arithmetic_on_the_measured_rows():
+    """docs/scale.md's 100M-abstract BM25 plan is computed from the recorded run: bytes per document of the largest
+    run, memory at the largest size plus its growth since the size before, the indexing rates of the 1M+ runs.
+    With the Intel run's figures it gives what was worked out by hand before (PISA 981 + 85 B/doc: 107 GB to build;
+    Lucene 93 B/doc: 9.3 GB), and it follows the rows."""
+    mod = _bench_script("bench_scale_sparse")
+    rows = [_sparse_row("pisa", 100_000, 7.2, 340, 285, 160, 98_800_000, 103 * 2 ** 20, 10_000_000),
+            _sparse_row("pisa", 1_000_000, 62.8, 594, 427, 160, 981_000_000, 1_066_000_000, 110_000_000),
+            _sparse_row("pisa", 2_000_000, 124.0, 577, 409, 160, 1_962_000_000, 2_132_000_000, 220_000_000),
+            _sparse_row("lucene", 1_000_000, 40.8, 547, 549, 240, 93_000_000, 93_000_000, 93_000_000),
+            _sparse_row("lucene", 2_000_000, 80.3, 679, 681, 240, 186_000_000, 186_000_000, 186_000_000)]
+    plan = mod.capacity_plan(rows, java_heap="1g")
+    cells = {line.split(" | ")[0].lstrip("| "): line.rstrip(" |").split(" | ")[1:] for line in plan.split("\n")[2:]}
+    assert plan.startswith("| 100M abstracts (estimates) | PISA | Lucene |")
+    pisa, lucene = {k: v[0] for k, v in cells.items()}, {k: v[1] for k, v in cells.items()}
+    assert pisa["disk while building"].startswith("100M x (981 + 85 B) = **107 GB**")
+    assert pisa["disk to serve"].startswith("100M x 110 B = **11.0 GB**")
+    assert lucene["disk while building"].startswith("100M x 93 B = **9.3 GB** (measured at 2M)")
+    # PISA's indexing memory did not grow from 1M to 2M: none is added; Lucene's is capped by its heap
+    assert pisa["RAM while indexing (1 thread)"].endswith(
+        "+ 100M x 0 B (its growth per document from 1M) = **0.6 GB**")
+    assert lucene["RAM while indexing (1 thread)"].startswith("**679 MB** (measured at 2M): bounded by -Xmx1g")
+    # deriving: the growth over the imported process, scaled 50x from 2M, plus the process
+    assert pisa["RAM while deriving (first query per k1/b)"].endswith("= **13.2 GB** (linear in the derived index)")
+    assert pisa["indexing time, 1 thread"] == "100M / 15,924-16,129 docs/s (measured at 1M, 2M) = **1.7 h**"
+    assert lucene["indexing time, 1 thread"] == "100M / 24,510-24,907 docs/s (measured at 1M, 2M) = **1.1 h**"
+    # without a heap cap the growth is extrapolated; twice the rate halves the time
+    grown = mod.capacity_plan([rows[3], rows[4]])
+    assert "+ 100M x 138 B (its growth per document from 1M) = **14.6 GB**" in grown
+    fast = [dict(r, result=dict(r["result"], index_s=r["result"]["index_s"] / 2)) for r in rows]
+    assert "= **0.9 h**" in mod.capacity_plan(fast, java_heap="1g").split("\n")[-1]

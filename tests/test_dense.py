@@ -346,3 +346,38 @@ def test_an_int8_flat_index_takes_its_encoder_and_calibration_from_its_record(ti
     got = fresh(topics)
     assert got["docno"].tolist() == before["docno"].tolist()
     np.testing.assert_allclose(got["score"], before["score"], atol=1e-6)
+
+
+def test_max_seq_length_truncates_queries_and_documents_and_its_index_records_it(tiny_dataset, tmp_path):
+    """``dense(max_seq_length=N)``: every text cut at N word pieces, as sentence-transformers' own
+    ``max_seq_length`` cuts it; the corpus index of that length is its own and records it, and a retriever over
+    it that asks for another length is one error."""
+    import ir_datasets
+    import json
+
+    from sentence_transformers import SentenceTransformer
+
+    from pyterrier_sci.errors import ParameterError
+    from pyterrier_sci.plugins.dense.index_meta import IndexSettingsError
+    from pyterrier_sci.registry import get
+    ctx = Context(dataset="irds:sci-test/tiny", work_dir=str(tmp_path))
+    short = dense_component(context=ctx, max_seq_length=16, verbose=False)
+    full = dense_component(context=ctx, verbose=False)
+    assert short.index != full.index and short.index.endswith("len16")
+    topics = tiny_dataset.get_topics()
+    res = short(topics)
+    raw = SentenceTransformer(resolve_model("default"), device="cpu")
+    raw.max_seq_length = 16
+    store = ir_datasets.load("sci-test/tiny").docs_store()
+    q = raw.encode(list(res["query"]), normalize_embeddings=True)
+    d = raw.encode([store.get(x).default_text() for x in res["docno"]], normalize_embeddings=True)
+    np.testing.assert_allclose(res["score"].to_numpy(), (q * d).sum(axis=1), atol=1e-4)
+    # truncation changes the scores: 16 word pieces are not the model's 256
+    assert not np.allclose(full(topics).set_index(["qid", "docno"])["score"].reindex(
+        res.set_index(["qid", "docno"]).index).to_numpy(), res["score"].to_numpy(), atol=1e-3)
+    assert json.loads((Path(short.index) / "pt_meta.json").read_text())["encoder"]["max_seq_length"] == 16
+    assert dense_component(index=short.index, verbose=False).encoder.max_seq_length == 16
+    with pytest.raises(IndexSettingsError, match=rf"^max_seq_length=32 contradicts the dense index '{short.index}'"):
+        dense_component(index=short.index, max_seq_length=32)
+    with pytest.raises(ParameterError, match="max_seq_length"):
+        get("dense").build(context=ctx, max_seq_length=0)

@@ -13,7 +13,7 @@ from pyterrier_sci.errors import ParameterError
 from pyterrier_sci.plugins.sciface import folds as F  # noqa: N812
 from pyterrier_sci.plugins.sciface import warm_start as W  # noqa: N812
 from pyterrier_sci.plugins.sciface.components import facet_rerank_component
-from pyterrier_sci.plugins.sciface.cross_encoder import FacetReranker
+from pyterrier_sci.plugins.sciface.cross_encoder import FacetReranker, score_pairs
 from pyterrier_sci.plugins.sciface.rerank import SeedText
 from pyterrier_sci.plugins.sciface.warm_start import WarmStartSettings
 from pyterrier_sci.protocol import walk
@@ -199,3 +199,29 @@ def test_warm_start_settings_are_checked(tmp_path, extra, match):
     with pytest.raises(ParameterError, match=match):   # through the registry, as a pipeline file builds it
         get("sciface_rerank").build(context=Context(dataset=METHOD, work_dir=str(tmp_path)), **TINY, **extra)
     assert not (tmp_path / "models").exists()
+
+
+def test_zero_epochs_reranks_with_the_distilled_student_alone(trained):
+    """``epochs=0`` with ``warm_loss``: no facet training; each fold's model is the student itself (the same
+    scores, on pairs it was never trained on), and its record says that nothing was trained."""
+    work = trained[0]
+    ctx = Context(dataset=METHOD, work_dir=str(work))
+    zero = {**TINY, "epochs": 0}
+    warm = dict(warm_loss="margin_mse", warm_seeds=3, warm_docs=40)
+    pipe = facet_rerank_component(context=ctx, **zero, **warm)
+    student = W.WarmStartCrossEncoder(
+        W.warm_start_model(W.WarmStartSettings(loss="margin_mse", seeds=3, docs=40, max_length=48), work))
+    seeds = [("A title", "an abstract about parsing"), ("", "graph neural networks for molecules")]
+    cands = [("Parsing", "a dependency parser"), ("Molecules", "message passing on molecular graphs")]
+    expected = score_pairs(student.cross_encoder(48), seeds, cands)
+    routed = _routed(pipe)
+    assert set(routed.by_fold) == set(F.FOLDS)
+    for fold, reranker in routed.by_fold.items():
+        meta = reranker.model.meta
+        assert meta["base_model"] == str(student.path) and meta["training"]["epochs"] == 0, fold
+        assert meta["training"]["steps"] == 0 and meta["training"]["val_spearman"] is None, fold
+        assert reranker.model.score(seeds, cands) == pytest.approx(expected, abs=1e-5), fold
+    # and a fresh head is never used untrained: epochs=0 needs a warm start
+    with pytest.raises(ParameterError, match="epochs=0") as e:
+        get("sciface_rerank").build(context=ctx, **zero)
+    assert e.value.param == "epochs"

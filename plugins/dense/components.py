@@ -22,12 +22,13 @@ __all__ = ["dense_component"]
         num_results=Param(int, min=1, max=MAX_RESULTS), batch_size=Param(int, min=1, max=65536),
         device=Param(str, min_len=1, optional=True), ann=Param(str, choices=ANN_METHODS, optional=True),
         ann_params=Param(dict, optional=True), backend=Param(str, choices=BACKENDS, optional=True),
-        precision=Param(str, choices=PRECISIONS, optional=True))
+        precision=Param(str, choices=PRECISIONS, optional=True),
+        max_seq_length=Param(int, min=1, max=1_000_000, optional=True))
 def dense_component(*, context=None, model: Optional[str] = None, index: Union[None, bool, str] = None,
                     dataset: Optional[str] = None, fields: Optional[Sequence[str]] = None, num_results: int = 1000,
                     batch_size: int = 32, verbose: bool = True, device: Optional[str] = None,
                     ann: Optional[str] = None, ann_params: Optional[dict] = None, backend: Optional[str] = None,
-                    precision: Optional[str] = None) -> DenseRetriever:
+                    precision: Optional[str] = None, max_seq_length: Optional[int] = None) -> DenseRetriever:
     """``dense``: a sentence-transformers bi-encoder (default: offline all-MiniLM-L6-v2) over a flat index
     or a sharded one (``pyterrier-sci index --shards N``; searched shard-parallel).
 
@@ -39,10 +40,11 @@ def dense_component(*, context=None, model: Optional[str] = None, index: Union[N
     ``torch``, ``fp32``); int8 calibrates on the dataset's first documents and gets its own corpus index.
     An index path that holds an index takes ``model``, ``backend``, ``precision``, ``fields`` and the int8
     calibration from its ``pt_meta.json`` where they are left out; one that contradicts it is one
-    :class:`~.index_meta.IndexSettingsError`."""
+    :class:`~.index_meta.IndexSettingsError`.  ``max_seq_length``: every text (query and document) truncated
+    to that many word pieces (default the model's own); the corpus index of another length is its own."""
     corpus = dataset_of(dataset, context, "dense", required=False)
     common = dict(num_results=num_results, batch_size=batch_size, verbose=verbose, device=device, ann=ann,
-                  ann_params=ann_params)
+                  ann_params=ann_params, max_seq_length=max_seq_length)
     if isinstance(index, str):  # an index there (its settings where left out), or built there on first use
         if is_sharded(index):  # a finished sharded index (opened: checked against its shards) or an unfinished build
             index = ShardedDenseIndex(index)
@@ -61,7 +63,8 @@ def dense_component(*, context=None, model: Optional[str] = None, index: Union[N
     build_index = True if index is True else None  # asked for: built when needed
     if corpus:
         work = context.workdir() if context is not None else None
-        kind = "dense-" + model_slug(model) + (f"-{backend}-int8" if precision == "int8" else "")  # fp32 exports match
+        kind = "dense-" + model_slug(model) + (f"-{backend}-int8" if precision == "int8" else "") \
+            + (f"-len{max_seq_length}" if max_seq_length else "")  # fp32 exports match
         index = str(index_path(work or work_dir(), corpus, kind, fields))
     else:
         index = None

@@ -174,6 +174,14 @@ class IndexRecord:
         return (model if model is not None else (self.model or DEFAULT_MODEL), backend, precision,
                 given if given is not None else self.fields)
 
+    def check_max_seq_length(self, given: Optional[int]) -> Optional[int]:
+        """The truncation for queries over this index: ``given`` checked against the index's (a contradiction
+        is one :class:`IndexSettingsError`), else the index's (None: the model's own)."""
+        if given is not None and self.max_seq_length is not None and int(given) != int(self.max_seq_length):
+            raise self._contradiction("max_seq_length", given, self.max_seq_length,
+                                      ": its documents were truncated there, and queries are truncated as they were")
+        return given if given is not None else self.max_seq_length
+
     def check_weights(self, model: str) -> None:
         """One :class:`IndexSettingsError` when the weights of ``model`` (a local model) are no longer those
         the index's vectors were encoded with (the model was retrained or replaced in place)."""

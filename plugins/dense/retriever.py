@@ -97,6 +97,9 @@ class DenseRetriever(pt.Transformer):
             (default) encodes only the documents it re-scores (their vectors kept for later calls) unless
             they cover at least :data:`INDEX_COVERAGE` of the corpus, then builds the index; ``True``
             builds the corpus index first.  Retrieval always needs the index.
+        max_seq_length: word pieces each text is truncated to (sentence-transformers' ``max_seq_length``;
+            default the model's own, or over an index the one its documents were encoded with, which a
+            different value contradicts).
         date_cutoff: a :class:`pyterrier_sci.dates.DateCutoff` pushed into the search (``date_cutoff(dense,
             before=...)``, :meth:`sci_date_cutoff`): exact retrieval masks the later documents before its top-k,
             so k allowed documents come back; ANN over-fetches :data:`ANN_OVERFETCH` x k and filters; re-scoring
@@ -108,7 +111,7 @@ class DenseRetriever(pt.Transformer):
                  verbose: bool = True, device: Optional[str] = None, rank_cutoff: Optional[int] = None,
                  ann: Optional[str] = None, ann_params: Optional[dict] = None, backend: Optional[str] = None,
                  precision: Optional[str] = None, calibration=None, build_index: Optional[bool] = None,
-                 date_cutoff: Optional[pt.Transformer] = None):
+                 date_cutoff: Optional[pt.Transformer] = None, max_seq_length: Optional[int] = None):
         artifact = None
         if isinstance(index, pt.Artifact):
             artifact, index = index, index.path
@@ -117,6 +120,8 @@ class DenseRetriever(pt.Transformer):
         self._record = None if self.index is None else describe_index(self.index)
         if self._record is not None:
             model, backend, precision, fields = self._record.resolve(model, backend, precision, fields)
+            max_seq_length = self._record.check_max_seq_length(max_seq_length)
+        self.max_seq_length = max_seq_length
         self.model = model if model is not None else DEFAULT_MODEL
         self.backend, self.precision = check_backend(backend or "torch", precision or "fp32")
         self.fields = tuple(fields) if fields else None
@@ -148,9 +153,9 @@ class DenseRetriever(pt.Transformer):
             self._cal = self._calibration() if self.precision == "int8" else None
             encoder = load_encoder(self.model, self.device, self.backend, self.precision, self._cal,
                                    verbose=self.verbose)
-            if record is not None and record.max_seq_length and \
-                    getattr(encoder, "max_seq_length", None) not in (None, record.max_seq_length):
-                encoder.max_seq_length = record.max_seq_length  # truncate queries as the documents were
+            length = self.__dict__.get("max_seq_length") or (record.max_seq_length if record is not None else None)
+            if length and getattr(encoder, "max_seq_length", None) not in (None, length):
+                encoder.max_seq_length = length  # the given truncation; over an index, the documents' own
             self._encoder = encoder
         return self._encoder
 
@@ -222,6 +227,7 @@ class DenseRetriever(pt.Transformer):
             record = describe_index(index)
             if record is not None:
                 record.resolve(self.model, self.backend, self.precision, self.fields)
+                record.check_max_seq_length(self.__dict__.get("max_seq_length"))
                 self._record = record
         self._flex = as_vector_index(index)
 

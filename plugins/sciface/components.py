@@ -29,7 +29,7 @@ __all__ = ["facet_rerank_component", "facet_label_component"]
         dataset=Param(DATASET, optional=True),
         batch_size=Param(int, min=1, max=65536),
         backend=Param(str, choices=BACKENDS), precision=Param(str, choices=PRECISIONS),
-        train=Param(bool), base_model=Param(str, optional=True), epochs=Param(int, min=1, max=1000, optional=True),
+        train=Param(bool), base_model=Param(str, optional=True), epochs=Param(int, min=0, max=1000, optional=True),
         triplets_per_seed=Param(int, min=1, max=1_000_000, optional=True),
         learning_rate=Param(float, min=1e-9, max=1.0, optional=True),
         max_length=Param(int, min=8, max=8192, optional=True), val_seeds=Param(int, min=0, max=1000, optional=True),
@@ -71,7 +71,8 @@ def facet_rerank_component(*inputs, context=None, facet: Optional[str] = None, m
     :func:`~pyterrier_sci.plugins.sciface.warm_start.warm_start_model`), with ``warm_seeds`` (1,000),
     ``warm_corpus`` (``acl``, or ``csfcube`` without its query papers), ``warm_epochs`` (1) and
     ``warm_docs`` (the corpus's first N papers only; all when unset); ``base_model`` and ``max_length``
-    are the distillation's too."""
+    are the distillation's too.  ``epochs=0`` with ``warm_loss``: no facet training, the distilled student
+    alone re-ranks both folds (it has seen no CSFCube label)."""
     check_backend(backend, precision)
     dataset = dataset_of(dataset, context, "sciface_rerank", required=False)
     given = dict(base_model=base_model, epochs=epochs, triplets_per_seed=triplets_per_seed,
@@ -86,6 +87,10 @@ def facet_rerank_component(*inputs, context=None, facet: Optional[str] = None, m
     if warm:
         training["warm_start"] = WarmStartSettings(max_length=max_length or FoldSettings.max_length,
                                                    base_model=base_model or FoldSettings.base_model, **warm)
+    if epochs == 0 and not warm:
+        raise ParameterError("sciface_rerank: epochs=0 re-ranks with the starting model untrained, which only a "
+                             "warm start (warm_loss=...) makes a scorer; a fresh head is random",
+                             component="sciface_rerank", param="epochs")
     if training and not train:
         raise ParameterError(f"sciface_rerank: {', '.join(sorted(training))} need train=True",
                              component="sciface_rerank", param=sorted(training)[0])

@@ -91,9 +91,13 @@ def train_facet_cross_encoder(pairs: pd.DataFrame, path: Union[str, Path], facet
     graded labels over all validation pairs, and the best epoch is kept.  ``collapse`` (default:
     True for method) merges Method scores 2 and 3.  ``base_model``: any BERT-like model path or hub
     id (SciBERT in the paper), ``"default"`` = the offline MiniLM; a fresh 1-output head is added.
+    ``epochs=0`` trains nothing: the artifact holds ``base_model`` as it is, for a base that already
+    scores pairs (a warm-start student, :mod:`.warm_start`); its record says so.
     An existing ``path`` is refused (artifacts are not overwritten)."""
     if facet not in FACETS:
         raise ValueError(f"facet must be one of {FACETS}, not {facet!r}")
+    if epochs < 0:
+        raise ValueError(f"epochs must be >= 0, not {epochs}")
     path = Path(path)
     if path.exists():
         raise FileExistsError(f"{path} exists; facet artifacts are not overwritten (choose a new path or delete it)")
@@ -113,11 +117,14 @@ def train_facet_cross_encoder(pairs: pd.DataFrame, path: Union[str, Path], facet
     stats: Dict[str, Any] = {}
 
     def build(tmp: Path):
-        stats.update(_train(pairs, triplets, val_pairs, tmp / "model", facet, base_model=base_model,
-                            collapse=collapse, epochs=epochs, k=triplets_per_seed, batch_size=batch_size,
-                            lr=learning_rate, warmup_ratio=warmup_ratio, weight_decay=weight_decay,
-                            max_grad_norm=max_grad_norm, margin=margin, max_length=max_length, seed=seed,
-                            verbose=verbose, record=_sampler_record))
+        if epochs == 0:
+            stats.update(_untrained(tmp / "model", base_model, max_length))
+        else:
+            stats.update(_train(pairs, triplets, val_pairs, tmp / "model", facet, base_model=base_model,
+                                collapse=collapse, epochs=epochs, k=triplets_per_seed, batch_size=batch_size,
+                                lr=learning_rate, warmup_ratio=warmup_ratio, weight_decay=weight_decay,
+                                max_grad_norm=max_grad_norm, margin=margin, max_length=max_length, seed=seed,
+                                verbose=verbose, record=_sampler_record))
         save_model_artifact(tmp, ARTIFACT_TYPE, ARTIFACT_FORMAT, {
             "facet": facet, "max_length": max_length, "collapse_method": collapse, "base_model": base_model,
             "input": "seed title [SEP] seed abstract [SEP] cand title [SEP] cand abstract",
@@ -130,6 +137,15 @@ def train_facet_cross_encoder(pairs: pd.DataFrame, path: Union[str, Path], facet
 
     build_atomically(path, build)
     return FacetCrossEncoder(path)
+
+
+def _untrained(out_dir: Path, base_model: str, max_length: int) -> Dict[str, Any]:
+    """``epochs=0``: the base model saved as the facet model, unchanged (its head must already score pairs)."""
+    model = open_cross_encoder(resolve_model(base_model) if base_model == "default" else base_model, max_length)
+    with quiet_transformers():
+        save_model(model, out_dir)
+    return {"steps": 0, "triplets_per_epoch": 0, "best_epoch": None, "val_spearman": None,
+            "val_spearman_per_epoch": [], "train_loss": None}
 
 
 def _train(pairs, triplets, val_pairs, out_dir: Path, facet: str, *, base_model, collapse, epochs, k,
