@@ -832,9 +832,13 @@ def record(results: Sequence[TableResult]) -> List[Path]:
             for r in rs:
                 figures, seconds = dict(r.figures), round(r.seconds or 0.0, 1)
                 before = data["tables"].get(r.table.key, {}).get(r.tier) or {}
+                command = r.command + " --record"
+                commands = [command]
                 if r.partial and before:      # the other systems' figures stay; the time is the sum of the runs
                     figures = {**(before.get("figures") or {}), **figures}
                     seconds = round(seconds + float(before.get("seconds") or 0.0), 1)
+                    # every run that recorded a part (a record of before this list names only its last)
+                    commands = [c for c in before.get("commands") or [before.get("command")] if c] + commands
                 elif r.read_back and before.get("seconds") is not None:
                     # saved runs read back cost nothing now: their time is the earlier record's; systems run now
                     # add theirs, and a rerun that computed nothing keeps the earlier time
@@ -849,7 +853,8 @@ def record(results: Sequence[TableResult]) -> List[Path]:
                                                                        "pyterrier-pisa", "ir-measures")
                                  if k in env["versions"]},
                     "git": (env.get("git") or {}).get("commit"),
-                    "date": datetime.date.today().isoformat(), "command": r.command + " --record",
+                    "date": datetime.date.today().isoformat(), "command": command,
+                    **({"commands": commands} if len(commands) > 1 else {}),
                     "load_average": [round(x, 2) for x in os.getloadavg()]})   # others' work slows the timing
             data["paper"] = paper.id
             artifacts.atomic_write_text(path, json.dumps(data, indent=1, sort_keys=True) + "\n", "the recorded figures")
@@ -1048,7 +1053,10 @@ def docs_table(paper: Paper, table: Table, tier: Optional[str] = None) -> str:
         back = "" if not back else (
             f"; the runs of {', '.join(back)} read back from an earlier run, "
             + ("not timed here" if rec.get("read_back_untimed") else "whose recorded time is included"))
-        how = (f"Recorded by `{rec.get('command')}` on {rec.get('date')} ({rec.get('seconds')} s on "
+        commands = rec.get("commands") or [rec.get("command")]
+        by = f"`{commands[0]}`" if len(commands) == 1 else \
+            f"{len(commands)} runs of some systems each ({'; '.join(f'`{c}`' for c in commands)}), the last"
+        how = (f"Recorded by {by} on {rec.get('date')} ({rec.get('seconds')} s on "
                f"{rec.get('cpu', {}).get('usable_cores', '?')} cores of {cpu}{load}{back}); "
                f"in parentheses the paper's Table {table.number}")
     else:

@@ -456,6 +456,12 @@ def test_systems_runs_part_of_a_table_and_record_merges(home, capsys, monkeypatc
     after = json.loads(path.read_text())["tables"]["t5"]["quick"]
     assert abs(after["figures"]["BM25"]["Method"]["MAP"] - 22.27) < 0.01
     assert after["figures"]["BM25_tuned"] == kept and "--systems BM25" in after["command"]
+    # the record names both runs that wrote it, and so does the generated table's line
+    whole = "pyterrier-sci reproduce toy/t5 --tier quick --record"
+    assert after["commands"] == [whole, after["command"]] and after["command"] != whole
+    paper = R.load_paper(d / "toy.yaml")
+    text = R.docs_table(paper, paper.tables["t5"], "quick")
+    assert f"Recorded by 2 runs of some systems each (`{whole}`; `{after['command']}`), the last on" in text
     assert main(["reproduce", "toy/t5", "--tier", "quick"]) == 0
     with pytest.raises(R.ReproductionError, match="no system 'Nope'"):
         R.reproduce("toy/t5", tier="quick", directory=d, systems=["Nope"])
