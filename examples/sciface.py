@@ -13,7 +13,10 @@ The triplet construction, margin ranking loss (0.5), AdamW + 10% warm-up + linea
 are the paper's.  SPECTER's row is computed from the official sample rankings.
 
     python examples/sciface.py [--epochs 3] [--triplets-per-seed 10] [--max-length 256] [--warm-start]
-                               [--warm-seeds 1000 --warm-loss margin_mse] [--bi-encoder-lengths 64 128 256]
+                               [--warm-seeds 1000 --warm-loss margin_mse]
+
+The bi-encoder with shorter inputs and the distilled students alone are declared reproductions:
+``pyterrier-sci reproduce sciface/lengths`` and ``sciface/student`` (docs/sciface.md).
 """
 from __future__ import annotations
 
@@ -29,7 +32,6 @@ import pyterrier as pt  # noqa: E402
 
 import pyterrier_sci as ps  # noqa: E402
 from pyterrier_sci.data import data_dir  # noqa: E402
-from pyterrier_sci.datasets import csfcube  # noqa: E402
 from pyterrier_sci.plugins import sciface as F  # noqa: E402, N812
 from pyterrier_sci.plugins.sciface.folds import FoldRouted  # noqa: E402
 from pyterrier_sci.protocol import walk  # noqa: E402
@@ -54,29 +56,6 @@ def random_baseline(pool: pd.DataFrame, topics, qrels, measures, shuffles: int =
         run["score"] = np.random.default_rng(s).random(len(run))
         tables.append(ps.Experiment([run], topics, qrels, measures, names=["random"]))
     return pd.concat(tables)[[c for c in tables[0].columns if c != "name"]].mean()
-
-
-def bi_encoder_at_lengths(facet: str, lengths, topics, qrels, measures) -> pd.DataFrame:
-    """Diagnostic: the offline MiniLM bi-encoder with every paper (seed and candidate: title +
-    abstract) cut at each of ``lengths`` word pieces.  A cross-encoder with a 256-token pair input
-    leaves each paper about 128, so this separates the cost of that budget from the rest."""
-    from pyterrier_sci.plugins.dense import DEFAULT_MODEL, load_sentence_transformer
-    ds_id = f"irds:sci/csfcube/{facet}"
-    pool = ps.pipeline("pool", dataset=ds_id)(topics)
-    docs = csfcube.docs()
-    seeds = pool["qid"].map(csfcube.query_paper_id)
-    ids = sorted(set(pool["docno"]) | set(seeds))
-    row = {d: i for i, d in enumerate(ids)}
-    model = load_sentence_transformer(DEFAULT_MODEL, "cpu")
-    runs = []
-    for length in lengths:
-        model.max_seq_length = int(length)
-        emb = model.encode([docs[d].default_text() for d in ids], batch_size=32, normalize_embeddings=True)
-        run = pool[["qid", "docno"]].copy()
-        run["score"] = (emb[pool["docno"].map(row).to_numpy()] * emb[seeds.map(row).to_numpy()]).sum(axis=1)
-        runs.append(run)
-    return ps.Experiment(runs, topics, qrels, measures,
-                         names=[f"MiniLM bi-encoder, {n} tokens per paper" for n in lengths])
 
 
 def fold_reranker(facet: str, args):
@@ -132,9 +111,6 @@ def main(argv=None):
                     help="distillation loss: mse = regress each pair's cosine; margin_mse = regress score differences "
                          "within a seed's group (the nearest paper, --warm-sampled-ranks near neighbours, one random)")
     ap.add_argument("--warm-sampled-ranks", type=int, default=6)
-    ap.add_argument("--bi-encoder-lengths", type=int, nargs="*", default=[],
-                    help="diagnostic: also score the MiniLM bi-encoder with every paper cut at these word-piece "
-                         "lengths (e.g. 64 128 256; a 256-token cross-encoder input leaves each paper about 128)")
     ap.add_argument("--warm-corpus", choices=["acl", "csfcube"], default="acl",
                     help="unlabelled papers to distil on: the ACL abstracts (no CSFCube paper), or CSFCube's own "
                          "candidate papers without its query papers (in-domain, no label; transductive like GPL)")
@@ -168,11 +144,6 @@ def main(argv=None):
         print(f"[{facet}] random ordering of the pools (mean of 10 shuffles): NDCG%20 {100 * rnd['NDCG%20']:.2f}, "
               f"MAP {100 * rnd['sciface.MAP']:.2f}")
         tables.append(table)
-        if args.bi_encoder_lengths:
-            diag = bi_encoder_at_lengths(facet, args.bi_encoder_lengths, topics, qrels,
-                                         ps.measures.parse(["NDCG%20", "MAP"], dataset=ds_id))
-            print(f"[{facet}] " + "; ".join(f"{n}: NDCG%20 {100 * a:.2f}, MAP {100 * b:.2f}" for n, a, b in
-                                           zip(diag["name"], diag["NDCG%20"], diag["sciface.MAP"])))
         for fold, m in meta.items():
             print(f"[{facet} test={fold}] train seeds {m['train_seeds']}, val seeds {m['val_seeds']}, "
                   f"triplets available {m['triplets_available']}, per epoch {m['triplets_per_epoch']}, "

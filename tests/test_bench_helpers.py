@@ -346,3 +346,22 @@ def test_bench_scale_sparse_capacity_plan_is_arithmetic_on_the_measured_rows():
     assert "+ 100M x 138 B (its growth per document from 1M) = **14.6 GB**" in grown
     fast = [dict(r, result=dict(r["result"], index_s=r["result"]["index_s"] / 2)) for r in rows]
     assert "= **0.9 h**" in mod.capacity_plan(fast, java_heap="1g").split("\n")[-1]
+
+
+def test_the_recorded_sparse_run_gives_its_recorded_tables():
+    """The run behind docs/scale.md's BM25 tables is kept as rows (``--json``): its two recorded tables are what
+    ``report`` and ``capacity_plan`` give on them, so the plan is the arithmetic of that run, not typed."""
+    import json
+    import re
+    from pathlib import Path
+    results = Path(__file__).resolve().parent.parent / "benchmarks" / "results"
+    mod = _bench_script("bench_scale_sparse")
+    rows = json.loads((results / "bench_scale_sparse.json").read_text())
+    text = (results / "bench_scale_sparse.md").read_text()
+    heap = re.search(r"--java-heap (\S+)", text)
+
+    def section(heading):
+        part = text.split(f"## {heading}\n\n", 1)[1]
+        return "\n".join(line for line in part.split("\n\n", 1)[0].split("\n") if line.startswith("|"))
+    assert section("indexing and queries") == mod.report(rows)
+    assert section("capacity plan") == mod.capacity_plan(rows, java_heap=heap[1] if heap else "")
