@@ -352,9 +352,9 @@ def test_max_seq_length_truncates_queries_and_documents_and_its_index_records_it
     """``dense(max_seq_length=N)``: every text cut at N word pieces, as sentence-transformers' own
     ``max_seq_length`` cuts it; the corpus index of that length is its own and records it, and a retriever over
     it that asks for another length is one error."""
-    import ir_datasets
     import json
 
+    import ir_datasets
     from sentence_transformers import SentenceTransformer
 
     from pyterrier_sci.errors import ParameterError
