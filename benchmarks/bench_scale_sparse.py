@@ -253,8 +253,8 @@ def capacity_plan(rows, n: int = PLAN_DOCS, java_heap: str = "") -> str:
             prev = runs[-2]
             step = (peak - prev["peaks"].get(phase, [0, 0])[1]) / (big["n"] - prev["n"])
             return peak, max(step, 0.0)
-        rates = [r["result"]["num_docs"] / r["result"]["index_s"] for r in runs if r["n"] >= 1_000_000] or \
-            [r["result"]["num_docs"] / r["result"]["index_s"] for r in runs]
+        timed = [r for r in runs if r["n"] >= 1_000_000] or runs   # the runs the indexing rates come from
+        rates = [r["result"]["num_docs"] / r["result"]["index_s"] for r in timed]
         hours = sorted(n / x / 3600 for x in rates)
         idx_peak, idx_step = grown("index")
         c = cells[backend] = {}
@@ -290,7 +290,7 @@ def capacity_plan(rows, n: int = PLAN_DOCS, java_heap: str = "") -> str:
         span = f"{min(rates):,.0f}-{max(rates):,.0f}" if len(rates) > 1 else f"{rates[0]:,.0f}"
         took = f"{hours[0]:.1f}-{hours[-1]:.1f}" if f"{hours[0]:.1f}" != f"{hours[-1]:.1f}" else f"{hours[0]:.1f}"
         c["indexing time, 1 thread"] = (f"{_size(n)} / {span} docs/s (measured at "
-                                        f"{', '.join(_size(r['n']) for r in runs if r['n'] >= min(big['n'], 1e6))}) "
+                                        f"{', '.join(_size(r['n']) for r in timed)}) "
                                         f"= **{took} h**")
     order = ["disk while building", "disk to serve", "RAM while indexing (1 thread)",
              "RAM while deriving (first query per k1/b)", "RAM to serve at full speed", "indexing time, 1 thread"]
