@@ -297,16 +297,20 @@ def replay_outcome(config: Union[str, Path, dict, PipelineConfig], name: Optiona
     return outcome
 
 
-def pipeline_key(config: Optional[PipelineConfig], pipeline_name: str, expression: Optional[str] = None) -> str:
+def pipeline_key(config: Optional[PipelineConfig], pipeline_name: str, expression: Optional[str] = None,
+                 extra: Optional[Dict[str, Any]] = None) -> str:
     """A short hash of what a pipeline computes: its expression (``expression`` when given, else the
     config's pipeline of that name, else ``pipeline_name`` itself), and, transitively, the named
-    pipelines and the component settings it uses.  Part of its saved run's name, so that a changed
-    pipeline is run again and two names that read alike on disk never share a run."""
+    pipelines and the component settings it uses, and ``extra`` (what else decides its output, such as the
+    LLM an LLM system asks).  Part of its saved run's name, so that a changed pipeline is run again and two
+    names that read alike on disk never share a run."""
     pipelines = dict(config.pipelines) if config is not None else {}
     components = dict(config.components) if config is not None else {}
     used: Dict[str, Any] = {"name": pipeline_name}
     todo, seen = [expression if expression is not None else pipelines.get(pipeline_name, pipeline_name)], set()
     used["expression"] = todo[0]
+    if extra:
+        used["extra"] = extra
     while todo:
         expr = todo.pop()
         for ident in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", str(expr)):
@@ -323,7 +327,8 @@ def pipeline_key(config: Optional[PipelineConfig], pipeline_name: str, expressio
 
 
 def run_path(save_root: Optional[Union[str, Path]], dataset: str, pipeline_name: str,
-             config: Optional[PipelineConfig] = None, expression: Optional[str] = None) -> Optional[Path]:
+             config: Optional[PipelineConfig] = None, expression: Optional[str] = None,
+             extra: Optional[Dict[str, Any]] = None) -> Optional[Path]:
     """Where an experiment with ``save_dir`` ``save_root`` keeps the run of a pipeline on a dataset:
     ``<save_root>/<dataset>/<name>-<key>.res.gz``, the name made safe for a file name and ``key``
     the :func:`pipeline_key` of the pipeline in ``config`` (or of ``expression``, for a pipeline that is
@@ -331,7 +336,7 @@ def run_path(save_root: Optional[Union[str, Path]], dataset: str, pipeline_name:
     ``x>y``, and a pipeline whose expression or components changed get runs of their own."""
     if not save_root:
         return None
-    key = pipeline_key(config, pipeline_name, expression)
+    key = pipeline_key(config, pipeline_name, expression, extra)
     return Path(save_root) / _slug(dataset) / f"{_slug(pipeline_name)}-{key}.res.gz"
 
 

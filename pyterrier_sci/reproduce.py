@@ -52,6 +52,7 @@ from pyterrier_sci.errors import (
 from pyterrier_sci.evaluation import Experiment
 from pyterrier_sci.experiment import run_path, topics_and_qrels, write_run
 from pyterrier_sci.llm.dryrun import concat_reports, dry_run
+from pyterrier_sci.llm.settings import settings_from
 from pyterrier_sci.pipeline import PipelineConfig, build_all, load_config, make_context
 from pyterrier_sci.registry import check_dataset
 from pyterrier_sci.scale import ray_session
@@ -438,6 +439,7 @@ class TableResult:
     read_back: Tuple[str, ...] = ()      # systems whose runs were all read back from an earlier run's saved runs
     computed: Tuple[str, ...] = ()       # systems run now (at least one dataset)
     runs: Dict[str, Dict[str, str]] = field(default_factory=dict)   # {dataset label: {system: its saved run}}
+    llm_models: Dict[str, str] = field(default_factory=dict)   # {LLM system run now: the LLM model it asked for}
 
     @property
     def failed(self) -> List[Cell]:
@@ -665,7 +667,9 @@ def _compute(paper: Paper, table: Table, tier: str, llm: Optional[str], trusted:
             if s.run is not None:
                 inputs.append(_released_run(s, dict(ds.get("vars") or {})))
             else:
-                path = run_path(save_root, dsid, s.name, cfg, s.pipeline)   # keyed by what the system computes
+                # keyed by what the system computes: for an LLM row, the LLM it asks too (another model's or
+                # server's saved run is never read back as this one's)
+                path = run_path(save_root, dsid, s.name, cfg, s.pipeline, _run_extra(s, cfg))
                 run_files.setdefault(label, {})[s.name] = str(path)
                 saved = _covering(_saved(path), topics)
                 read_back[s.name] = read_back.get(s.name, True) and saved is not None
@@ -696,8 +700,33 @@ def _compute(paper: Paper, table: Table, tier: str, llm: Optional[str], trusted:
     return figures, built_all, run_files, read_back
 
 
-def _cells(paper: Paper, table: Table, tier: str, figures: Mapping[str, Any], llm: Optional[str]) -> List[Cell]:
-    recorded = (_recorded_entry(paper, table, tier).get("figures") or {})
+def _llm_model(cfg: PipelineConfig) -> str:
+    """The model the LLM systems of a config ask the server for (the ``llm:`` settings, then the environment)."""
+    try:
+        return settings_from((cfg.settings or {}).get("llm")).model
+    except ValueError as e:   # the components report a bad llm setting with its file when they are built
+        return f"unknown ({e})"
+
+
+def _llm_identity(cfg: PipelineConfig) -> Dict[str, Any]:
+    """The LLM settings that decide an LLM row's answers: the server, the model and how it is asked."""
+    try:
+        st = settings_from((cfg.settings or {}).get("llm"))
+    except ValueError as e:
+        return {"invalid": str(e)}
+    return {k: getattr(st, k) for k in ("base_url", "model", "mode", "temperature", "max_tokens", "top_logprobs")}
+
+
+def _run_extra(system: System, cfg: PipelineConfig) -> Optional[Dict[str, Any]]:
+    """What keys a system's saved run beyond its expression and components: an LLM row's LLM."""
+    return {"llm": _llm_identity(cfg)} if "llm" in system.needs else None
+
+
+def _cells(paper: Paper, table: Table, tier: str, figures: Mapping[str, Any], llm: Optional[str],
+           llm_model: Optional[str] = None) -> List[Cell]:
+    entry = _recorded_entry(paper, table, tier)
+    recorded = entry.get("figures") or {}
+    recorded_models = entry.get("llm_models") or {}
     cells = []
     for s in _systems_of(table, tier):
         tol = s.tolerance if s.tolerance is not None else table.tolerance
@@ -718,6 +747,12 @@ def _cells(paper: Paper, table: Table, tier: str, figures: Mapping[str, Any], ll
                 else:
                     status, reason = STATUS_DIFFERS, (s.differs or table.differs)
                 failed = False
+                other = recorded_models.get(s.name)
+                if rep is not None and rec is not None and other is not None and other != llm_model:
+                    # another LLM's figure: a difference says nothing about the toolkit, so it is not a drift
+                    reason = (f"recorded with the LLM {other!r}, this run asked {llm_model!r}: not compared; "
+                              + reason)
+                    rec = None
                 if rep is not None and rec is not None and abs(rep - rec) > drift + 1e-9:
                     failed, reason = True, f"drifted {rep - rec:+.{table.digits}f} from the recorded figure " \
                                            f"(tolerance {drift:g}); " + reason
@@ -760,7 +795,8 @@ def run_table(paper: Any, table: Any, tier: str = "full", llm: Optional[str] = N
     start = time.perf_counter()
     figures, systems, run_files, read_back = _compute(paper, table, tier, llm, trusted or bool(llm), cfg)
     seconds = time.perf_counter() - start
-    cells = _cells(paper, table, tier, figures, llm)
+    model = _llm_model(cfg) if llm else None
+    cells = _cells(paper, table, tier, figures, llm, model)
     m = manifest.pipeline_manifest(systems, cfg, [dataset_id(d, tier) for d in table.datasets.values()],
                                    kind="reproduction",
                                    extra={"reproduction": {"paper": paper.id, "table": table.key, "tier": tier,
@@ -772,9 +808,12 @@ def run_table(paper: Any, table: Any, tier: str = "full", llm: Optional[str] = N
                      "recorded": c.recorded, "reproduced": c.reproduced, "status": c.status} for c in cells]
     path = manifest.write_manifest(m, _save_root(paper, table, tier) / "manifest.json", "the table's manifest")
     command = _command(paper, table, tier) + (f" --systems {','.join(table.systems)}" if partial else "")
+    llm_models = {n: model for n, s in table.systems.items() if "llm" in s.needs and n in figures} if llm else {}
+    if llm_models:
+        command += f" --llm {llm}"
     return TableResult(paper.id, table, tier, cells, seconds, path, command, figures, str(paper.path), partial,
                        tuple(sorted(n for n, back in read_back.items() if back)),
-                       tuple(sorted(n for n, back in read_back.items() if not back)), run_files)
+                       tuple(sorted(n for n, back in read_back.items() if not back)), run_files, llm_models)
 
 
 def _on_ray(jobs: List[Tuple[Paper, Table]], tier: str, llm: Optional[str], address: Optional[str],
@@ -845,6 +884,10 @@ def record(results: Sequence[TableResult]) -> List[Path]:
                     earlier = float(before["seconds"])
                     seconds = round(earlier + seconds, 1) if r.computed else earlier
                 entry = {"read_back": list(r.read_back)} if r.read_back else {}
+                # which LLM each LLM row's figures are from (a later run with another one is not compared with them)
+                models = {**((before.get("llm_models") or {}) if r.partial else {}), **r.llm_models}
+                if models:
+                    entry["llm_models"] = dict(sorted(models.items()))
                 if r.read_back and before.get("seconds") is None:
                     entry["read_back_untimed"] = True
                 data["tables"].setdefault(r.table.key, {})[r.tier] = jsonable({**entry,
@@ -878,7 +921,7 @@ def dry_run_table(paper: Paper, table: Table, tier: str = "quick", llm: Optional
             check_dataset(dsid, where=f"{paper.path}: table {table.key}")
             for s in _systems_of(table, tier):
                 missing = _runnable(s, llm)
-                path = run_path(save_root, dsid, s.name, cfg, s.pipeline) if s.pipeline else None
+                path = run_path(save_root, dsid, s.name, cfg, s.pipeline, _run_extra(s, cfg)) if s.pipeline else None
                 if s.run is not None:
                     what = "read the released run " + str(s.run["path"]).format(**(ds.get("vars") or {}))
                 elif path is not None and path.exists():
@@ -1056,8 +1099,10 @@ def docs_table(paper: Paper, table: Table, tier: Optional[str] = None) -> str:
         commands = rec.get("commands") or [rec.get("command")]
         by = f"`{commands[0]}`" if len(commands) == 1 else \
             f"{len(commands)} runs of some systems each ({'; '.join(f'`{c}`' for c in commands)}), the last"
+        models = sorted(set((rec.get("llm_models") or {}).values()))
+        llm = f"; LLM rows with {', '.join(f'`{m}`' for m in models)}" if models else ""
         how = (f"Recorded by {by} on {rec.get('date')} ({rec.get('seconds')} s on "
-               f"{rec.get('cpu', {}).get('usable_cores', '?')} cores of {cpu}{load}{back}); "
+               f"{rec.get('cpu', {}).get('usable_cores', '?')} cores of {cpu}{load}{back}{llm}); "
                f"in parentheses the paper's Table {table.number}")
     else:
         how = f"Not recorded yet: `pyterrier-sci reproduce {paper.id}/{table.key} --tier {tier} --record`"

@@ -345,14 +345,20 @@ def test_dry_run_lists_what_would_run_and_the_llm_calls(home, capsys, monkeypatc
     assert "read back its saved run" in capsys.readouterr().out
 
 
-def test_llm_rows_run_against_an_endpoint(home):
-    from pyterrier_sci.llm.loopback import ScriptedServer
+def _llm_paper(home):
+    """The toy paper with an LLM judge row, its full tier on two queries per dataset."""
     d = _paper(home, llm={"mode": "completion", "cache_dir": ""},
                components={"bm25": {"component": "bm25", "backend": "pisa", "k1": 0.9, "b": 0.4},
                            "judge": {"component": "mir_pointwise", "text_field": "abstract", "on_error": "flag"}})
     doc = yaml.safe_load((d / "toy.yaml").read_text())
     doc["tables"]["t5"]["tiers"] = {"full": {"topics": 2}}
     (d / "toy.yaml").write_text(yaml.safe_dump(doc))
+    return d
+
+
+def test_llm_rows_run_against_an_endpoint(home):
+    from pyterrier_sci.llm.loopback import ScriptedServer
+    d = _llm_paper(home)
     with ScriptedServer(responder=lambda kind, body: " Yes") as srv:
         (res,) = R.reproduce("toy/t5", tier="full", llm=srv.base_url, directory=d)
         assert srv.calls == 2 * 2 * 5       # two datasets, two queries each, top 5
@@ -437,6 +443,38 @@ def test_on_ray_gives_the_local_figures(home):
     assert all(not r.read_back and r.seconds > 0 for r in remote)
     runs = json.loads(remote[0].manifest_path.read_text())["reproduction"]["runs"]
     assert set(runs["Method"]) == {"BM25", "BM25_tuned"}
+
+
+def test_an_llm_row_is_recorded_with_its_model_and_not_compared_with_another_models(home, monkeypatch):
+    """A figure of an LLM row belongs to the LLM that gave it: the record names the model and the endpoint,
+    a rerun with the same model is held to the record, one with another model is not compared with it."""
+    from pyterrier_sci.llm.loopback import ScriptedServer
+    d = _llm_paper(home)
+    monkeypatch.setenv("PYTERRIER_SCI_LLM_MODEL", "small-model")
+    path = d / "recorded" / "toy.json"
+    with ScriptedServer(responder=lambda kind, body: " Yes") as srv:
+        R.record(R.reproduce("toy/t5", tier="full", llm=srv.base_url, directory=d, systems=["BM25", "Judge"]))
+        entry = json.loads(path.read_text())["tables"]["t5"]["full"]
+        assert entry["llm_models"] == {"Judge": "small-model"}
+        assert entry["command"].endswith(f"--llm {srv.base_url} --record")
+        paper = R.load_paper(d / "toy.yaml")
+        assert "LLM rows with `small-model`" in R.docs_table(paper, paper.tables["t5"], "full")
+        rec = json.loads(path.read_text())
+        rec["tables"]["t5"]["full"]["figures"]["Judge"]["Method"]["MAP"] += 5.0
+        path.write_text(json.dumps(rec))
+        (same,) = R.reproduce("toy/t5", tier="full", llm=srv.base_url, directory=d, systems=["BM25", "Judge"])
+        assert [(c.system, c.dataset, c.measure) for c in same.failed] == [("Judge", "Method", "MAP")]
+        assert "Judge" in same.read_back      # the same LLM: its saved run is read back
+        monkeypatch.setenv("PYTERRIER_SCI_LLM_MODEL", "another-model")
+        (other,) = R.reproduce("toy/t5", tier="full", llm=srv.base_url, directory=d, systems=["BM25", "Judge"])
+    assert not other.failed
+    assert "Judge" in other.computed and "BM25" in other.read_back   # another LLM's saved run is never read back
+    judge = [c for c in other.cells if c.system == "Judge"]
+    assert judge and all(c.reproduced is not None and c.recorded is None for c in judge)
+    assert all("recorded with the LLM 'small-model', this run asked 'another-model'" in c.reason for c in judge)
+    # without an endpoint the row does not run, and a partial record of the other rows keeps the model
+    R.record(R.reproduce("toy/t5", tier="full", directory=d, systems=["BM25"]))
+    assert json.loads(path.read_text())["tables"]["t5"]["full"]["llm_models"] == {"Judge": "small-model"}
 
 
 def test_systems_runs_part_of_a_table_and_record_merges(home, capsys, monkeypatch):
