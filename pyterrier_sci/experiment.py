@@ -21,10 +21,11 @@ from pyterrier_sci import artifacts, manifest
 from pyterrier_sci import measures as _measures
 from pyterrier_sci.corpus import pt_dataset_id
 from pyterrier_sci.evaluation import Experiment
-from pyterrier_sci.llm import add_usage_columns, usage_report
+from pyterrier_sci.llm import add_usage_columns, llm_components, usage_report
 from pyterrier_sci.llm.budget import new_ledger_id, with_ledger_id
 from pyterrier_sci.llm.dryrun import COLUMNS as DRY_RUN_COLUMNS
 from pyterrier_sci.llm.dryrun import DryRunReport, budget_notes, concat_reports, dry_run
+from pyterrier_sci.llm.settings import answer_settings
 from pyterrier_sci.manifest import Replay, replay_against
 from pyterrier_sci.pipeline import PipelineConfig, PipelineError, build_all, load_config, make_context, pipeline
 from pyterrier_sci.registry import check_dataset
@@ -231,7 +232,7 @@ def experiment_outcome(config: Union[str, Path, dict, PipelineConfig], name: Opt
         _measures.parse(measure_names, dataset=dataset)   # an unknown name fails before any pipeline runs
         runs, paths = {}, {}
         for pname in pipelines:
-            save_to = run_path(outcome.save_root, dataset, pname, cfg)
+            save_to = run_path(outcome.save_root, dataset, pname, cfg, llm_key(systems[pname]))
             runs[pname] = run_pipeline_on(systems[pname], topics, save_to, run_name=_slug(pname))
             paths[pname] = save_to
         table = _table(outcome, runs, topics, qrels, dataset)
@@ -276,23 +277,25 @@ def replay_outcome(config: Union[str, Path, dict, PipelineConfig], name: Optiona
     if not outcome.save_root:
         raise PipelineError(f"experiment '{outcome.name}' has no save_dir, so there are no saved runs to replay: "
                             "give it a save_dir (or --save-dir) and run it without --replay first", where="--replay")
+    built, paths = {}, {}
     for dataset in datasets:  # every saved run is there before anything is read
-        for pname in outcome.pipelines:
-            p = run_path(outcome.save_root, dataset, pname, outcome.config)
+        built[dataset] = build_all(outcome.config, outcome.pipelines, dataset=dataset, trusted=trusted)
+        paths[dataset] = {p: run_path(outcome.save_root, dataset, p, outcome.config, llm_key(built[dataset][p]))
+                          for p in outcome.pipelines}
+        for pname, p in paths[dataset].items():
             if p is None or not p.is_file():
                 _read_for_replay(p, dataset, pname)
     tables = []
     for dataset in datasets:
         topics, qrels = topics_and_qrels(dataset, outcome.spec.get("topics_variant"))
         _measures.parse(outcome.measures, dataset=dataset)
-        paths = {p: run_path(outcome.save_root, dataset, p, outcome.config) for p in outcome.pipelines}
-        runs = {p: _read_for_replay(paths[p], dataset, p) for p in outcome.pipelines}
-        systems = build_all(outcome.config, outcome.pipelines, dataset=dataset, trusted=trusted)
+        runs = {p: _read_for_replay(paths[dataset][p], dataset, p) for p in outcome.pipelines}
+        systems = built[dataset]
         table = _table(outcome, runs, topics, qrels, dataset)
         table.insert(0, "dataset", dataset)
         tables.append(table)
         outcome.datasets.append(DatasetOutcome(dataset=dataset, topics=topics, qrels=qrels, systems=systems,
-                                               runs=runs, table=table, run_paths=paths))
+                                               runs=runs, table=table, run_paths=paths[dataset]))
     outcome.table = pd.concat(tables, ignore_index=True)
     return outcome
 
@@ -324,6 +327,14 @@ def pipeline_key(config: Optional[PipelineConfig], pipeline_name: str, expressio
                 used.setdefault("components", {})[ident] = components[ident]
     blob = json.dumps(used, sort_keys=True, default=str, ensure_ascii=False)
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:12]
+
+
+def llm_key(system: Any) -> Optional[Dict[str, Any]]:
+    """What keys a pipeline's saved run beyond its expression and components: the answer settings
+    (:data:`~pyterrier_sci.llm.settings.ANSWER_SETTINGS`) of each LLM it asks, as its components resolved them
+    from the config's ``llm:`` section, their own ``llm=`` and the environment; None for a pipeline without one."""
+    asked = [answer_settings(c.sci_llm_settings()) for c in llm_components(system)]
+    return {"llm": asked} if asked else None
 
 
 def run_path(save_root: Optional[Union[str, Path]], dataset: str, pipeline_name: str,
@@ -383,7 +394,7 @@ def dry_run_experiment(config: Any, name: Optional[str] = None, save_dir: Option
             systems = build_all(cfg, pipelines, context=context)
             saved = []
             for p in pipelines:
-                path = run_path(save_root, ds, p, cfg)
+                path = run_path(save_root, ds, p, cfg, llm_key(systems[p]))
                 if path is not None and path.exists():
                     saved.append(p)
                 else:
@@ -391,7 +402,8 @@ def dry_run_experiment(config: Any, name: Optional[str] = None, save_dir: Option
             everything += [systems[p] for p in pipelines if p not in saved]
             report = run.report([systems[p] for p in pipelines if p not in saved],
                                 [p for p in pipelines if p not in saved], dataset=ds, notes=False)
-            report.notes += [f"{ds} {p}: its run is saved in {run_path(save_root, ds, p, cfg)}; a real run reads it "
+            report.notes += [f"{ds} {p}: its run is saved in {run_path(save_root, ds, p, cfg, llm_key(systems[p]))}; "
+                             "a real run reads it "
                              "back and makes no LLM calls" for p in saved]
             reports.append(report)
     reports.append(DryRunReport(pd.DataFrame(columns=DRY_RUN_COLUMNS), budget_notes(run, everything)))

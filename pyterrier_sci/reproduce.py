@@ -52,7 +52,7 @@ from pyterrier_sci.errors import (
 from pyterrier_sci.evaluation import Experiment
 from pyterrier_sci.experiment import run_path, topics_and_qrels, write_run
 from pyterrier_sci.llm.dryrun import concat_reports, dry_run
-from pyterrier_sci.llm.settings import settings_from
+from pyterrier_sci.llm.settings import answer_settings, settings_from
 from pyterrier_sci.pipeline import PipelineConfig, build_all, load_config, make_context
 from pyterrier_sci.registry import check_dataset
 from pyterrier_sci.scale import ray_session
@@ -711,10 +711,9 @@ def _llm_model(cfg: PipelineConfig) -> str:
 def _llm_identity(cfg: PipelineConfig) -> Dict[str, Any]:
     """The LLM settings that decide an LLM row's answers: the server, the model and how it is asked."""
     try:
-        st = settings_from((cfg.settings or {}).get("llm"))
+        return answer_settings(settings_from((cfg.settings or {}).get("llm")))
     except ValueError as e:
         return {"invalid": str(e)}
-    return {k: getattr(st, k) for k in ("base_url", "model", "mode", "temperature", "max_tokens", "top_logprobs")}
 
 
 def _run_extra(system: System, cfg: PipelineConfig) -> Optional[Dict[str, Any]]:

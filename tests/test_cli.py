@@ -107,6 +107,47 @@ experiments:
     assert [r["NDCG%20"] for r in rows] == pytest.approx(list(table["NDCG%20"]))
 
 
+def test_an_llm_pipelines_saved_run_is_keyed_by_its_llm(csfcube, tmp_path):
+    """A saved run of an LLM pipeline is the answer of one LLM: changing the config's model computes it again
+    (the other pipelines are read back), the earlier model's run stays, and going back reads it back."""
+    from llm_server import ScriptedServer
+
+    from pyterrier_sci.experiment import dry_run_experiment
+    with ScriptedServer(responder=lambda kind, body: " Yes") as srv:
+        def config(model):
+            cfg = tmp_path / f"llm-{model}.yaml"
+            cfg.write_text(f"""
+dataset: irds:sci/csfcube
+llm: {{base_url: "{srv.base_url}", model: {model}, mode: completion, cache_dir: "", progress: false}}
+components:
+  judge: {{component: mir_pointwise, text_field: abstract}}
+pipelines:
+  BM25: pool >> bm25
+  Judged: pool >> bm25 % 3 >> text >> judge
+experiments:
+  small:
+    datasets: [irds:sci/csfcube/method]
+    pipelines: [BM25, Judged]
+    measures: [MAP]
+    save_dir: {tmp_path / "runs"}
+""")
+            return cfg
+        run_experiment(config("model-a"), trusted=True)
+        calls = srv.calls
+        assert calls == 17 * 3        # 17 method queries, the top 3 judged
+        runs = sorted(p.name for p in (tmp_path / "runs").rglob("*.res.gz"))
+        assert len(runs) == 2
+        report = dry_run_experiment(config("model-a"), trusted=True)
+        assert any("Judged: its run is saved" in n for n in report.notes)
+        run_experiment(config("model-b"), trusted=True)     # another model: the judged run is computed again
+        assert srv.calls == 2 * calls
+        again = sorted(p.name for p in (tmp_path / "runs").rglob("*.res.gz"))
+        assert len(again) == 3 and set(runs) <= set(again)
+        assert sum(n.startswith("BM25-") for n in again) == 1
+        run_experiment(config("model-a"), trusted=True)     # back to the first model: read back, no call
+        assert srv.calls == 2 * calls
+
+
 def test_experiment_config_errors(tmp_path):
     cfg = tmp_path / "bad.yaml"
     cfg.write_text(

@@ -239,6 +239,16 @@ def settings_from(config: Union[None, Mapping[str, Any], LLMSettings] = None, _e
     return LLMSettings(**{k: _coerce(k, v) for k, v in values.items()}, sandbox=sandbox, ledger=ledger)
 
 
+#: the settings that decide an LLM's answers (the server, the model and how it is asked): what keys a saved run
+#: of an LLM pipeline beyond its expression, so that another model's or server's run is never read back
+ANSWER_SETTINGS = ("base_url", "model", "mode", "temperature", "max_tokens", "top_logprobs")
+
+
+def answer_settings(settings: LLMSettings) -> Dict[str, Any]:
+    """``{setting: value}`` of :data:`ANSWER_SETTINGS`."""
+    return {k: getattr(settings, k) for k in ANSWER_SETTINGS}
+
+
 def api_key() -> str:
     """The API key from ``OPENAI_API_KEY``; local servers need none, so a placeholder otherwise."""
     return os.environ.get(API_KEY_ENV) or "no-key"
