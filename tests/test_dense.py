@@ -364,6 +364,8 @@ def test_max_seq_length_truncates_queries_and_documents_and_its_index_records_it
     short = dense_component(context=ctx, max_seq_length=16, verbose=False)
     full = dense_component(context=ctx, verbose=False)
     assert short.index != full.index and short.index.endswith("len16")
+    # the model's own length written out (256 for all-MiniLM-L6-v2) is the default's index, not a second one
+    assert dense_component(context=ctx, max_seq_length=256, verbose=False).index == full.index
     topics = tiny_dataset.get_topics()
     res = short(topics).groupby("qid").head(10)
     raw = SentenceTransformer(resolve_model("default"), device="cpu")

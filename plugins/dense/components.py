@@ -6,7 +6,7 @@ from typing import Optional, Sequence, Union
 
 from pyterrier_sci.corpus import dataset_of, index_path
 from pyterrier_sci.data import work_dir
-from pyterrier_sci.models import BACKENDS, DEFAULT_MODEL, PRECISIONS, check_backend, model_slug
+from pyterrier_sci.models import BACKENDS, DEFAULT_MODEL, PRECISIONS, check_backend, model_max_seq_length, model_slug
 from pyterrier_sci.registry import DATASET, MAX_RESULTS, PATH, Param, check_artifact, check_fields, params
 
 from .ann import ANN_METHODS
@@ -41,7 +41,8 @@ def dense_component(*, context=None, model: Optional[str] = None, index: Union[N
     An index path that holds an index takes ``model``, ``backend``, ``precision``, ``fields`` and the int8
     calibration from its ``pt_meta.json`` where they are left out; one that contradicts it is one
     :class:`~.index_meta.IndexSettingsError`.  ``max_seq_length``: every text (query and document) truncated
-    to that many word pieces (default the model's own); the corpus index of another length is its own."""
+    to that many word pieces (default the model's own); the corpus index of another length is its own (the model's
+    own length, written out, uses the default's)."""
     corpus = dataset_of(dataset, context, "dense", required=False)
     common = dict(num_results=num_results, batch_size=batch_size, verbose=verbose, device=device, ann=ann,
                   ann_params=ann_params, max_seq_length=max_seq_length)
@@ -63,8 +64,10 @@ def dense_component(*, context=None, model: Optional[str] = None, index: Union[N
     build_index = True if index is True else None  # asked for: built when needed
     if corpus:
         work = context.workdir() if context is not None else None
+        # the model's own length written out is the default's index, not one of its own
+        own = max_seq_length if max_seq_length and max_seq_length != model_max_seq_length(model) else None
         kind = "dense-" + model_slug(model) + (f"-{backend}-int8" if precision == "int8" else "") \
-            + (f"-len{max_seq_length}" if max_seq_length else "")  # fp32 exports match
+            + (f"-len{own}" if own else "")  # fp32 exports match
         index = str(index_path(work or work_dir(), corpus, kind, fields))
     else:
         index = None
