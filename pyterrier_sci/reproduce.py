@@ -51,6 +51,7 @@ from pyterrier_sci.errors import (
 )
 from pyterrier_sci.evaluation import Experiment
 from pyterrier_sci.experiment import run_path, topics_and_qrels, write_run
+from pyterrier_sci.llm.accounting import usage_report
 from pyterrier_sci.llm.dryrun import concat_reports, dry_run
 from pyterrier_sci.llm.settings import answer_settings, settings_from
 from pyterrier_sci.pipeline import PipelineConfig, build_all, load_config, make_context
@@ -440,6 +441,7 @@ class TableResult:
     computed: Tuple[str, ...] = ()       # systems run now (at least one dataset)
     runs: Dict[str, Dict[str, str]] = field(default_factory=dict)   # {dataset label: {system: its saved run}}
     llm_models: Dict[str, str] = field(default_factory=dict)   # {LLM system run now: the LLM model it asked for}
+    llm_usage: Dict[str, Dict[str, int]] = field(default_factory=dict)   # {LLM system run now: calls, unusable, ...}
 
     @property
     def failed(self) -> List[Cell]:
@@ -631,7 +633,7 @@ def dataset_id(dataset: Mapping[str, Any], tier: str) -> str:
 
 def _compute(paper: Paper, table: Table, tier: str, llm: Optional[str], trusted: bool,
              cfg: PipelineConfig) -> Tuple[Dict[str, Dict[str, Dict[str, float]]], Dict[str, Any], Dict[str, Any],
-                                           Dict[str, bool]]:
+                                           Dict[str, bool], Dict[str, List[Any]]]:
     """Runs (or reads back) every runnable system of the table on each dataset; returns the figures
     ``{system: {dataset label: {measure: value in the paper's units}}}``, the built systems, the runs and,
     per system, whether every one of its runs was read back from an earlier run's saved run."""
@@ -639,6 +641,7 @@ def _compute(paper: Paper, table: Table, tier: str, llm: Optional[str], trusted:
     systems = [s for s in _systems_of(table, tier) if _runnable(s, llm) is None]
     figures: Dict[str, Dict[str, Dict[str, float]]] = {}
     built_all: Dict[str, Any] = {}
+    every: Dict[str, List[Any]] = {}
     run_files: Dict[str, Dict[str, str]] = {}
     read_back: Dict[str, bool] = {}
     for label, ds in table.datasets.items():
@@ -675,6 +678,7 @@ def _compute(paper: Paper, table: Table, tier: str, llm: Optional[str], trusted:
                 read_back[s.name] = read_back.get(s.name, True) and saved is not None
                 system = built[s.pipeline]
                 built_all.setdefault(s.name, system)
+                every.setdefault(s.name, []).append(system)   # one per dataset: each counts its own LLM calls
                 inputs.append(saved if saved is not None else system >> _SaveRun(path, s.name))
             names.append(s.name)
 
@@ -697,7 +701,7 @@ def _compute(paper: Paper, table: Table, tier: str, llm: Optional[str], trusted:
         for _, row in res.iterrows():
             for m in table.measures:
                 put(row["name"], m, row[m])
-    return figures, built_all, run_files, read_back
+    return figures, built_all, run_files, read_back, every
 
 
 def _llm_model(cfg: PipelineConfig) -> str:
@@ -714,6 +718,22 @@ def _llm_identity(cfg: PipelineConfig) -> Dict[str, Any]:
         return answer_settings(settings_from((cfg.settings or {}).get("llm")))
     except ValueError as e:
         return {"invalid": str(e)}
+
+
+def _usage(systems: Mapping[str, List[Any]], llm: Optional[str]) -> Dict[str, Dict[str, int]]:
+    """Per system that asked an LLM in this run: its LLM components' counters summed over its datasets (calls,
+    unusable answers, repaired rankings, tokens, ...; :mod:`pyterrier_sci.llm.accounting`)."""
+    if not llm or not systems:
+        return {}
+    names = [n for n, built in systems.items() for _ in built]
+    report = usage_report([b for built in systems.values() for b in built], names=names)
+    counters = [c for c in report.columns if c not in ("name", "component", "model", "cost")]
+    out = {}
+    for name, rows in report.groupby("name", sort=True):
+        total = {c: int(rows[c].sum()) for c in counters}
+        if total.get("calls") or total.get("cache_hits"):
+            out[str(name)] = total
+    return out
 
 
 def _run_extra(system: System, cfg: PipelineConfig) -> Optional[Dict[str, Any]]:
@@ -792,7 +812,7 @@ def run_table(paper: Any, table: Any, tier: str = "full", llm: Optional[str] = N
         check_dataset(dataset_id(ds, tier), where=f"{paper.path}: table {table.key}")
     cfg = paper.config(tier, llm)
     start = time.perf_counter()
-    figures, systems, run_files, read_back = _compute(paper, table, tier, llm, trusted or bool(llm), cfg)
+    figures, systems, run_files, read_back, every = _compute(paper, table, tier, llm, trusted or bool(llm), cfg)
     seconds = time.perf_counter() - start
     model = _llm_model(cfg) if llm else None
     cells = _cells(paper, table, tier, figures, llm, model)
@@ -803,16 +823,21 @@ def run_table(paper: Any, table: Any, tier: str = "full", llm: Optional[str] = N
                                                            "file": str(paper.path), "command": _command(paper, table,
                                                                                                         tier),
                                                            "seconds": round(seconds, 2), "runs": run_files}})
+    usage = _usage(every, llm)
+    if usage:
+        m["llm_usage"] = usage
     m["figures"] = [{"system": c.system, "dataset": c.dataset, "measure": c.measure, "published": c.published,
                      "recorded": c.recorded, "reproduced": c.reproduced, "status": c.status} for c in cells]
     path = manifest.write_manifest(m, _save_root(paper, table, tier) / "manifest.json", "the table's manifest")
     command = _command(paper, table, tier) + (f" --systems {','.join(table.systems)}" if partial else "")
+    read_back_names = tuple(sorted(n for n, back in read_back.items() if back))
     llm_models = {n: model for n, s in table.systems.items() if "llm" in s.needs and n in figures} if llm else {}
     if llm_models:
         command += f" --llm {llm}"
+    usage = {n: u for n, u in usage.items() if n in llm_models and n not in read_back_names}
     return TableResult(paper.id, table, tier, cells, seconds, path, command, figures, str(paper.path), partial,
-                       tuple(sorted(n for n, back in read_back.items() if back)),
-                       tuple(sorted(n for n, back in read_back.items() if not back)), run_files, llm_models)
+                       read_back_names, tuple(sorted(n for n, back in read_back.items() if not back)), run_files,
+                       llm_models, usage)
 
 
 def _on_ray(jobs: List[Tuple[Paper, Table]], tier: str, llm: Optional[str], address: Optional[str],
@@ -887,6 +912,10 @@ def record(results: Sequence[TableResult]) -> List[Path]:
                 models = {**((before.get("llm_models") or {}) if r.partial else {}), **r.llm_models}
                 if models:
                     entry["llm_models"] = dict(sorted(models.items()))
+                # what the LLM rows' calls gave (a row read back from its saved run keeps the earlier record's)
+                usage = {**{n: u for n, u in (before.get("llm_usage") or {}).items() if n in models}, **r.llm_usage}
+                if usage:
+                    entry["llm_usage"] = dict(sorted(usage.items()))
                 if r.read_back and before.get("seconds") is None:
                     entry["read_back_untimed"] = True
                 data["tables"].setdefault(r.table.key, {})[r.tier] = jsonable({**entry,
@@ -1099,7 +1128,11 @@ def docs_table(paper: Paper, table: Table, tier: Optional[str] = None) -> str:
         by = f"`{commands[0]}`" if len(commands) == 1 else \
             f"{len(commands)} runs of some systems each ({'; '.join(f'`{c}`' for c in commands)}), the last"
         models = sorted(set((rec.get("llm_models") or {}).values()))
-        llm = f"; LLM rows with {', '.join(f'`{m}`' for m in models)}" if models else ""
+        used = "; ".join(f"{n}: {u.get('calls', 0)} calls, {u.get('unusable', 0)} unusable answers, "
+                         f"{u.get('repaired', 0)} repaired rankings"
+                         for n, u in sorted((rec.get("llm_usage") or {}).items()))
+        llm = (f"; LLM rows with {', '.join(f'`{m}`' for m in models)}" + (f" ({used})" if used else "")) \
+            if models else ""
         how = (f"Recorded by {by} on {rec.get('date')} ({rec.get('seconds')} s on "
                f"{rec.get('cpu', {}).get('usable_cores', '?')} cores of {cpu}{load}{back}{llm}); "
                f"in parentheses the paper's Table {table.number}")

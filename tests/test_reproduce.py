@@ -456,9 +456,12 @@ def test_an_llm_row_is_recorded_with_its_model_and_not_compared_with_another_mod
         R.record(R.reproduce("toy/t5", tier="full", llm=srv.base_url, directory=d, systems=["BM25", "Judge"]))
         entry = json.loads(path.read_text())["tables"]["t5"]["full"]
         assert entry["llm_models"] == {"Judge": "small-model"}
+        # what the calls gave: 2 datasets x 2 queries x top 5, every answer usable
+        assert entry["llm_usage"]["Judge"]["calls"] == 20 and entry["llm_usage"]["Judge"]["unusable"] == 0
         assert entry["command"].endswith(f"--llm {srv.base_url} --record")
         paper = R.load_paper(d / "toy.yaml")
-        assert "LLM rows with `small-model`" in R.docs_table(paper, paper.tables["t5"], "full")
+        assert "LLM rows with `small-model` (Judge: 20 calls, 0 unusable answers, 0 repaired rankings)" in \
+            R.docs_table(paper, paper.tables["t5"], "full")
         rec = json.loads(path.read_text())
         rec["tables"]["t5"]["full"]["figures"]["Judge"]["Method"]["MAP"] += 5.0
         path.write_text(json.dumps(rec))
@@ -474,7 +477,8 @@ def test_an_llm_row_is_recorded_with_its_model_and_not_compared_with_another_mod
     assert all("recorded with the LLM 'small-model', this run asked 'another-model'" in c.reason for c in judge)
     # without an endpoint the row does not run, and a partial record of the other rows keeps the model
     R.record(R.reproduce("toy/t5", tier="full", directory=d, systems=["BM25"]))
-    assert json.loads(path.read_text())["tables"]["t5"]["full"]["llm_models"] == {"Judge": "small-model"}
+    kept = json.loads(path.read_text())["tables"]["t5"]["full"]
+    assert kept["llm_models"] == {"Judge": "small-model"} and kept["llm_usage"]["Judge"]["calls"] == 20
 
 
 def test_systems_runs_part_of_a_table_and_record_merges(home, capsys, monkeypatch):
