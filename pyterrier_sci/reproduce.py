@@ -1128,8 +1128,9 @@ def docs_table(paper: Paper, table: Table, tier: Optional[str] = None) -> str:
         by = f"`{commands[0]}`" if len(commands) == 1 else \
             f"{len(commands)} runs of some systems each ({'; '.join(f'`{c}`' for c in commands)}), the last"
         models = sorted(set((rec.get("llm_models") or {}).values()))
-        used = "; ".join(f"{n}: {u.get('calls', 0)} calls, {u.get('unusable', 0)} unusable answers, "
-                         f"{u.get('repaired', 0)} repaired rankings"
+        used = "; ".join(f"{n}: {u.get('calls', 0)} calls"
+                         + (f" and {u['cache_hits']} answers from the response cache" if u.get("cache_hits") else "")
+                         + f", {u.get('unusable', 0)} unusable answers, {u.get('repaired', 0)} repaired rankings"
                          for n, u in sorted((rec.get("llm_usage") or {}).items()))
         llm = (f"; LLM rows with {', '.join(f'`{m}`' for m in models)}" + (f" ({used})" if used else "")) \
             if models else ""
