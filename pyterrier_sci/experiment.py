@@ -392,19 +392,18 @@ def dry_run_experiment(config: Any, name: Optional[str] = None, save_dir: Option
             topics, _ = topics_and_qrels(ds, exp.get("topics_variant"))
             context = with_ledger_id(make_context(cfg, ds, None, trusted), ledger)
             systems = build_all(cfg, pipelines, context=context)
+            paths = {p: run_path(save_root, ds, p, cfg, llm_key(systems[p])) for p in pipelines}
             saved = []
             for p in pipelines:
-                path = run_path(save_root, ds, p, cfg, llm_key(systems[p]))
-                if path is not None and path.exists():
+                if paths[p] is not None and paths[p].exists():
                     saved.append(p)
                 else:
                     systems[p](topics)
             everything += [systems[p] for p in pipelines if p not in saved]
             report = run.report([systems[p] for p in pipelines if p not in saved],
                                 [p for p in pipelines if p not in saved], dataset=ds, notes=False)
-            report.notes += [f"{ds} {p}: its run is saved in {run_path(save_root, ds, p, cfg, llm_key(systems[p]))}; "
-                             "a real run reads it "
-                             "back and makes no LLM calls" for p in saved]
+            report.notes += [f"{ds} {p}: its run is saved in {paths[p]}; a real run reads it back and makes no LLM "
+                             "calls" for p in saved]
             reports.append(report)
     reports.append(DryRunReport(pd.DataFrame(columns=DRY_RUN_COLUMNS), budget_notes(run, everything)))
     return concat_reports(reports)

@@ -50,10 +50,10 @@ from pyterrier_sci.errors import (
     ReproductionError,  # noqa: F401 - defined there, re-exported
 )
 from pyterrier_sci.evaluation import Experiment
-from pyterrier_sci.experiment import run_path, topics_and_qrels, write_run
+from pyterrier_sci.experiment import llm_key, run_path, topics_and_qrels, write_run
 from pyterrier_sci.llm.accounting import usage_report
 from pyterrier_sci.llm.dryrun import concat_reports, dry_run
-from pyterrier_sci.llm.settings import answer_settings, settings_from
+from pyterrier_sci.llm.settings import settings_from
 from pyterrier_sci.pipeline import PipelineConfig, build_all, load_config, make_context
 from pyterrier_sci.registry import check_dataset
 from pyterrier_sci.scale import ray_session
@@ -670,13 +670,13 @@ def _compute(paper: Paper, table: Table, tier: str, llm: Optional[str], trusted:
             if s.run is not None:
                 inputs.append(_released_run(s, dict(ds.get("vars") or {})))
             else:
-                # keyed by what the system computes: for an LLM row, the LLM it asks too (another model's or
-                # server's saved run is never read back as this one's)
-                path = run_path(save_root, dsid, s.name, cfg, s.pipeline, _run_extra(s, cfg))
+                system = built[s.pipeline]
+                # keyed by what the system computes: for an LLM row, the LLMs it asks too (another model's or
+                # server's saved run is never read back as this one's), as an experiment's saved runs are
+                path = run_path(save_root, dsid, s.name, cfg, s.pipeline, llm_key(system))
                 run_files.setdefault(label, {})[s.name] = str(path)
                 saved = _covering(_saved(path), topics)
                 read_back[s.name] = read_back.get(s.name, True) and saved is not None
-                system = built[s.pipeline]
                 built_all.setdefault(s.name, system)
                 every.setdefault(s.name, []).append(system)   # one per dataset: each counts its own LLM calls
                 inputs.append(saved if saved is not None else system >> _SaveRun(path, s.name))
@@ -712,14 +712,6 @@ def _llm_model(cfg: PipelineConfig) -> str:
         return f"unknown ({e})"
 
 
-def _llm_identity(cfg: PipelineConfig) -> Dict[str, Any]:
-    """The LLM settings that decide an LLM row's answers: the server, the model and how it is asked."""
-    try:
-        return answer_settings(settings_from((cfg.settings or {}).get("llm")))
-    except ValueError as e:
-        return {"invalid": str(e)}
-
-
 def _usage(systems: Mapping[str, List[Any]], llm: Optional[str]) -> Dict[str, Dict[str, int]]:
     """Per system that asked an LLM in this run: its LLM components' counters summed over its datasets (calls,
     unusable answers, repaired rankings, tokens, ...; :mod:`pyterrier_sci.llm.accounting`)."""
@@ -734,11 +726,6 @@ def _usage(systems: Mapping[str, List[Any]], llm: Optional[str]) -> Dict[str, Di
         if total.get("calls") or total.get("cache_hits"):
             out[str(name)] = total
     return out
-
-
-def _run_extra(system: System, cfg: PipelineConfig) -> Optional[Dict[str, Any]]:
-    """What keys a system's saved run beyond its expression and components: an LLM row's LLM."""
-    return {"llm": _llm_identity(cfg)} if "llm" in system.needs else None
 
 
 def _cells(paper: Paper, table: Table, tier: str, figures: Mapping[str, Any], llm: Optional[str],
@@ -949,7 +936,11 @@ def dry_run_table(paper: Paper, table: Table, tier: str = "quick", llm: Optional
             check_dataset(dsid, where=f"{paper.path}: table {table.key}")
             for s in _systems_of(table, tier):
                 missing = _runnable(s, llm)
-                path = run_path(save_root, dsid, s.name, cfg, s.pipeline, _run_extra(s, cfg)) if s.pipeline else None
+                # an LLM row is built first: its saved run is keyed by the LLMs it asks (llm_key), as a run keys it
+                system = build_all(cfg, [s.pipeline], context=make_context(cfg, dsid, None, bool(llm)))[s.pipeline] \
+                    if s.pipeline and "llm" in s.needs else None
+                path = run_path(save_root, dsid, s.name, cfg, s.pipeline, llm_key(system) if system is not None
+                                else None) if s.pipeline else None
                 if s.run is not None:
                     what = "read the released run " + str(s.run["path"]).format(**(ds.get("vars") or {}))
                 elif path is not None and path.exists():
@@ -969,9 +960,8 @@ def dry_run_table(paper: Paper, table: Table, tier: str = "quick", llm: Optional
                 rows.append({"table": table.key, "dataset": label, "system": s.name,
                              "action": what if missing is None or s.pipeline is None else f"{what} (LLM: counted only)",
                              "needs": missing or ""})
-                if s.pipeline and "llm" in s.needs and not (path is not None and path.exists()):
+                if system is not None and not (path is not None and path.exists()):
                     topics, _ = _topics(table, tier, ds)
-                    system = build_all(cfg, [s.pipeline], context=make_context(cfg, dsid, None, bool(llm)))[s.pipeline]
                     system(topics)
                     reports.append(run.report([system], [f"{table.key}/{s.name}"], dataset=label))
                 if s.agreement is not None and "llm" in s.needs:   # its labelling pipeline on the pairs it compares
