@@ -6,9 +6,11 @@ It reports progress as one JSON event per line on the file descriptor named in `
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
+import re
 import sys
 import threading
 import time
@@ -31,7 +33,51 @@ def sample_size(n: int) -> int:
 REUSE_MAX_BYTES = 4 << 30
 
 
-def reuse_sample_encoding(emit, max_bytes: int = REUSE_MAX_BYTES) -> None:
+class SampleReuse:
+    """What :func:`reuse_sample_encoding` installed: the kept sample (its passages, float16 embeddings and
+    lengths) and how far the index pass has walked it.  :meth:`seed` hands it a sample encoded by an
+    earlier, interrupted build (:func:`install_resume`); :meth:`skip` walks a chunk of the collection that an
+    earlier build already wrote, without encoding it."""
+
+    def __init__(self, max_bytes: int):
+        self.max_bytes = max_bytes
+        self.calls = 0
+        self.sample_doclens: Optional[list] = None  # the k-means sample's lengths, kept or not
+        self.state: dict = {}
+
+    def seed(self, passages, embs, doclens) -> None:
+        """As if ``passages`` had just been encoded as the k-means sample into ``embs`` / ``doclens``."""
+        self.calls = max(self.calls, 1)
+        self.sample_doclens = list(doclens)
+        if embs is not None and 2 * embs.numel() <= self.max_bytes:
+            self.state = dict(passages=list(passages), embs=embs.half(), doclens=list(doclens),
+                              starts=np.concatenate([[0], np.cumsum(doclens)]).astype(np.int64), next=0)
+
+    def _walk(self, passages) -> list:
+        """The sample position of each passage of the next chunk (-1: not a sampled passage)."""
+        sample, i, source = self.state["passages"], self.state["next"], []
+        for p in passages:
+            if i < len(sample) and p == sample[i]:
+                source.append(i)
+                i += 1
+            else:
+                source.append(-1)
+        return source
+
+    def _advance(self, to: int) -> None:
+        self.state["next"] = to
+        if to == len(self.state["passages"]):  # every sampled passage handed out: free the kept encoding
+            self.state = {}
+
+    def skip(self, passages) -> None:
+        """A chunk written by an earlier build: its sampled passages are passed over, not served."""
+        if self.state and passages:
+            taken = [s for s in self._walk(passages) if s >= 0]
+            if taken:
+                self._advance(taken[-1] + 1)
+
+
+def reuse_sample_encoding(emit, max_bytes: int = REUSE_MAX_BYTES) -> SampleReuse:
     """colbert-ai encodes its k-means sample of passages, then every passage again to index it.  The
     sample (:func:`sample_size` passages: the whole collection below about 30K passages, a random subset
     above) is a subsequence of the collection, and the index pass encodes the collection in order: this
@@ -41,32 +87,25 @@ def reuse_sample_encoding(emit, max_bytes: int = REUSE_MAX_BYTES) -> None:
     sample is 34,583 passages and the build encodes 38,956 passages instead of 73,539.  The sample's
     passages are found by walking the sample alongside each chunk (equal strings: equal embeddings, up
     to float rounding in other batches).  Any other call encodes as before.  Emits ``reused`` with the
-    passages served so (the build's metadata records it) and ``advance`` for the progress bar."""
+    passages served so (the build's metadata records it) and ``advance`` for the progress bar.  Returns
+    the :class:`SampleReuse` it installed."""
     import torch
     from colbert.indexing.collection_encoder import CollectionEncoder
     original = CollectionEncoder.encode_passages
-    memo = {"calls": 0}
+    reuse = SampleReuse(max_bytes)
 
     def encode_passages(self, passages):
-        memo["calls"] += 1
-        if memo["calls"] == 1:  # CollectionIndexer.setup: the k-means sample
+        reuse.calls += 1
+        if reuse.calls == 1:  # CollectionIndexer.setup: the k-means sample
             embs, doclens = original(self, passages)
-            if embs is not None and not self.use_gpu and 2 * embs.numel() <= max_bytes:
-                memo.update(passages=passages, embs=embs.half(), doclens=list(doclens),
-                            starts=np.concatenate([[0], np.cumsum(doclens)]).astype(np.int64), next=0)
+            reuse.seed(passages, None if self.use_gpu else embs, doclens if doclens is not None else [])
             return embs, doclens
-        sample = memo.get("passages")
-        if sample is None or not passages:
+        if not reuse.state or not passages:
             return original(self, passages)
         # CollectionIndexer.index: the next chunk of the collection; its sampled passages come in the sample's order
-        i, source = memo["next"], []
-        for p in passages:
-            if i < len(sample) and p == sample[i]:
-                source.append(i)
-                i += 1
-            else:
-                source.append(-1)
-        if i == memo["next"]:
+        memo, source = reuse.state, reuse._walk(passages)
+        taken = [s for s in source if s >= 0]
+        if not taken:
             return original(self, passages)
         fresh = [p for p, s in zip(passages, source) if s < 0]
         fresh_embs, fresh_doclens = original(self, fresh) if fresh else (None, [])
@@ -81,16 +120,13 @@ def reuse_sample_encoding(emit, max_bytes: int = REUSE_MAX_BYTES) -> None:
                 parts.append(fresh_embs[f_row:f_row + n])
                 doclens.append(n)
                 f, f_row = f + 1, f_row + n
-        reused = i - memo["next"]
-        memo["next"] = i
-        if i == len(sample):  # every sampled passage handed out: free the kept encoding
-            memo.clear()
-            memo["calls"] = 2
-        emit(event="reused", n=reused)
-        emit(event="advance", n=reused)
+        reuse._advance(taken[-1] + 1)
+        emit(event="reused", n=len(taken))
+        emit(event="advance", n=len(taken))
         return torch.cat(parts), doclens
 
     CollectionEncoder.encode_passages = encode_passages
+    return reuse
 
 
 def assign_codes_with_faiss(threads=None) -> dict:
@@ -145,6 +181,174 @@ def assign_codes_with_faiss(threads=None) -> dict:
     compress_into_codes.pyterrier_sci = stats
     ResidualCodec.compress_into_codes = compress_into_codes
     return stats
+
+
+#: what an interrupted build keeps for the next one, in its resume directory (``install_resume``)
+SAMPLE_KEPT = "sample.kept.pt"      # the k-means sample's float16 embeddings (colbert-ai's sample.0.pt)
+SAMPLE_STATE = "sample.json"        # its passage ids and lengths, written last: the sample is complete
+CODEC_DONE = "codec.done"           # written after colbert-ai saved the centroids and buckets
+
+
+def _atomic_json(path: str, value) -> None:
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(value, f)
+    os.replace(tmp, path)
+
+
+def _read_json(path: str):
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def chunk_complete(index_path: str, chunk_idx: int, offset: int, num_passages: int) -> bool:
+    """Whether colbert-ai's files of chunk ``chunk_idx`` (``passages offset .. offset + num_passages``) are
+    whole: its ``IndexSaver`` writes codes and residuals, then the lengths, then the chunk's metadata, so a
+    metadata file that parses and agrees with the lengths means the chunk was written to the end."""
+    meta = _read_json(os.path.join(index_path, f"{chunk_idx}.metadata.json"))
+    doclens = _read_json(os.path.join(index_path, f"doclens.{chunk_idx}.json"))
+    if not isinstance(meta, dict) or not isinstance(doclens, list):
+        return False
+    prefix = os.path.join(index_path, str(chunk_idx))
+    return (meta.get("passage_offset") == offset and meta.get("num_passages") == num_passages == len(doclens)
+            and meta.get("num_embeddings") == sum(doclens)
+            and all(os.path.isfile(f"{prefix}.{k}.pt") and os.path.getsize(f"{prefix}.{k}.pt") > 0
+                    for k in ("codes", "residuals")))
+
+
+def _remove_chunks(index_path: str, chunk_idx: Optional[int] = None) -> None:
+    """colbert-ai's files of one chunk (or of every chunk), so that a rewrite starts from nothing."""
+    own = re.compile(r"^(\d+)\.(codes\.pt|residuals\.pt|metadata\.json)$|^doclens\.(\d+)\.json$")
+    for name in os.listdir(index_path):
+        m = own.match(name)
+        if m and (chunk_idx is None or int(m.group(1) or m.group(3)) == chunk_idx):
+            os.remove(os.path.join(index_path, name))
+
+
+def unwritten_chunks(batches, index_path: str, reuse: Optional[SampleReuse] = None, skipped=None):
+    """colbert-ai's chunks of the collection (``(chunk_idx, offset, passages)``) less those an earlier build
+    wrote to the end (:func:`chunk_complete`): their sampled passages are walked past in ``reuse`` and
+    ``skipped(passages)`` is called; a chunk written in part loses its files before it is handed on."""
+    for chunk_idx, offset, chunk in batches:
+        if chunk_complete(index_path, chunk_idx, offset, len(chunk)):
+            if reuse is not None:
+                reuse.skip(chunk)
+            if skipped is not None:
+                skipped(chunk)
+            continue
+        _remove_chunks(index_path, chunk_idx)
+        yield chunk_idx, offset, chunk
+
+
+def install_resume(resume_dir: str, passages, reuse: SampleReuse, emit) -> dict:
+    """Makes colbert-ai's ``CollectionIndexer`` resume an interrupted build of the same collection with the
+    same settings (the parent checks that: ``ColBERTIndexer``).  colbert-ai can only skip chunks once its
+    codec is saved, and loses the k-means sample (encoded first, deleted when k-means reads it); here each
+    stage is kept as it ends and taken up again:
+
+    1. the k-means sample: its embeddings (a hard link to colbert-ai's ``sample.0.pt``, so no copy),
+       passage ids and lengths go to ``resume_dir``; a later build loads them instead of encoding the
+       sample, and the index pass still reuses them for the sampled passages;
+    2. the codec (k-means centroids, residual buckets): marked done once colbert-ai has saved it; a later
+       build loads it instead of running k-means;
+    3. each chunk of the index pass that colbert-ai wrote to the end (:func:`chunk_complete`) is skipped.
+
+    Colbert-ai's random sample of passage ids, its shuffle of the sample and FAISS's k-means are seeded, so
+    a resumed build writes the index an uninterrupted one writes.  Emits ``resumed`` per stage taken up
+    (``sample`` with the passages, ``codec``, ``chunks`` with their count) and ``advance`` for the
+    passages not encoded again.  Returns the running counts."""
+    import torch
+    from colbert.indexing.collection_indexer import CollectionIndexer
+    done = {"sample": 0, "codec": False, "chunks": 0, "chunk_passages": 0}
+    kept, state_path = os.path.join(resume_dir, SAMPLE_KEPT), os.path.join(resume_dir, SAMPLE_STATE)
+    codec_done = os.path.join(resume_dir, CODEC_DONE)
+    state = _read_json(state_path)
+    if not (isinstance(state, dict) and os.path.isfile(kept)):
+        state = None
+    original_sample_pids, original_sample_embeddings = CollectionIndexer._sample_pids, \
+        CollectionIndexer._sample_embeddings
+    original_train, original_index = CollectionIndexer.train, CollectionIndexer.index
+
+    def codec_ready(saver) -> bool:
+        return os.path.isfile(codec_done) and saver.try_load_codec()
+
+    def _sample_pids(self):
+        return set(state["pids"]) if state else original_sample_pids(self)
+
+    def _sample_embeddings(self, sampled_pids):
+        nonlocal state
+        sample_file = os.path.join(self.config.index_path_, f"sample.{self.rank}.pt")
+        ready = codec_ready(self.saver)
+        # colbert-ai's run() trains unless its saver's try_load_codec says the codec is there: ours decides
+        self.saver.try_load_codec = lambda: ready
+        if ready:
+            done["codec"] = True
+            emit(event="resumed", stage="codec")
+        else:
+            _remove_chunks(self.config.index_path_)  # chunks are only ever written with the codec they follow
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(codec_done)
+        if state is None:
+            avg = original_sample_embeddings(self, sampled_pids)
+            link = f"{kept}.tmp-{os.getpid()}"
+            os.link(sample_file, link)
+            os.replace(link, kept)
+            state = {"pids": sorted(int(p) for p in sampled_pids), "doclens": list(reuse.sample_doclens or []),
+                     "avg_doclen_est": float(avg), "num_sample_embs": int(self.num_sample_embs.item())}
+            _atomic_json(state_path, state)
+            if ready:  # no k-means to read it
+                os.remove(sample_file)
+            return avg
+        embs = torch.load(kept)
+        pids = state["pids"]
+        reuse.seed([passages[p] for p in pids], embs, state["doclens"])
+        self.num_sample_embs = torch.tensor([int(state["num_sample_embs"])])
+        self.avg_doclen_est = float(state["avg_doclen_est"])
+        if os.path.lexists(sample_file):
+            os.remove(sample_file)
+        if not ready:  # k-means reads (and deletes) sample.0.pt: a hard link to the kept one
+            os.link(kept, sample_file)
+        done["sample"] = len(pids)
+        emit(event="resumed", stage="sample", n=len(pids))
+        emit(event="advance", n=len(pids))
+        return self.avg_doclen_est
+
+    def train(self, shared_lists):
+        if self.saver.try_load_codec():  # (run() asks the same before calling train)
+            return None
+        out = original_train(self, shared_lists)
+        with open(codec_done, "w", encoding="utf-8") as f:
+            f.write("colbert-ai saved the codec\n")
+        return out
+
+    def index(self):
+        enumerate_batches = self.collection.enumerate_batches
+
+        def skipped(chunk):
+            done["chunks"] += 1
+            done["chunk_passages"] += len(chunk)
+            emit(event="advance", n=len(chunk))
+
+        self.collection.enumerate_batches = lambda rank: unwritten_chunks(
+            enumerate_batches(rank=rank), self.config.index_path_, reuse, skipped)
+        try:
+            return original_index(self)
+        finally:
+            del self.collection.enumerate_batches
+            if done["chunks"]:
+                emit(event="resumed", stage="chunks", n=done["chunks"], passages=done["chunk_passages"])
+
+    # a plan left by the interrupted build would make setup() skip the sample (colbert-ai's own resume):
+    # the sample is always taken up here, and the plan it gives is the same
+    CollectionIndexer._try_load_plan = lambda self: False
+    CollectionIndexer._sample_pids = _sample_pids
+    CollectionIndexer._sample_embeddings = _sample_embeddings
+    CollectionIndexer.train = train
+    CollectionIndexer.index = index
+    return done
 
 
 #: exit status of a worker whose parent died (killed with SIGKILL, say): nobody would commit its index
@@ -211,14 +415,19 @@ def index_main(args_path: str) -> int:
         collection_indexer.compute_faiss_kmeans = timed_kmeans
         with open(args["collection"], encoding="utf-8") as f:
             passages = [line.rstrip("\n") for line in f]
-        reuse_sample_encoding(emit)
+        reuse = reuse_sample_encoding(emit)
+        resuming = args.get("resume_dir") is not None and os.path.isdir(args["index_path"])
+        if args.get("resume_dir") is not None:
+            install_resume(args["resume_dir"], passages, reuse, emit)
         codes = assign_codes_with_faiss(args.get("threads"))
         with Run().context(RunConfig(nranks=1, avoid_fork_if_possible=True, root=args["root"])):
             config = ColBERTConfig(doc_maxlen=args["doc_maxlen"], nbits=args["nbits"],
                                    kmeans_niters=args["kmeans_niters"], index_bsize=args["index_bsize"],
                                    index_path=args["index_path"])
+            # 'resume': colbert-ai refuses an index directory that exists otherwise (install_resume decides)
             Indexer(checkpoint=args["checkpoint"], config=config, verbose=0).index(
-                name=os.path.basename(args["index_path"]), collection=Collection(data=passages))
+                name=os.path.basename(args["index_path"]), collection=Collection(data=passages),
+                overwrite="resume" if resuming else False)
         emit(event="codes", method="faiss", vectors=codes["vectors"], seconds=round(codes["seconds"], 3))
         emit(event="done")
         return 0

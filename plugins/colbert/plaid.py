@@ -42,6 +42,7 @@ from pyterrier_sci.generations import (
     read_docs,
     update_lock,
 )
+from pyterrier_sci.hashing import FileHasher, weights_digest
 from pyterrier_sci.protocol import ModelRef
 from pyterrier_sci.upstream import fix_npids_single_docno_blocks
 
@@ -183,7 +184,7 @@ class ColBERTIndex(pta.Artifact, pt.Indexer):
     # --- indexing
     def indexer(self, text_field: Union[str, Sequence[str]] = "text", doc_maxlen: int = 300, nbits: int = 2,
                 kmeans_niters: int = 4, index_bsize: int = 64, threads: Optional[int] = None,
-                timeout: Optional[float] = None, overwrite: bool = False,
+                timeout: Optional[float] = None, overwrite: bool = False, resume: bool = True,
                 verbose: Optional[bool] = None, mode: Optional[str] = None) -> "ColBERTIndexer":
         """An indexer writing this index; see :class:`ColBERTIndexer`.  ``mode='append'`` (PyTerrier's
         convention): an indexer appending documents to this built index as a new partition
@@ -197,7 +198,7 @@ class ColBERTIndex(pta.Artifact, pt.Indexer):
             raise ValueError(f"mode must be 'create', 'overwrite' or 'append', not {mode!r}")
         return ColBERTIndexer(self, text_field=text_field, doc_maxlen=doc_maxlen, nbits=nbits,
                               kmeans_niters=kmeans_niters, index_bsize=index_bsize, threads=threads,
-                              timeout=timeout, overwrite=overwrite or mode == "overwrite",
+                              timeout=timeout, overwrite=overwrite or mode == "overwrite", resume=resume,
                               verbose=self.verbose if verbose is None else verbose)
 
     def index(self, it: Iterable[Dict[str, Any]]) -> "ColBERTIndex":
@@ -260,19 +261,26 @@ class ColBERTIndexer(pt.Indexer):
         timeout: seconds after which the build is stopped with :class:`ColBERTTimeoutError` (default:
             no limit; a dead worker is reported at once either way).
         overwrite: replace an existing index (otherwise an existing index is an error).
+        resume: take up what an interrupted build of the same documents with the same settings kept
+            (default); ``False`` discards it and starts over.
         verbose: progress bar.
 
     The index is built in a partial directory beside the target and renamed into place at the end,
     so an interrupted or failed build leaves nothing at the target path; builders of the same index
     in several processes take a lock, the second waits and keeps the first one's index
-    (:func:`pyterrier_sci.artifacts.build_atomically`).
+    (:func:`pyterrier_sci.artifacts.build_atomically`).  What colbert-ai has written meanwhile (the
+    k-means sample's encoding, the centroids, each chunk of the index pass) stays in ``.<name>.resume``
+    beside the target until the build ends, so a build that was interrupted (killed, timed out, failed)
+    resumes there instead of starting over (:func:`resume_directory`;
+    :func:`~pyterrier_sci.plugins.colbert._worker.install_resume`).
     """
 
     def __init__(self, index: Union[ColBERTIndex, str, Path], text_field: Union[str, Sequence[str]] = "text",
                  doc_maxlen: int = 300, nbits: int = 2, kmeans_niters: int = 4, index_bsize: int = 64,
                  threads: Optional[int] = None, timeout: Optional[float] = None, overwrite: bool = False,
-                 verbose: bool = True):
+                 resume: bool = True, verbose: bool = True):
         self.index_ref = index if isinstance(index, ColBERTIndex) else ColBERTIndex(index)
+        self.resume = resume
         self.text_field = text_field
         self.doc_maxlen = doc_maxlen
         self.nbits = nbits
@@ -298,19 +306,29 @@ class ColBERTIndexer(pt.Indexer):
         checkpoint = self.index_ref.checkpoint
         checkpoint_dir = resolve_checkpoint(checkpoint)
         ensure_extensions()
+        hasher = FileHasher()
 
         def build(tmp: Path) -> None:
             tmp.mkdir()
             n = self._write_inputs(it, tmp)
             if n == 0:
                 raise ValueError("no documents to index")
+            resume = resume_directory(target, {
+                "checkpoint": checkpoint_dir,
+                "checkpoint_sha256": weights_digest(Path(checkpoint_dir), hasher)["sha256"],
+                "collection_sha256": hasher(tmp / "collection.txt"), "passages": n, "doc_maxlen": self.doc_maxlen,
+                "nbits": self.nbits, "kmeans_niters": self.kmeans_niters, "index_bsize": self.index_bsize,
+                "colbert_ai": _colbert_version()}, keep=self.resume)
+            hasher.save()
             args = {"checkpoint": checkpoint_dir, "collection": str(tmp / "collection.txt"),
-                    "index_path": str(tmp / PLAID_DIR), "root": str(tmp / "colbert-run"),
+                    "index_path": str(resume / PLAID_DIR), "resume_dir": str(resume), "root": str(tmp / "colbert-run"),
                     "doc_maxlen": self.doc_maxlen, "nbits": self.nbits, "kmeans_niters": self.kmeans_niters,
                     "index_bsize": self.index_bsize, "threads": self.threads}
             started = time.perf_counter()
             timings = _run_worker(args, tmp, n, sample_size(n), desc=f"ColBERT indexing {target.name}",
-                                  timeout=self.timeout, verbose=self.verbose)
+                                  timeout=self.timeout, verbose=self.verbose, resume=resume)
+            os.rename(resume / PLAID_DIR, tmp / PLAID_DIR)
+            shutil.rmtree(resume)  # the build is whole: what it kept for a resumption goes
             plaid_meta = json.loads((tmp / PLAID_DIR / "metadata.json").read_text())
             for scratch in ("collection.txt", "colbert-run", "worker-args.json", "colbert.log"):
                 p = tmp / scratch
@@ -727,12 +745,44 @@ def _colbert_version() -> str:
     return version("colbert-ai")
 
 
+#: the settings an interrupted build's kept state belongs to, in its resume directory
+RESUME_STATE = "build.json"
+
+
+def resume_directory(target: Path, settings: Dict[str, Any], keep: bool = True) -> Path:
+    """``.<name>.resume`` beside ``target``: where a build of ``target`` lets colbert-ai write, so that an
+    interrupted build resumes (:func:`~pyterrier_sci.plugins.colbert._worker.install_resume`).  What is there
+    is kept only for the same ``settings`` (checkpoint and its weights, the passages' SHA-256, passage length,
+    compression, k-means iterations, batch size, colbert-ai's version: ``build.json`` in it); anything else in
+    its place (another build's state, a file, a link: the link itself is removed, never what it names) is
+    removed first, and with ``keep=False`` the directory starts empty.  Call it holding the target's lock."""
+    d = target.with_name(f".{target.name}.resume")
+    want = json.loads(json.dumps(settings, sort_keys=True))
+    if os.path.lexists(d):
+        real_dir = d.is_dir() and not d.is_symlink()
+        try:
+            same = keep and real_dir and json.loads((d / RESUME_STATE).read_text(encoding="utf-8")) == want
+        except (OSError, ValueError):
+            same = False
+        if not same:
+            shutil.rmtree(d) if real_dir else d.unlink()
+    if not d.exists():
+        d.mkdir()
+        atomic_write_text(d / RESUME_STATE, json.dumps(want, sort_keys=True, indent=1) + "\n",
+                          "the ColBERT build's resume state")
+    return d
+
+
 def _run_worker(args: Dict[str, Any], tmp: Path, n: int, sample: int, desc: str, timeout: Optional[float],
-                verbose: bool) -> Dict[str, float]:
+                verbose: bool, resume: Optional[Path] = None) -> Dict[str, float]:
     """Runs the indexing worker and supervises it: progress events to a bar, a dead worker or an
     error event to :class:`ColBERTWorkerError`, the timeout to :class:`ColBERTTimeoutError`.
-    Returns the worker's wall-clock time, split into k-means and the rest (encoding, writing), and the
-    number of passage encodings (:func:`~pyterrier_sci.plugins.colbert._worker.reuse_sample_encoding`)."""
+    Returns the worker's wall-clock time, split into k-means and the rest (encoding, writing), the
+    number of passage encodings (:func:`~pyterrier_sci.plugins.colbert._worker.reuse_sample_encoding`)
+    and what was taken up from an interrupted build (``resumed``: the sample's passages, the codec,
+    the chunks).  ``resume``: the build's resume directory, named in the errors."""
+    kept = "" if resume is None else (f"; what it wrote is kept in {resume}, and the next build of this index "
+                                      "with the same documents and settings resumes there")
     rfd, wfd = os.pipe()
     args = dict(args, progress_fd=wfd, parent_pid=os.getpid())  # the worker ends when this process dies
     (tmp / "worker-args.json").write_text(json.dumps(args))
@@ -753,7 +803,7 @@ def _run_worker(args: Dict[str, Any], tmp: Path, n: int, sample: int, desc: str,
         while True:
             if deadline is not None and time.monotonic() > deadline:
                 raise ColBERTTimeoutError(f"building the ColBERT index took longer than timeout={timeout} s and was "
-                                          f"stopped ({done:,} of {sample + n:,} passage encodings done)")
+                                          f"stopped ({done:,} of {sample + n:,} passage encodings done){kept}")
             if not eof:
                 ready, _, _ = select.select([rfd], [], [], 0.25)
                 if ready:
@@ -786,14 +836,14 @@ def _run_worker(args: Dict[str, Any], tmp: Path, n: int, sample: int, desc: str,
     errors = [e for e in events if e["event"] == "error"]
     if errors:
         e = errors[0]
-        raise ColBERTWorkerError(f"building the ColBERT index failed: {e['type']}: {e['message']}\n"
+        raise ColBERTWorkerError(f"building the ColBERT index failed: {e['type']}: {e['message']}{kept}\n"
                                  f"{output_tail(e.get('traceback'), 1500)}")
     if proc.returncode != 0 or not any(e["event"] == "done" for e in events):
         code = proc.returncode
         oom = " (often the out-of-memory killer)" if code == -9 else ""
         how = (f"was killed by {signal.Signals(-code).name}{oom}" if code is not None and code < 0
                else f"exited with status {code}")
-        raise ColBERTWorkerError(f"the ColBERT indexing worker {how} before finishing; the end of its log:\n"
+        raise ColBERTWorkerError(f"the ColBERT indexing worker {how} before finishing{kept}; the end of its log:\n"
                                  f"{output_tail(log_path.read_bytes() if log_path.exists() else None)}")
     total = time.monotonic() - timings["start"]
     kmeans = timings.get("kmeans_end", 0.0) - timings.get("kmeans_start", 0.0)
@@ -803,6 +853,13 @@ def _run_worker(args: Dict[str, Any], tmp: Path, n: int, sample: int, desc: str,
     for e in events:
         if e["event"] == "codes":  # nearest-centroid codes (part of k-means' residual estimate and of the index pass)
             out.update(codes_by=e["method"], codes_s=e["seconds"], code_vectors=e["vectors"])
+    resumed = {e["stage"]: e for e in events if e["event"] == "resumed"}
+    if resumed:  # taken up from an interrupted build: neither encoded nor computed again
+        sample_kept = resumed.get("sample", {}).get("n", 0)
+        chunks = resumed.get("chunks", {})
+        out["resumed"] = {"sample_passages": sample_kept, "codec": "codec" in resumed,
+                          "chunks": chunks.get("n", 0), "chunk_passages": chunks.get("passages", 0)}
+        out["passages_encoded"] -= sample_kept + chunks.get("passages", 0)
     return out
 
 
