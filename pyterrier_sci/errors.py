@@ -17,7 +17,8 @@ from typing import Any, List, Mapping, Optional, Tuple, Union
 
 __all__ = ["SciError", "PipelineError", "ParameterError", "UnknownComponentError", "PathError", "ManifestError",
            "ScaleError", "MissingDataError", "DamagedDataError", "RunFileError", "ModelNotFoundError",
-           "BackendError", "NonFiniteTrainingError", "LLMError", "UntrustedConfigError", "LLMCacheError",
+           "BackendError", "NonFiniteTrainingError", "TrainingDeferred", "LLMError", "UntrustedConfigError",
+           "LLMCacheError",
            "LLMBudgetExceeded", "TooLarge", "ServerUnavailable", "LinkReplacedWarning", "DamagedFileWarning",
            "ShortRunWarning", "DeprecatedNameWarning", "warn_deprecated_name", "IndexUpdateError", "ReproductionError",
            "ServeError",
@@ -198,6 +199,16 @@ class BackendError(SciError, ValueError):
 
 class ScaleError(PipelineError):
     """Ray is missing, an address cannot be reached, or a distributed job cannot run as asked."""
+
+
+class TrainingDeferred(SciError):  # noqa: N818 - what happened, not a failure (no builder wraps it)
+    """What a component that trains a model on first use raises instead of training, inside
+    :func:`pyterrier_sci.training.no_training` (a dry run: nothing that needs the model can be run or counted
+    yet)."""
+
+    def __init__(self, path, what: str):
+        self.path, self.what = Path(path), what
+        super().__init__(f"{what} is not trained or built yet ({path}): a run makes it once, a dry run does not")
 
 
 class NonFiniteTrainingError(SciError, RuntimeError):

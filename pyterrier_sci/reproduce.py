@@ -48,6 +48,7 @@ from pyterrier_sci.data import data_dir, read_json
 from pyterrier_sci.environment import environment, jsonable
 from pyterrier_sci.errors import (
     ReproductionError,  # noqa: F401 - defined there, re-exported
+    TrainingDeferred,
 )
 from pyterrier_sci.evaluation import Experiment
 from pyterrier_sci.experiment import llm_key, run_path, topics_and_qrels, write_run
@@ -57,6 +58,7 @@ from pyterrier_sci.llm.settings import settings_from
 from pyterrier_sci.pipeline import PipelineConfig, build_all, load_config, make_context
 from pyterrier_sci.registry import check_dataset
 from pyterrier_sci.scale import ray_session
+from pyterrier_sci.training import no_training
 
 __all__ = ["ReproductionError", "Paper", "Table", "System", "Cell", "TableResult", "papers_dir", "paper_files",
            "load_paper", "select", "run_table", "reproduce", "record", "recorded_path", "read_recorded",
@@ -924,10 +926,33 @@ def record(results: Sequence[TableResult]) -> List[Path]:
 def dry_run_table(paper: Paper, table: Table, tier: str = "quick", llm: Optional[str] = None) -> Dict[str, Any]:
     """What a run of the table would do: systems to run or read back, models trained on first use,
     the LLM calls and cost (through :func:`pyterrier_sci.llm.dryrun.dry_run`: LLM systems run with no
-    request sent) and the time the last recorded run took."""
+    request sent) and the time the last recorded run took.  Nothing is trained: an LLM row whose first
+    stage needs a model not trained yet is listed with that model (``deferred``), its calls not counted."""
     cfg = paper.config(tier, llm)
     save_root = _save_root(paper, table, tier)
-    rows, reports = [], []
+    rows, reports, deferred = [], [], []
+
+    def defer(row, e: TrainingDeferred) -> None:
+        row["action"] += f" (LLM calls not counted: the run first trains or builds {e.what})"
+        deferred.append({"system": f"{table.key}/{row['system']}", "dataset": row["dataset"], "model": e.what,
+                         "path": str(e.path)})
+
+    def counted(system, inp, row) -> None:
+        """Runs ``system`` on ``inp`` with no request sent; a model its first stage would train first is not
+        trained (:func:`~pyterrier_sci.training.no_training`): the row says so and its calls are not counted."""
+        try:
+            with no_training():
+                system(inp)
+        except TrainingDeferred as e:
+            defer(row, e)
+            return
+        reports.append(run.report([system], [f"{table.key}/{row['system']}"], dataset=row["dataset"]))
+
+    def built(pipeline, dsid):
+        """The LLM pipeline built (no model trained: a :class:`TrainingDeferred` instead)."""
+        with no_training():
+            return build_all(cfg, [pipeline], context=make_context(cfg, dsid, None, bool(llm)))[pipeline]
+
     # one dry run for the whole table: a call repeated on another dataset (the same topics) counts as
     # cached, as the response cache answers it in a real run
     with dry_run() as run:
@@ -936,11 +961,16 @@ def dry_run_table(paper: Paper, table: Table, tier: str = "quick", llm: Optional
             check_dataset(dsid, where=f"{paper.path}: table {table.key}")
             for s in _systems_of(table, tier):
                 missing = _runnable(s, llm)
-                # an LLM row is built first: its saved run is keyed by the LLMs it asks (llm_key), as a run keys it
-                system = build_all(cfg, [s.pipeline], context=make_context(cfg, dsid, None, bool(llm)))[s.pipeline] \
-                    if s.pipeline and "llm" in s.needs else None
+                # an LLM row is built first: its saved run is keyed by the LLMs it asks (llm_key), as a run keys it;
+                # one whose model is not trained yet has no saved run either
+                system, untrained = None, None
+                if s.pipeline and "llm" in s.needs:
+                    try:
+                        system = built(s.pipeline, dsid)
+                    except TrainingDeferred as e:
+                        untrained = e
                 path = run_path(save_root, dsid, s.name, cfg, s.pipeline, llm_key(system) if system is not None
-                                else None) if s.pipeline else None
+                                else None) if s.pipeline and untrained is None else None
                 if s.run is not None:
                     what = "read the released run " + str(s.run["path"]).format(**(ds.get("vars") or {}))
                 elif path is not None and path.exists():
@@ -960,25 +990,28 @@ def dry_run_table(paper: Paper, table: Table, tier: str = "quick", llm: Optional
                 rows.append({"table": table.key, "dataset": label, "system": s.name,
                              "action": what if missing is None or s.pipeline is None else f"{what} (LLM: counted only)",
                              "needs": missing or ""})
+                if untrained is not None:
+                    defer(rows[-1], untrained)
                 if system is not None and not (path is not None and path.exists()):
                     topics, _ = _topics(table, tier, ds)
-                    system(topics)
-                    reports.append(run.report([system], [f"{table.key}/{s.name}"], dataset=label))
+                    counted(system, topics, rows[-1])
                 if s.agreement is not None and "llm" in s.needs:   # its labelling pipeline on the pairs it compares
                     topics, _ = _topics(table, tier, ds)
                     _, pairs = _agreement_pairs(s, dsid, topics, f"{paper.path}: table {table.key}")
                     for src in s.agreement["between"]:
                         if isinstance(src, dict):
-                            system = build_all(cfg, [src["pipeline"]],
-                                               context=make_context(cfg, dsid, None, bool(llm)))[src["pipeline"]]
-                            system(_agreement_input(pairs, topics))
-                            reports.append(run.report([system], [f"{table.key}/{s.name}"], dataset=label))
+                            try:
+                                system = built(src["pipeline"], dsid)
+                            except TrainingDeferred as e:
+                                defer(rows[-1], e)
+                                continue
+                            counted(system, _agreement_input(pairs, topics), rows[-1])
     models = {name: dict(cfg.components.get(name) or {})      # with the tier's overrides
               for name in (paper.raw.get("models") or {})
               if any(re.search(rf"\b{re.escape(name)}\b", s.pipeline or "") for s in _systems_of(table, tier))}
     rec = _recorded_entry(paper, table, tier)
-    return {"rows": rows, "models": models, "llm": reports, "recorded_seconds": rec.get("seconds"),
-            "recorded_cpu": (rec.get("cpu") or {}).get("model")}
+    return {"rows": rows, "models": models, "llm": reports, "deferred": deferred,
+            "recorded_seconds": rec.get("seconds"), "recorded_cpu": (rec.get("cpu") or {}).get("model")}
 
 
 # -------------------------------------------------------------------------------------------- output
@@ -1190,7 +1223,7 @@ def add_reproduce_commands(subparsers) -> argparse.ArgumentParser:
 
 
 def _print_dry_run(jobs: Iterable[Tuple[Paper, Table]], tier: str, llm: Optional[str], out: Any) -> None:
-    total, unknown, reports = 0.0, [], []
+    total, unknown, reports, waiting = 0.0, [], [], 0
     for paper, table in jobs:
         d = dry_run_table(paper, table, tier, llm)
         print(f"\n{paper.id}/{table.key} (Table {table.number}), tier {tier}:", file=out)
@@ -1199,6 +1232,10 @@ def _print_dry_run(jobs: Iterable[Tuple[Paper, Table]], tier: str, llm: Optional
             print(f"  model {name}: trained on first use by component {spec.get('component')} "
                   f"({', '.join(f'{k}={v}' for k, v in spec.items() if k != 'component')}), then reused", file=out)
         reports += d["llm"]
+        waiting += len(d["deferred"])
+        for x in d["deferred"]:
+            print(f"  LLM calls of {x['system']} on {x['dataset']} not counted: its first stage needs {x['model']} "
+                  f"({x['path']}), which a dry run does not train or build", file=out)
         if d["recorded_seconds"] is not None:
             total += float(d["recorded_seconds"])
             print(f"  time: {d['recorded_seconds']} s when recorded on {d['recorded_cpu']} (from empty; saved runs "
@@ -1206,7 +1243,11 @@ def _print_dry_run(jobs: Iterable[Tuple[Paper, Table]], tier: str, llm: Optional
         else:
             unknown.append(f"{paper.id}/{table.key}")
     print("\nLLM calls (no request sent):", file=out)
-    concat_reports(reports).print(file=out)
+    if reports or not waiting:
+        concat_reports(reports).print(file=out)
+    if waiting:
+        print(f"not counted: {waiting} LLM row(s) whose first stage needs a model not trained yet (above); a run "
+              "trains it once, then a dry run counts their calls", file=out)
     print(f"\nestimated time: {total:.0f} s" + (f" plus the unrecorded {', '.join(unknown)}" if unknown else ""),
           file=out)
 

@@ -16,6 +16,7 @@ Models are written atomically by :func:`pyterrier_sci.artifacts.build_atomically
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import functools
 import hashlib
 import importlib
@@ -34,6 +35,7 @@ from pyterrier_sci.data import work_dir
 from pyterrier_sci.errors import (
     NonFiniteTrainingError,  # noqa: F401 - defined there, re-exported
     ParameterError,
+    TrainingDeferred,
 )
 from pyterrier_sci.models import model_slug
 from pyterrier_sci.registry import irds_id
@@ -41,7 +43,7 @@ from pyterrier_sci.registry import irds_id
 __all__ = ["FoldRouting", "NonFiniteTrainingError", "check_finite_loss", "first_non_finite_parameter", "guard_finite",
            "seed_everything", "trainer_arguments", "run_trainer", "train_summary", "save_model_artifact",
            "PACKAGE_HINT", "freeze_lower_layers", "encoder_layers", "settings_key", "trained_model_dir", "save_model",
-           "query_ids", "refuse_training_on_test_queries"]
+           "query_ids", "refuse_training_on_test_queries", "TrainingDeferred", "no_training", "about_to_train"]
 
 
 def check_finite_loss(value: Any, step: Optional[int] = None, what: str = "the training loss") -> None:
@@ -282,6 +284,28 @@ def refuse_training_on_test_queries(component: str, train_qids: Iterable[str], t
         raise ParameterError(f"{component}: {len(shared)} query id(s) of {train_name} are also queries of {dataset} "
                              f"(e.g. {shared[:3]}): a model trained on them would be tested on its own training "
                              "queries", component=component, param=param)
+
+
+_NO_TRAINING: "contextvars.ContextVar[bool]" = contextvars.ContextVar("pyterrier_sci_no_training", default=False)
+
+
+@contextlib.contextmanager
+def no_training():
+    """Within it, a component about to train a model on first use raises :class:`TrainingDeferred` instead
+    (:func:`about_to_train`): ``pyterrier-sci reproduce --dry-run`` counts an LLM row's calls by running its
+    first stage, which must not start minutes or hours of training."""
+    token = _NO_TRAINING.set(True)
+    try:
+        yield
+    finally:
+        _NO_TRAINING.reset(token)
+
+
+def about_to_train(path: Union[str, Path], what: str) -> None:
+    """Called by every component that trains a model on first use, right before it trains one at ``path``:
+    inside :func:`no_training` that is :class:`TrainingDeferred`; otherwise nothing."""
+    if _NO_TRAINING.get():
+        raise TrainingDeferred(path, what)
 
 
 def trained_model_dir(family: str, train_dataset: str, key: str, work: Union[None, str, Path] = None) -> Path:

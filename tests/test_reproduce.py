@@ -345,6 +345,33 @@ def test_dry_run_lists_what_would_run_and_the_llm_calls(home, capsys, monkeypatc
     assert "read back its saved run" in capsys.readouterr().out
 
 
+def test_a_dry_run_trains_nothing_and_says_which_llm_rows_wait_for_a_model(home, capsys, monkeypatch):
+    """An LLM row whose first stage trains a model on first use (SciFACE's fold cross-encoders): the dry run
+    neither trains it nor sends a request; it names the model, and its calls are not counted."""
+    from pyterrier_sci.llm.loopback import ScriptedServer
+    d = _paper(home, llm={"mode": "completion", "cache_dir": ""},
+               components={"bm25": {"component": "bm25", "backend": "pisa", "k1": 0.9, "b": 0.4},
+                           "judge": {"component": "mir_pointwise", "text_field": "abstract", "on_error": "flag"}},
+               models={"facet_ce": {"component": "sciface_rerank", "train": True, "epochs": 1,
+                                    "triplets_per_seed": 2, "val_seeds": 0, "max_length": 64}})
+    doc = yaml.safe_load((d / "toy.yaml").read_text())
+    doc["tables"]["t5"]["systems"]["Judge"]["pipeline"] = "counted_pool >> facet_ce % 5 >> text >> judge"
+    (d / "toy.yaml").write_text(yaml.safe_dump(doc))
+    monkeypatch.setattr(R, "papers_dir", lambda: d)
+    with ScriptedServer(responder=lambda kind, body: " Yes") as srv:
+        assert main(["reproduce", "toy/t5", "--tier", "full", "--dry-run", "--llm", srv.base_url]) == 0
+        assert srv.calls == 0
+    out = capsys.readouterr().out
+    assert "LLM calls not counted: the run first trains or builds the SciFACE background cross-encoder for fold1" in out
+    assert "LLM calls of t5/Judge on Method not counted: its first stage needs the SciFACE method" in out
+    assert "not counted: 2 LLM row(s) whose first stage needs a model not trained yet" in out
+    assert "no LLM calls" not in out
+    assert not list((home / "work").rglob("pt_meta.json")), "the dry run trained a model"
+    # without the dry run's guard the same pipeline trains on first use
+    from pyterrier_sci.training import about_to_train
+    about_to_train(home / "anything", "a model")      # outside no_training: nothing happens
+
+
 def _llm_paper(home):
     """The toy paper with an LLM judge row, its full tier on two queries per dataset."""
     d = _paper(home, llm={"mode": "completion", "cache_dir": ""},

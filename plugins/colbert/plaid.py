@@ -44,6 +44,7 @@ from pyterrier_sci.generations import (
 )
 from pyterrier_sci.hashing import FileHasher, weights_digest
 from pyterrier_sci.protocol import ModelRef
+from pyterrier_sci.training import about_to_train
 from pyterrier_sci.upstream import fix_npids_single_docno_blocks
 
 from ._compat import (
@@ -913,6 +914,7 @@ class ColBERTRetriever(pt.Transformer):
             if not self.corpus:
                 raise FileNotFoundError(f"no ColBERT index at {self.index.path} (and no corpus to build it from)")
             opts = dict(self.index_options)
+            about_to_train(self.index.path, f"the ColBERT index of {self.corpus} (its k-means centroids and passages)")
             self.index.indexer(text_field="text", **opts).index(corpus_texts(self.corpus, self.fields))
         return self.index
 

@@ -22,6 +22,7 @@ from pyterrier_sci.plugins.dense.models import (
 )
 from pyterrier_sci.registry import irds_id
 from pyterrier_sci.training import (
+    about_to_train,
     run_trainer,
     save_model,
     save_model_artifact,
@@ -192,6 +193,7 @@ def trained_model(train_dataset: str, settings: ContrastiveSettings, work: Optio
     path = trained_model_path(train_dataset, settings, work)
     if (path / "pt_meta.json").exists():
         return ContrastiveModel(path)
+    about_to_train(path, f"the DORIS-MAE contrastive model of {train_dataset}")
     triplets = make_triplets(train_dataset, per_query=settings.per_query, seed=settings.seed)
     if not len(triplets):
         raise ValueError(f"{train_dataset} gives no training triplet (its pools have no two abstracts with "

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Optional, Tuple, Union
 
 from pyterrier_sci.datasets import core_citations as cc
-from pyterrier_sci.training import settings_key, trained_model_dir
+from pyterrier_sci.training import about_to_train, settings_key, trained_model_dir
 
 from .curriculum import train_curriculum
 
@@ -72,6 +72,7 @@ def trained_curriculum(settings: CurriculumSettings, work: Union[None, str, Path
     path = curriculum_model_path(settings, work)
     if (path / "pt_meta.json").exists():
         return path
+    about_to_train(path, "the HLM-Cite curriculum model")
     train = cc.HEPTH.split("train", 100)
     queries = training_queries(settings)
     if not queries:

@@ -13,6 +13,7 @@ from pyterrier_sci.errors import ParameterError
 from pyterrier_sci.models import BACKENDS, PRECISIONS
 from pyterrier_sci.plugins.llm.components import build_llm_component, declare_llm_params
 from pyterrier_sci.registry import DATASET, MAX_RESULTS, PATH, Param, params
+from pyterrier_sci.training import about_to_train
 
 from .judges import MIRAgent, MIRPointwise
 from .training import (
@@ -42,6 +43,7 @@ def _trained(train_dataset: str, cfg: MIRTrainingConfig, work, verbose: bool, wi
     interpolation with the base when ``wise_ft`` is given)."""
     path = trained_model_path(train_dataset, cfg, work)
     if not (path / "pt_meta.json").exists():
+        about_to_train(path, f"the MIR model of {train_dataset}")
         train_mir(train_dataset, path, cfg, overwrite=True, verbose=verbose)
     return path if wise_ft is None else wise_ft_model(path, wise_ft)
 

@@ -24,7 +24,7 @@ import pyterrier as pt
 from pyterrier_sci.datasets import csfcube
 from pyterrier_sci.errors import ParameterError
 from pyterrier_sci.registry import irds_id
-from pyterrier_sci.training import FoldRouting, settings_key, trained_model_dir
+from pyterrier_sci.training import FoldRouting, about_to_train, settings_key, trained_model_dir
 
 from .cross_encoder import FacetCrossEncoder
 from .training import train_facet_cross_encoder
@@ -120,6 +120,7 @@ def fold_models(settings: FoldSettings, work: Union[None, str, Path] = None,
         if (path / "pt_meta.json").exists():
             out[fold] = FacetCrossEncoder(path)
             continue
+        about_to_train(path, f"the SciFACE {settings.facet} cross-encoder for {fold}")
         if verbose:
             print(f"sciface_rerank: training the {settings.facet} cross-encoder for {fold}'s test queries on "
                   f"{_other(fold)}'s into {path} (once)", flush=True)

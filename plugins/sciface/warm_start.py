@@ -21,6 +21,7 @@ from pyterrier_sci.artifacts import build_atomically
 from pyterrier_sci.datasets import csfcube
 from pyterrier_sci.plugins.dense import load_sentence_transformer, resolve_model
 from pyterrier_sci.training import (
+    about_to_train,
     run_trainer,
     save_model,
     save_model_artifact,
@@ -239,6 +240,7 @@ def warm_start_model(settings: WarmStartSettings = WarmStartSettings(), work: Un
     path = trained_model_dir("sciface", CORPORA[settings.corpus], f"warm-{settings.loss}-{settings.key()}", work)
     if (path / "pt_meta.json").exists():
         return path
+    about_to_train(path, f"the SciFACE warm-start student ({settings.loss}, {settings.corpus})")
     docs = distillation_corpus(settings.corpus, settings.docs)
     if settings.loss == "mse":
         pairs = neighbour_pairs(docs, n_seeds=settings.seeds, seed=settings.seed)
