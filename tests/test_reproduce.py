@@ -345,23 +345,32 @@ def test_dry_run_lists_what_would_run_and_the_llm_calls(home, capsys, monkeypatc
     assert "read back its saved run" in capsys.readouterr().out
 
 
-def test_a_dry_run_trains_nothing_and_says_which_llm_rows_wait_for_a_model(home, capsys, monkeypatch):
-    """An LLM row whose first stage trains a model on first use (SciFACE's fold cross-encoders): the dry run
-    neither trains it nor sends a request; it names the model, and its calls are not counted."""
+def _judge_dry_run(home, capsys, monkeypatch, edit, cache_dir: str = "", **over) -> str:
+    """The dry run of the toy paper with a mir_pointwise judge, its table changed by ``edit(table)``, against
+    the loopback server (which must get no request); its printed output."""
     from pyterrier_sci.llm.loopback import ScriptedServer
-    d = _paper(home, llm={"mode": "completion", "cache_dir": ""},
+    d = _paper(home, llm={"mode": "completion", "cache_dir": cache_dir},
                components={"bm25": {"component": "bm25", "backend": "pisa", "k1": 0.9, "b": 0.4},
                            "judge": {"component": "mir_pointwise", "text_field": "abstract", "on_error": "flag"}},
-               models={"facet_ce": {"component": "sciface_rerank", "train": True, "epochs": 1,
-                                    "triplets_per_seed": 2, "val_seeds": 0, "max_length": 64}})
+               **over)
     doc = yaml.safe_load((d / "toy.yaml").read_text())
-    doc["tables"]["t5"]["systems"]["Judge"]["pipeline"] = "counted_pool >> facet_ce % 5 >> text >> judge"
+    edit(doc["tables"]["t5"])
     (d / "toy.yaml").write_text(yaml.safe_dump(doc))
     monkeypatch.setattr(R, "papers_dir", lambda: d)
     with ScriptedServer(responder=lambda kind, body: " Yes") as srv:
         assert main(["reproduce", "toy/t5", "--tier", "full", "--dry-run", "--llm", srv.base_url]) == 0
         assert srv.calls == 0
-    out = capsys.readouterr().out
+    return capsys.readouterr().out
+
+
+def test_a_dry_run_trains_nothing_and_says_which_llm_rows_wait_for_a_model(home, capsys, monkeypatch):
+    """An LLM row whose first stage trains a model on first use (SciFACE's fold cross-encoders): the dry run
+    neither trains it nor sends a request; it names the model, and its calls are not counted."""
+    def edit(t):
+        t["systems"]["Judge"]["pipeline"] = "counted_pool >> facet_ce % 5 >> text >> judge"
+    out = _judge_dry_run(home, capsys, monkeypatch, edit,
+                         models={"facet_ce": {"component": "sciface_rerank", "train": True, "epochs": 1,
+                                              "triplets_per_seed": 2, "val_seeds": 0, "max_length": 64}})
     assert "LLM calls not counted: the run first trains or builds the SciFACE background cross-encoder for fold1" in out
     assert "LLM calls of t5/Judge on Method not counted: its first stage needs the SciFACE method" in out
     assert "not counted: 2 LLM row(s) whose first stage needs a model not trained yet" in out
@@ -539,20 +548,11 @@ def test_systems_runs_part_of_a_table_and_record_merges(home, capsys, monkeypatc
 def test_a_dry_run_counts_a_call_repeated_on_another_dataset_as_cached(home, capsys, monkeypatch):
     """Two datasets with the same topics (PRISM's References and References-or-citers): a real run's
     response cache answers the second dataset's calls, so the dry run counts them as cached."""
-    from pyterrier_sci.llm.loopback import ScriptedServer
-    d = _paper(home, llm={"mode": "completion", "cache_dir": str(home / "llm-cache")},
-               components={"bm25": {"component": "bm25", "backend": "pisa", "k1": 0.9, "b": 0.4},
-                           "judge": {"component": "mir_pointwise", "text_field": "abstract", "on_error": "flag"}})
-    doc = yaml.safe_load((d / "toy.yaml").read_text())
-    doc["tables"]["t5"]["datasets"] = {"Method": {"id": "irds:sci/csfcube/method", "vars": {"facet": "method"}},
-                                       "Again": {"id": "irds:sci/csfcube/method", "vars": {"facet": "method"}}}
-    doc["tables"]["t5"]["systems"] = {"Judge": doc["tables"]["t5"]["systems"]["Judge"]}
-    (d / "toy.yaml").write_text(yaml.safe_dump(doc))
-    monkeypatch.setattr(R, "papers_dir", lambda: d)
-    with ScriptedServer(responder=lambda kind, body: " Yes") as srv:
-        assert main(["reproduce", "toy/t5", "--tier", "full", "--dry-run", "--llm", srv.base_url]) == 0
-        assert srv.calls == 0
-    out = capsys.readouterr().out
+    def edit(t):
+        t["datasets"] = {"Method": {"id": "irds:sci/csfcube/method", "vars": {"facet": "method"}},
+                         "Again": {"id": "irds:sci/csfcube/method", "vars": {"facet": "method"}}}
+        t["systems"] = {"Judge": t["systems"]["Judge"]}
+    out = _judge_dry_run(home, capsys, monkeypatch, edit, cache_dir=str(home / "llm-cache"))
     # 17 method queries, top 5: 85 judgements on the first dataset, the same 85 again on the second
     assert "total: 170 calls, 85 cached, 85 to send" in out, out
 
