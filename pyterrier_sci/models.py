@@ -17,7 +17,7 @@ from pyterrier_sci.hashing import FileHasher, weights_digest
 from pyterrier_sci.protocol import ModelRef
 
 __all__ = ["DEFAULT_MODEL", "ModelNotFoundError", "resolve_model", "encoder_ref", "load_sentence_transformer",
-           "model_slug", "model_max_seq_length",
+           "model_slug", "model_identity", "model_max_seq_length",
            "BACKENDS", "PRECISIONS", "BackendError", "check_backend", "weights_sha256"]
 
 DEFAULT_MODEL = "default"
@@ -112,6 +112,20 @@ def load_sentence_transformer(model: str, device: Optional[str] = None):
             f"Pass a local path to a sentence-transformers model, or 'default' for the offline all-MiniLM-L6-v2") from e
 
 
-def model_slug(model: str) -> str:
+def model_identity(model: str) -> str:
+    """What a model is, for the cache keys of the models trained from it: ``sha256:<digest>`` of a local
+    model's weights (:func:`weights_sha256`: named ``default`` or by its path, installed in this environment
+    or another, a fresh clone's, it is the same; retrained weights at the same path are not), else the hub
+    id's name."""
+    digest = weights_sha256(model)
+    return f"sha256:{digest}" if digest else resolve_model(model)
+
+
+def model_slug(model: str, legacy: bool = False) -> str:
+    """``<name>-<8 hex digits>``: a readable name of a model, the digits hashing :func:`model_identity`.
+    ``legacy``: the slug the cache keys of trained models used before, which hashed the resolved path (so
+    ``default`` keyed by where the package was installed): models trained then are still found under it
+    (:func:`pyterrier_sci.training.trained_model_dir`)."""
     base = re.sub(r"[^A-Za-z0-9_.-]+", "_", Path(str(model)).name if Path(str(model)).exists() else str(model))
-    return f"{base}-{hashlib.sha1(resolve_model(model).encode()).hexdigest()[:8]}"
+    identity = resolve_model(model) if legacy else model_identity(model)
+    return f"{base}-{hashlib.sha1(identity.encode()).hexdigest()[:8]}"

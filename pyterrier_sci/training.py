@@ -23,6 +23,7 @@ import importlib
 import inspect
 import json
 import math
+import os
 import random
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple, Union
@@ -37,7 +38,7 @@ from pyterrier_sci.errors import (
     ParameterError,
     TrainingDeferred,
 )
-from pyterrier_sci.models import model_slug
+from pyterrier_sci.models import model_identity, model_slug
 from pyterrier_sci.registry import irds_id
 
 __all__ = ["FoldRouting", "NonFiniteTrainingError", "check_finite_loss", "first_non_finite_parameter", "guard_finite",
@@ -257,12 +258,13 @@ def freeze_lower_layers(model, n: int) -> int:
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
 
 
-def settings_key(settings: Mapping[str, Any]) -> str:
-    """A short hash of the settings a model is trained with (its cache key): ``base_model`` by its slug, so a
-    model named by path or by name keys alike."""
+def settings_key(settings: Mapping[str, Any], legacy: bool = False) -> str:
+    """A short hash of the settings a model is trained with (its cache key): ``base_model`` by its weights
+    (:func:`~pyterrier_sci.models.model_identity`: named by path or by name, installed here or elsewhere, the
+    same model keys alike).  ``legacy``: the key of before, which named it by a slug of its path."""
     d = dict(settings)
     if "base_model" in d:
-        d["base_model"] = model_slug(d["base_model"])
+        d["base_model"] = model_slug(d["base_model"], legacy=True) if legacy else model_identity(d["base_model"])
     return hashlib.sha1(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
@@ -308,11 +310,21 @@ def about_to_train(path: Union[str, Path], what: str) -> None:
         raise TrainingDeferred(path, what)
 
 
-def trained_model_dir(family: str, train_dataset: str, key: str, work: Union[None, str, Path] = None) -> Path:
+def trained_model_dir(family: str, train_dataset: str, key: str, work: Union[None, str, Path] = None,
+                      legacy_key: Optional[str] = None) -> Path:
     """Where a component that trains on first use (``mir_dense(train=True)``, ``doris_maxsim(train=True)``)
     keeps the model trained on ``train_dataset`` with the settings of ``key``:
-    ``<work dir>/models/<family>/<dataset>-<key>``."""
-    return Path(work or work_dir()) / "models" / family / f"{irds_id(train_dataset).replace('/', '__')}-{key}"
+    ``<work dir>/models/<family>/<dataset>-<key>``.  ``legacy_key``: the same settings' key of before
+    (:func:`settings_key` with ``legacy``); a complete model there, trained before keys named the base model
+    by its weights, is used as it is when none is at ``key`` (nothing is moved or trained again)."""
+    base = Path(work or work_dir()) / "models" / family
+    name = irds_id(train_dataset).replace("/", "__")
+    path = base / f"{name}-{key}"
+    if legacy_key and legacy_key != key and not os.path.lexists(path):
+        old = base / f"{name}-{legacy_key}"
+        if not old.is_symlink() and (old / "pt_meta.json").is_file():
+            return old
+    return path
 
 
 class FoldRouting:

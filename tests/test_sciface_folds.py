@@ -125,11 +125,13 @@ def test_training_settings_need_train_true(tmp_path):
 
 def test_fresh_head_model_keys_are_those_of_before_warm_starts():
     # the keys of the models in users' work directories (trained before warm starts were settings) must not move
-    # (the key hashes base_model's resolved path, so its value depends on where the package is installed)
+    # (base_model keys by its weights; models keyed by its path before are found by their legacy key)
     before = dict(facet="method", base_model="default", epochs=3, triplets_per_seed=10, learning_rate=2e-5,
                   max_length=256, val_seeds=2, seed=42, collapse=None)
     old_key = settings_key({**before, "train": "fold2-test"})
     assert F.FoldSettings(facet="method").key("fold2-test") == old_key
+    assert F.FoldSettings(facet="method").key("fold2-test", legacy=True) == \
+        settings_key({**before, "train": "fold2-test"}, legacy=True)
     assert F.FoldSettings(facet="method", warm_start=WarmStartSettings()).key("fold2-test") != old_key
 
 

@@ -175,14 +175,14 @@ class ContrastiveSettings:
     max_steps: Optional[int] = None
     seed: int = 0
 
-    def key(self) -> str:
-        """A short hash of the settings (the trained model's cache key)."""
-        return settings_key(asdict(self))
+    def key(self, legacy: bool = False) -> str:
+        """A short hash of the settings (the trained model's cache key; ``legacy``: the key of before)."""
+        return settings_key(asdict(self), legacy=legacy)
 
 
 def trained_model_path(train_dataset: str, settings: ContrastiveSettings, work: Optional[Path] = None) -> Path:
     """Where ``doris_maxsim(train=True)`` keeps the model fine-tuned on ``train_dataset`` with ``settings``."""
-    return trained_model_dir("doris-mae", train_dataset, settings.key(), work)
+    return trained_model_dir("doris-mae", train_dataset, settings.key(), work, legacy_key=settings.key(legacy=True))
 
 
 def trained_model(train_dataset: str, settings: ContrastiveSettings, work: Optional[Path] = None,

@@ -51,8 +51,8 @@ class CurriculumSettings:
     def stage_numbers(self) -> Tuple[int, ...]:
         return tuple(int(s) for s in self.stages.split("+"))
 
-    def key(self) -> str:
-        return settings_key(asdict(self))
+    def key(self, legacy: bool = False) -> str:
+        return settings_key(asdict(self), legacy=legacy)
 
 
 def training_queries(settings: CurriculumSettings) -> list:
@@ -62,7 +62,7 @@ def training_queries(settings: CurriculumSettings) -> list:
 
 def curriculum_model_path(settings: CurriculumSettings, work: Union[None, str, Path] = None) -> Path:
     """``<work>/models/hlm-cite/sci__hepth-core-citations__train__c100-<settings key>``."""
-    return trained_model_dir("hlm-cite", TRAIN_DATASET, settings.key(), work)
+    return trained_model_dir("hlm-cite", TRAIN_DATASET, settings.key(), work, legacy_key=settings.key(legacy=True))
 
 
 def trained_curriculum(settings: CurriculumSettings, work: Union[None, str, Path] = None,

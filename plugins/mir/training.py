@@ -407,13 +407,14 @@ class MIRTrainingConfig:
     max_steps: Optional[int] = None
     frozen_layers: int = 0
 
-    def key(self) -> str:
-        """A short hash of the settings that change the model (for caching trained models)."""
+    def key(self, legacy: bool = False) -> str:
+        """A short hash of the settings that change the model (for caching trained models; ``legacy``: the
+        key of before)."""
         d = asdict(self)
         d.pop("device")
         if not d["frozen_layers"]:      # added later: keys of models trained before it stay valid
             d.pop("frozen_layers")
-        return settings_key(d)
+        return settings_key(d, legacy=legacy)
 
 
 ARTIFACT_TYPE = "dense_model"
@@ -580,7 +581,7 @@ def table2_figures(per_query: pd.DataFrame) -> Dict[str, float]:
 
 def trained_model_path(train_dataset: str, config: MIRTrainingConfig, work: Optional[Path] = None) -> Path:
     """Where ``mir_dense(train=True)`` keeps the model trained on ``train_dataset`` with ``config``."""
-    return trained_model_dir("mir", train_dataset, config.key(), work)
+    return trained_model_dir("mir", train_dataset, config.key(), work, legacy_key=config.key(legacy=True))
 
 
 def mir_retriever(model: Union[str, Path], *, context=None, dataset: Optional[str] = None, num_results: int = 1000,

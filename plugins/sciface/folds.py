@@ -56,11 +56,11 @@ class FoldSettings:
         if self.facet not in FACETS:
             raise ValueError(f"facet must be one of {FACETS}, not {self.facet!r}")
 
-    def key(self, train_split: str) -> str:
+    def key(self, train_split: str, legacy: bool = False) -> str:
         d = asdict(self)
         if d["warm_start"] is None:  # the keys of the models trained before warm starts were settings
             del d["warm_start"]
-        return settings_key({**d, "train": train_split})
+        return settings_key({**d, "train": train_split}, legacy=legacy)
 
 
 def csfcube_facet_of(dataset: Optional[str]) -> Optional[str]:
@@ -81,7 +81,8 @@ def fold_model_path(fold: str, settings: FoldSettings, work: Union[None, str, Pa
     """Where the model that re-ranks ``fold``'s test queries is kept: trained on the other fold's test
     queries, ``<work>/models/sciface/sci__csfcube__<facet>-<other fold>-test-<settings key>``."""
     train = f"{_other(fold)}-test"
-    return trained_model_dir("sciface", f"sci/csfcube/{settings.facet}", f"{train}-{settings.key(train)}", work)
+    return trained_model_dir("sciface", f"sci/csfcube/{settings.facet}", f"{train}-{settings.key(train)}", work,
+                             legacy_key=f"{train}-{settings.key(train, legacy=True)}")
 
 
 def _train_fold(fold: str, settings: FoldSettings, path: Path, work: Union[None, str, Path],

@@ -209,8 +209,8 @@ class WarmStartSettings:
             raise ValueError(f"unknown distillation loss {self.loss!r}; one of {LOSSES}")
         _check_corpus(self.corpus)
 
-    def key(self) -> str:
-        return settings_key(asdict(self))
+    def key(self, legacy: bool = False) -> str:
+        return settings_key(asdict(self), legacy=legacy)
 
 
 def distillation_corpus(corpus: str = "acl", docs: Optional[int] = None) -> List[Tuple[str, str, str]]:
@@ -237,7 +237,8 @@ def warm_start_model(settings: WarmStartSettings = WarmStartSettings(), work: Un
     MiniLM's cosine, then :func:`distil_cross_encoder`, atomically under the model's lock) and kept in
     the work directory keyed by the settings:
     ``<work>/models/sciface/<corpus dataset>-warm-<loss>-<settings key>``."""
-    path = trained_model_dir("sciface", CORPORA[settings.corpus], f"warm-{settings.loss}-{settings.key()}", work)
+    path = trained_model_dir("sciface", CORPORA[settings.corpus], f"warm-{settings.loss}-{settings.key()}", work,
+                             legacy_key=f"warm-{settings.loss}-{settings.key(legacy=True)}")
     if (path / "pt_meta.json").exists():
         return path
     about_to_train(path, f"the SciFACE warm-start student ({settings.loss}, {settings.corpus})")
