@@ -39,7 +39,7 @@ run: install
 	$(BIN)/pyterrier-sci experiment pipelines/csfcube.yaml
 
 test: install
-	$(BIN)/pytest -q tests
+	$(BIN)/pytest -q --durations=25 tests
 
 # the linter (configured in pyproject.toml); .ci/run runs it before the tests
 lint: install
