@@ -27,6 +27,7 @@ import json
 import math
 import os
 import re
+import resource
 import sys
 import time
 from dataclasses import dataclass, field, replace
@@ -444,6 +445,8 @@ class TableResult:
     runs: Dict[str, Dict[str, str]] = field(default_factory=dict)   # {dataset label: {system: its saved run}}
     llm_models: Dict[str, str] = field(default_factory=dict)   # {LLM system run now: the LLM model it asked for}
     llm_usage: Dict[str, Dict[str, int]] = field(default_factory=dict)   # {LLM system run now: calls, unusable, ...}
+    cpu_seconds: Optional[float] = None  # CPU time of this process and its finished children (workers): unlike the
+    #                                      wall-clock seconds, hardly changed by other jobs on the cores
 
     @property
     def failed(self) -> List[Cell]:
@@ -800,9 +803,9 @@ def run_table(paper: Any, table: Any, tier: str = "full", llm: Optional[str] = N
     for ds in table.datasets.values():
         check_dataset(dataset_id(ds, tier), where=f"{paper.path}: table {table.key}")
     cfg = paper.config(tier, llm)
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), cpu_time()
     figures, systems, run_files, read_back, every = _compute(paper, table, tier, llm, trusted or bool(llm), cfg)
-    seconds = time.perf_counter() - start
+    seconds, cpu_seconds = time.perf_counter() - start, cpu_time() - cpu_start
     model = _llm_model(cfg) if llm else None
     cells = _cells(paper, table, tier, figures, llm, model)
     m = manifest.pipeline_manifest(systems, cfg, [dataset_id(d, tier) for d in table.datasets.values()],
@@ -811,7 +814,8 @@ def run_table(paper: Any, table: Any, tier: str = "full", llm: Optional[str] = N
                                                            "number": table.number, "source": table.source,
                                                            "file": str(paper.path), "command": _command(paper, table,
                                                                                                         tier),
-                                                           "seconds": round(seconds, 2), "runs": run_files}})
+                                                           "seconds": round(seconds, 2),
+                                                           "cpu_seconds": round(cpu_seconds, 2), "runs": run_files}})
     usage = _usage(every, llm)
     if usage:
         m["llm_usage"] = usage
@@ -826,7 +830,14 @@ def run_table(paper: Any, table: Any, tier: str = "full", llm: Optional[str] = N
     usage = {n: u for n, u in usage.items() if n in llm_models and n not in read_back_names}
     return TableResult(paper.id, table, tier, cells, seconds, path, command, figures, str(paper.path), partial,
                        read_back_names, tuple(sorted(n for n, back in read_back.items() if not back)), run_files,
-                       llm_models, usage)
+                       llm_models, usage, cpu_seconds)
+
+
+def cpu_time() -> float:
+    """Seconds of CPU time (user and system) of this process and of its children that have ended and been
+    waited for (the ColBERT and llama.cpp workers): what a table costs, whatever else shares the cores."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
 def _on_ray(jobs: List[Tuple[Paper, Table]], tier: str, llm: Optional[str], address: Optional[str],
@@ -851,6 +862,7 @@ def _on_ray(jobs: List[Tuple[Paper, Table]], tier: str, llm: Optional[str], addr
         r = run_table(paper, table.key, tier=tier, llm=llm, systems=systems)
         computed = sorted({n for x in done for n in x.computed} | set(r.computed))
         results.append(replace(r, seconds=max([x.seconds or 0.0 for x in done], default=0.0) + (r.seconds or 0.0),
+                               cpu_seconds=sum(x.cpu_seconds or 0.0 for x in done) + (r.cpu_seconds or 0.0),
                                computed=tuple(computed), read_back=tuple(n for n in r.read_back if n not in computed)))
     return results
 
@@ -883,12 +895,15 @@ def record(results: Sequence[TableResult]) -> List[Path]:
             data = read_recorded(paper)
             for r in rs:
                 figures, seconds = dict(r.figures), round(r.seconds or 0.0, 1)
+                cpu = None if r.cpu_seconds is None else round(r.cpu_seconds, 1)
                 before = data["tables"].get(r.table.key, {}).get(r.tier) or {}
+                cpu_before = before.get("cpu_seconds")
                 command = r.command + " --record"
                 commands = [command]
                 if r.partial and before:      # the other systems' figures stay; the time is the sum of the runs
                     figures = {**(before.get("figures") or {}), **figures}
                     seconds = round(seconds + float(before.get("seconds") or 0.0), 1)
+                    cpu = None if cpu is None or cpu_before is None else round(cpu + float(cpu_before), 1)
                     # every run that recorded a part (a record of before this list names only its last)
                     commands = [c for c in before.get("commands") or [before.get("command")] if c] + commands
                 elif r.read_back and before.get("seconds") is not None:
@@ -896,6 +911,8 @@ def record(results: Sequence[TableResult]) -> List[Path]:
                     # add theirs, and a rerun that computed nothing keeps the earlier time
                     earlier = float(before["seconds"])
                     seconds = round(earlier + seconds, 1) if r.computed else earlier
+                    cpu = None if cpu is None or cpu_before is None else \
+                        (round(float(cpu_before) + cpu, 1) if r.computed else float(cpu_before))
                 entry = {"read_back": list(r.read_back)} if r.read_back else {}
                 # which LLM each LLM row's figures are from (a later run with another one is not compared with them)
                 models = {**((before.get("llm_models") or {}) if r.partial else {}), **r.llm_models}
@@ -908,7 +925,8 @@ def record(results: Sequence[TableResult]) -> List[Path]:
                 if r.read_back and before.get("seconds") is None:
                     entry["read_back_untimed"] = True
                 data["tables"].setdefault(r.table.key, {})[r.tier] = jsonable({**entry,
-                    "figures": figures, "seconds": seconds, "cpu": env["cpu"],
+                    "figures": figures, "seconds": seconds, **({"cpu_seconds": cpu} if cpu is not None else {}),
+                    "cpu": env["cpu"],
                     "versions": {k: env["versions"].get(k) for k in ("pyterrier", "torch", "sentence-transformers",
                                                                        "pyterrier-pisa", "ir-measures")
                                  if k in env["versions"]},
@@ -1157,8 +1175,9 @@ def docs_table(paper: Paper, table: Table, tier: Optional[str] = None) -> str:
                          for n, u in sorted((rec.get("llm_usage") or {}).items()))
         llm = (f"; LLM rows with {', '.join(f'`{m}`' for m in models)}" + (f" ({used})" if used else "")) \
             if models else ""
+        cpu_time = f", {rec['cpu_seconds']} s of CPU time" if rec.get("cpu_seconds") is not None else ""
         how = (f"Recorded by {by} on {rec.get('date')} ({rec.get('seconds')} s on "
-               f"{rec.get('cpu', {}).get('usable_cores', '?')} cores of {cpu}{load}{back}{llm}); "
+               f"{rec.get('cpu', {}).get('usable_cores', '?')} cores of {cpu}{cpu_time}{load}{back}{llm}); "
                f"in parentheses the paper's Table {table.number}")
     else:
         how = f"Not recorded yet: `pyterrier-sci reproduce {paper.id}/{table.key} --tier {tier} --record`"

@@ -587,6 +587,39 @@ def test_a_record_made_from_saved_runs_keeps_their_time_and_says_so(home, monkey
     assert "the runs of BM25 read back from an earlier run, whose recorded time is included" in text
 
 
+def test_a_tables_cpu_time_is_recorded_beside_its_wall_clock_time(home, monkeypatch):
+    """The wall-clock seconds of a table grow with whatever else runs on the cores; the record keeps the CPU
+    time of the process and its finished workers too (summed over partial runs, dropped when a part lacks it),
+    and the generated line names it."""
+    import resource
+    d = _paper(home)
+    monkeypatch.setattr(R, "papers_dir", lambda: d)
+    before = resource.getrusage(resource.RUSAGE_SELF)
+    (res,) = R.reproduce("toy/t5", tier="quick", directory=d)
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    spent = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    assert 0 < res.cpu_seconds <= spent + 0.05
+    R.record([res])
+    path = d / "recorded" / "toy.json"
+    entry = json.loads(path.read_text())["tables"]["t5"]["quick"]
+    assert entry["cpu_seconds"] == round(res.cpu_seconds, 1)
+    paper = R.load_paper(d / "toy.yaml")
+    assert f"{entry['cpu_seconds']} s of CPU time" in R.docs_table(paper, paper.tables["t5"], "quick")
+    # a part run later adds its CPU time; a record of before without one makes the sum unknown
+    for p in (home / "work").rglob("BM25-*.res.gz"):
+        p.unlink()
+    (part,) = R.reproduce("toy/t5", tier="quick", directory=d, systems=["BM25"])
+    R.record([part])
+    merged = json.loads(path.read_text())["tables"]["t5"]["quick"]
+    assert merged["cpu_seconds"] == round(entry["cpu_seconds"] + round(part.cpu_seconds, 1), 1)
+    rec = json.loads(path.read_text())
+    del rec["tables"]["t5"]["quick"]["cpu_seconds"]
+    path.write_text(json.dumps(rec))
+    R.record([part])
+    assert "cpu_seconds" not in json.loads(path.read_text())["tables"]["t5"]["quick"]
+    assert "CPU time" not in R.docs_table(paper, paper.tables["t5"], "quick")
+
+
 def test_a_generated_table_escapes_pipes_in_its_column_labels():
     """HLM-Cite's candidate-set sizes are labelled |C| = 100 ...: unescaped, each pipe would split a header cell
     and the table would have more header cells than columns."""
