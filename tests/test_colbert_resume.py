@@ -191,6 +191,12 @@ def test_a_link_in_place_of_the_resume_directory_is_removed_not_followed(tmp_pat
     assert d.is_dir() and not d.is_symlink() and not (d / "precious").exists()
     assert (elsewhere / "precious").read_text() == "not the build's"
     assert json.loads((elsewhere / RESUME_STATE).read_text()) == {"nbits": 2}
+    # a link planted inside a directory that is kept (a file colbert-ai would write through) is removed
+    (d / PLAID_DIR).mkdir()
+    (d / PLAID_DIR / "0.codes.pt").symlink_to(elsewhere / "precious")
+    kept = resume_directory(tmp_path / "idx", {"nbits": 2})
+    assert (kept / PLAID_DIR).is_dir() and not os.path.lexists(kept / PLAID_DIR / "0.codes.pt")
+    assert (elsewhere / "precious").read_text() == "not the build's"
 
 
 def test_a_written_chunk_is_complete_and_a_damaged_one_is_not(reference, tmp_path):

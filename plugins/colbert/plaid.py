@@ -756,7 +756,8 @@ def resume_directory(target: Path, settings: Dict[str, Any], keep: bool = True) 
     is kept only for the same ``settings`` (checkpoint and its weights, the passages' SHA-256, passage length,
     compression, k-means iterations, batch size, colbert-ai's version: ``build.json`` in it); anything else in
     its place (another build's state, a file, a link: the link itself is removed, never what it names) is
-    removed first, and with ``keep=False`` the directory starts empty.  Call it holding the target's lock."""
+    removed first, as is any link inside a directory that is kept; with ``keep=False`` the directory starts
+    empty.  Call it holding the target's lock."""
     d = target.with_name(f".{target.name}.resume")
     want = json.loads(json.dumps(settings, sort_keys=True))
     if os.path.lexists(d):
@@ -767,6 +768,11 @@ def resume_directory(target: Path, settings: Dict[str, Any], keep: bool = True) 
             same = False
         if not same:
             shutil.rmtree(d) if real_dir else d.unlink()
+        else:  # colbert-ai writes into it: no link inside may lead its writes elsewhere
+            for root, dirs, files in os.walk(d):
+                for name in dirs + files:
+                    if os.path.islink(os.path.join(root, name)):
+                        os.unlink(os.path.join(root, name))
     if not d.exists():
         d.mkdir()
         atomic_write_text(d / RESUME_STATE, json.dumps(want, sort_keys=True, indent=1) + "\n",
