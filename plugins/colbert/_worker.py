@@ -302,9 +302,10 @@ def install_resume(resume_dir: str, passages, reuse: SampleReuse, emit) -> dict:
             if ready:  # no k-means to read it
                 os.remove(sample_file)
             return avg
-        embs = torch.load(kept)
         pids = state["pids"]
-        reuse.seed([passages[p] for p in pids], embs, state["doclens"])
+        # loaded only for the index pass to serve (within the reuse budget); k-means reads its hard link itself
+        keep = 2 * int(state["num_sample_embs"]) * int(self.config.dim) <= reuse.max_bytes
+        reuse.seed([passages[p] for p in pids], torch.load(kept) if keep else None, state["doclens"])
         self.num_sample_embs = torch.tensor([int(state["num_sample_embs"])])
         self.avg_doclen_est = float(state["avg_doclen_est"])
         if os.path.lexists(sample_file):
