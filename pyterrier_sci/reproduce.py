@@ -53,6 +53,7 @@ from pyterrier_sci.errors import (
 )
 from pyterrier_sci.evaluation import Experiment
 from pyterrier_sci.experiment import llm_key, run_path, topics_and_qrels, write_run
+from pyterrier_sci.llm import llm_components
 from pyterrier_sci.llm.accounting import usage_report
 from pyterrier_sci.llm.dryrun import concat_reports, dry_run
 from pyterrier_sci.llm.settings import settings_from
@@ -717,6 +718,17 @@ def _llm_model(cfg: PipelineConfig) -> str:
         return f"unknown ({e})"
 
 
+def _asked_models(systems: Mapping[str, List[Any]], default: str) -> Dict[str, str]:
+    """Per system, the model its LLM components asked for, as they resolved it (the config's ``llm:``, a
+    component's own ``llm=``, the environment; several joined with " + "); ``default`` for a system built
+    without one here (an agreement row's labeller)."""
+    out = {}
+    for name, built in systems.items():
+        models = sorted({str(c.sci_llm_settings().model) for b in built for c in llm_components(b)})
+        out[name] = " + ".join(models) if models else default
+    return out
+
+
 def _usage(systems: Mapping[str, List[Any]], llm: Optional[str]) -> Dict[str, Dict[str, int]]:
     """Per system that asked an LLM in this run: its LLM components' counters summed over its datasets (calls,
     unusable answers, repaired rankings, tokens, ...; :mod:`pyterrier_sci.llm.accounting`)."""
@@ -734,7 +746,7 @@ def _usage(systems: Mapping[str, List[Any]], llm: Optional[str]) -> Dict[str, Di
 
 
 def _cells(paper: Paper, table: Table, tier: str, figures: Mapping[str, Any], llm: Optional[str],
-           llm_model: Optional[str] = None) -> List[Cell]:
+           llm_model: Optional[str] = None, asked: Optional[Mapping[str, str]] = None) -> List[Cell]:
     entry = _recorded_entry(paper, table, tier)
     recorded = entry.get("figures") or {}
     recorded_models = entry.get("llm_models") or {}
@@ -759,9 +771,10 @@ def _cells(paper: Paper, table: Table, tier: str, figures: Mapping[str, Any], ll
                     status, reason = STATUS_DIFFERS, (s.differs or table.differs)
                 failed = False
                 other = recorded_models.get(s.name)
-                if rep is not None and rec is not None and other is not None and other != llm_model:
+                now = (asked or {}).get(s.name, llm_model)
+                if rep is not None and rec is not None and other is not None and other != now:
                     # another LLM's figure: a difference says nothing about the toolkit, so it is not a drift
-                    reason = (f"recorded with the LLM {other!r}, this run asked {llm_model!r}: not compared; "
+                    reason = (f"recorded with the LLM {other!r}, this run asked {now!r}: not compared; "
                               + reason)
                     rec = None
                 if rep is not None and rec is not None and abs(rep - rec) > drift + 1e-9:
@@ -807,7 +820,8 @@ def run_table(paper: Any, table: Any, tier: str = "full", llm: Optional[str] = N
     figures, systems, run_files, read_back, every = _compute(paper, table, tier, llm, trusted or bool(llm), cfg)
     seconds, cpu_seconds = time.perf_counter() - start, cpu_time() - cpu_start
     model = _llm_model(cfg) if llm else None
-    cells = _cells(paper, table, tier, figures, llm, model)
+    asked = _asked_models(every, model) if llm else {}
+    cells = _cells(paper, table, tier, figures, llm, model, asked)
     m = manifest.pipeline_manifest(systems, cfg, [dataset_id(d, tier) for d in table.datasets.values()],
                                    kind="reproduction",
                                    extra={"reproduction": {"paper": paper.id, "table": table.key, "tier": tier,
@@ -824,7 +838,8 @@ def run_table(paper: Any, table: Any, tier: str = "full", llm: Optional[str] = N
     path = manifest.write_manifest(m, _save_root(paper, table, tier) / "manifest.json", "the table's manifest")
     command = _command(paper, table, tier) + (f" --systems {','.join(table.systems)}" if partial else "")
     read_back_names = tuple(sorted(n for n, back in read_back.items() if back))
-    llm_models = {n: model for n, s in table.systems.items() if "llm" in s.needs and n in figures} if llm else {}
+    llm_models = {n: asked.get(n, model) for n, s in table.systems.items() if "llm" in s.needs and n in figures} \
+        if llm else {}
     if llm_models:
         command += f" --llm {llm}"
     usage = {n: u for n, u in usage.items() if n in llm_models and n not in read_back_names}

@@ -517,6 +517,28 @@ def test_an_llm_row_is_recorded_with_its_model_and_not_compared_with_another_mod
     assert kept["llm_models"] == {"Judge": "small-model"} and kept["llm_usage"]["Judge"]["calls"] == 20
 
 
+def test_the_model_recorded_is_the_one_a_component_asked_for(home, monkeypatch):
+    """A component's own ``llm=`` overrides the config's model: the record names the model the component asked
+    for (as its saved run is keyed), not the config's."""
+    from pyterrier_sci.llm.loopback import ScriptedServer
+    d = _llm_paper(home)
+    doc = yaml.safe_load((d / "toy.yaml").read_text())
+    doc["components"]["judge"]["llm"] = {"model": "own-model"}
+    (d / "toy.yaml").write_text(yaml.safe_dump(doc))
+    monkeypatch.setenv("PYTERRIER_SCI_LLM_MODEL", "config-model")
+    asked = set()
+
+    def responder(kind, body):
+        asked.add(body.get("model"))
+        return " Yes"
+
+    with ScriptedServer(responder=responder) as srv:
+        R.record(R.reproduce("toy/t5", tier="full", llm=srv.base_url, directory=d, systems=["Judge"]))
+    assert asked == {"own-model"}
+    entry = json.loads((d / "recorded" / "toy.json").read_text())["tables"]["t5"]["full"]
+    assert entry["llm_models"] == {"Judge": "own-model"}
+
+
 def test_systems_runs_part_of_a_table_and_record_merges(home, capsys, monkeypatch):
     d = _paper(home)
     monkeypatch.setattr(R, "papers_dir", lambda: d)
