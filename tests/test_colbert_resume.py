@@ -18,7 +18,12 @@ from types import SimpleNamespace
 import conftest
 import pytest
 
-pytest.importorskip("colbert")
+from pyterrier_sci.plugins.colbert._compat import import_colbert  # noqa: E402
+
+try:    # through the plugin, which undoes colbert-ai's import side effects (its 'spawn' start method)
+    import_colbert()
+except ImportError as e:
+    pytest.skip(f"colbert-ai is not installed ({e})", allow_module_level=True)
 torch = pytest.importorskip("torch")
 
 from pyterrier_sci.plugins.colbert import ColBERTIndex  # noqa: E402
