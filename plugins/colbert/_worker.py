@@ -19,6 +19,7 @@ from typing import Optional
 
 import numpy as np
 
+from pyterrier_sci.artifacts import atomic_write_text
 from pyterrier_sci.plugins.colbert._compat import build_extensions_here, import_colbert
 
 
@@ -189,13 +190,6 @@ SAMPLE_STATE = "sample.json"        # its passage ids and lengths, written last:
 CODEC_DONE = "codec.done"           # written after colbert-ai saved the centroids and buckets
 
 
-def _atomic_json(path: str, value) -> None:
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(value, f)
-    os.replace(tmp, path)
-
-
 def _read_json(path: str):
     try:
         with open(path, encoding="utf-8") as f:
@@ -298,7 +292,7 @@ def install_resume(resume_dir: str, passages, reuse: SampleReuse, emit) -> dict:
             os.replace(link, kept)
             state = {"pids": sorted(int(p) for p in sampled_pids), "doclens": list(reuse.sample_doclens or []),
                      "avg_doclen_est": float(avg), "num_sample_embs": int(self.num_sample_embs.item())}
-            _atomic_json(state_path, state)
+            atomic_write_text(state_path, json.dumps(state), "the kept k-means sample's state")
             if ready:  # no k-means to read it
                 os.remove(sample_file)
             return avg
