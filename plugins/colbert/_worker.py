@@ -191,6 +191,9 @@ CODEC_DONE = "codec.done"           # written after colbert-ai saved the centroi
 
 
 def _read_json(path: str):
+    """The JSON in ``path``, or None when it is missing, unreadable or malformed.  Lenient on purpose
+    (unlike ``pyterrier_sci.data.read_json``, which raises): here a damaged file only means that the
+    stage it records is not complete, and that stage is redone."""
     try:
         with open(path, encoding="utf-8") as f:
             return json.load(f)
