@@ -18,7 +18,7 @@ from types import SimpleNamespace
 import conftest
 import pytest
 
-from pyterrier_sci.plugins.colbert._compat import import_colbert  # noqa: E402
+from pyterrier_sci.plugins.colbert._compat import import_colbert
 
 try:    # through the plugin, which undoes colbert-ai's import side effects (its 'spawn' start method)
     import_colbert()
