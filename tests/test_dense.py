@@ -182,18 +182,32 @@ def test_a_small_first_stage_is_rescored_without_building_the_corpus_index(tiny_
     encoded.clear()
     (dense % 5)(first.iloc[:20])
     assert [e for e in encoded if e[0] == "documents"] == []
-    # asked for (index=True in a pipeline file): the corpus index is built first
-    built = DenseRetriever("default", index=str(tmp_path / "asked"), corpus="irds:sci-test/tiny", verbose=False,
-                           build_index=True)
+    # asked for (index=True in a pipeline file): the corpus index is built first (over a corpus of the first
+    # stage's documents and a few more, which a build encodes in seconds)
+    small = _small_corpus(docs[:40])
+    built = DenseRetriever("default", index=str(tmp_path / "asked"), corpus=small, verbose=False, build_index=True)
     again = built(first)
-    assert (tmp_path / "asked" / "pt_meta.json").exists()
+    assert (tmp_path / "asked" / "pt_meta.json").exists() and built._doc_vecs == {}
     np.testing.assert_allclose(again.set_index("docno")["score"].sort_index(),
                                out.set_index("docno")["score"].sort_index(), rtol=1e-5, atol=1e-6)
-    # a first stage covering most of the corpus builds the index (and then uses it)
-    monkeypatch.setattr(R, "INDEX_COVERAGE", 0.05)
-    big = DenseRetriever("default", index=str(tmp_path / "big"), corpus="irds:sci-test/tiny", verbose=False)
-    big(first)
+    # a first stage covering most of the corpus (30 of its 40 documents, over INDEX_COVERAGE) builds the index
+    # first and then uses it
+    assert 30 >= R.INDEX_COVERAGE * 40
+    big = DenseRetriever("default", index=str(tmp_path / "big"), corpus=small, verbose=False)
+    encoded.clear()
+    np.testing.assert_allclose(big(first).set_index("docno")["score"].sort_index(),
+                               out.set_index("docno")["score"].sort_index(), rtol=1e-5, atol=1e-6)
     assert (tmp_path / "big" / "pt_meta.json").exists() and big._doc_vecs == {}
+    assert [n for d, n in encoded if d == "documents"] == []    # the build encoded the corpus, not the first stage
+
+
+def _small_corpus(docs) -> str:
+    """``irds:sci-test/tiny-<n>``: the first ``n`` documents of the tiny corpus as their own corpus."""
+    from pyterrier_sci.datasets import csfcube
+    from pyterrier_sci.irds import FnDocs, register
+    name = f"sci-test/tiny-{len(docs)}"
+    register(name, FnDocs(name, lambda: iter(docs), csfcube.CSFCubeDoc))
+    return "irds:" + name
 
 
 def test_the_dense_component_builds_the_index_when_asked(tiny_dataset, tmp_path):
