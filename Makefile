@@ -38,8 +38,11 @@ install-locked:
 run: install
 	$(BIN)/pyterrier-sci experiment pipelines/csfcube.yaml
 
+# two worker processes (pytest-xdist), each test file whole on one of them: module fixtures are built once, and
+# the two cores stay busy while one file waits on a subprocess, a server or a lock; they share one work directory
+# (tests/conftest.py), whose builders take the artifact lock
 test: install
-	$(BIN)/pytest -q --durations=25 tests
+	$(BIN)/pytest -q -n 2 --dist loadfile --durations=25 tests
 
 # the linter (configured in pyproject.toml); .ci/run runs it before the tests
 lint: install

@@ -13,6 +13,11 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 # before any test module imports Ray, which reads it then: Ray's failure handler would take SIGSEGV from the JVM
 # that runs Lucene in this process (pyterrier_sci/signals.py; pyterrier_sci sets it too, when imported first)
 os.environ.setdefault("RAY_DISABLE_FAILURE_SIGNAL_HANDLER", "1")
+# `make test` runs two worker processes (pytest-xdist) on the machine's cores, each engine with as many threads as
+# cores: OpenMP's threads (torch) then sleep when they wait, instead of spinning on the core the other worker computes
+# on (numerics unchanged). Read when torch starts, so before any test module imports it.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 DATA = Path(os.environ["PYTERRIER_SCI_DATA"])
 
 
