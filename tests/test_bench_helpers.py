@@ -84,14 +84,42 @@ def test_load_note_reports_before_and_after():
     assert load_note().startswith("load average ") and "before" not in load_note()
 
 
-def _bench_encode():
+def _bench(name: str):
+    """``benchmarks/<name>.py`` as a module (a script, not a package)."""
     import importlib.util
     from pathlib import Path
-    path = Path(__file__).resolve().parent.parent / "benchmarks" / "bench_encode.py"
-    spec = importlib.util.spec_from_file_location("bench_encode", path)
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+def _bench_encode():
+    return _bench("bench_encode")
+
+
+def test_openvino_settings_padding_keeps_each_text_and_its_pooled_vector():
+    """bench_openvino_settings' 'padded to 32' setting: a batch padded to fewer shapes holds the same word pieces
+    (padding ids and a zero mask after them, never past the model's length), and mean pooling over the mask
+    gives each text the vector it had unpadded, whatever the engine puts at the padded positions."""
+    import numpy as np
+    mod = _bench("bench_openvino_settings")
+    batch = {"input_ids": np.array([[101, 7, 8, 102, 0], [101, 9, 102, 0, 0]]),
+             "attention_mask": np.array([[1, 1, 1, 1, 0], [1, 1, 1, 0, 0]])}
+    out = mod.padded(batch, 4, 256)
+    assert out["input_ids"].shape == (2, 8) and (out["input_ids"][:, :5] == batch["input_ids"]).all()
+    assert not out["input_ids"][:, 5:].any() and not out["attention_mask"][:, 5:].any()
+    assert mod.padded(batch, 4, 6)["input_ids"].shape == (2, 6)     # capped at the model's maximum length
+    assert mod.padded(batch, 5, 256) is batch                         # already a multiple: unchanged
+    rng = np.random.default_rng(0)
+    hidden = rng.normal(size=(2, 5, 3)).astype(np.float32)
+    noise = 100 * rng.normal(size=(2, 3, 3)).astype(np.float32)
+    np.testing.assert_allclose(mod.pooled(np.concatenate([hidden, noise], axis=1), out["attention_mask"]),
+                               mod.pooled(hidden, batch["attention_mask"]), rtol=1e-6)
+    manual = hidden[1, :3].mean(0)
+    np.testing.assert_allclose(mod.pooled(hidden, batch["attention_mask"])[1], manual / np.linalg.norm(manual),
+                               rtol=1e-6)
 
 
 @pytest.mark.parametrize("cpu,bits,fp32,int8", [
