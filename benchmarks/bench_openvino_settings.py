@@ -9,13 +9,16 @@ pass over the texts: the main job meets every batch shape once, and a new shape 
 
 Settings (the first is the toolkit's, ``openvino_engine.run_compiled``):
 
-- ``sync``: one infer request, ``INFERENCE_PRECISION_HINT`` f32, OpenVINO's default threads (every core);
+- ``sync``: one infer request, ``INFERENCE_PRECISION_HINT`` f32, OpenVINO's default threads (one per core,
+  pinned);
 - ``sync batch 16`` / ``sync batch 64``: other batch sizes;
-- ``sync padded to 32``: each batch padded to a multiple of 32 word pieces (6 shapes instead of about 50);
+- ``sync padded to 32``: each batch padded to a multiple of 32 word pieces (fewer shapes: the table's ``shapes``);
 - ``2 streams async``: ``NUM_STREAMS`` 2 (one thread each) and an ``AsyncInferQueue`` of 2 requests;
 - ``THROUGHPUT hint async``: ``PERFORMANCE_HINT`` THROUGHPUT and a queue of OpenVINO's optimal size;
 - ``LATENCY hint``: ``PERFORMANCE_HINT`` LATENCY, one request;
-- ``precision hint default``: no precision hint (bf16 for the fp32 parts where the CPU has bf16 units).
+- ``precision hint default``: no precision hint (bf16 for the fp32 parts where the CPU has bf16 units);
+- ``threads not pinned``: ``ENABLE_CPU_PINNING`` off (OpenVINO pins its threads to cores by default);
+- ``1 thread``: ``INFERENCE_NUM_THREADS`` 1, against which the default's speed-up is its parallel efficiency.
 
 Reported per setting: the median seconds, the speed-up against ``sync`` (median of the per-round ratios, min,
 max), documents per second, and the mean and least cosine of its mean-pooled vectors to ``sync``'s.  Usage::
@@ -123,11 +126,13 @@ def main(argv=None) -> int:
         "THROUGHPUT hint async": async_side(core, model, {**f32, "PERFORMANCE_HINT": "THROUGHPUT"}, b32, 0),
         "LATENCY hint": sync_side(core, model, {**f32, "PERFORMANCE_HINT": "LATENCY"}, b32),
         "precision hint default": sync_side(core, model, {}, b32),
+        "threads not pinned": sync_side(core, model, {**f32, "ENABLE_CPU_PINNING": False}, b32),
+        "1 thread": sync_side(core, model, {**f32, "INFERENCE_NUM_THREADS": 1}, b32),
     }
     shapes = {"sync padded to 32": len({padded(b, 32, cap)["input_ids"].shape for b in b32}),
               "sync batch 16": len({b["input_ids"].shape for b in batches(16)}),
               "sync batch 64": len({b["input_ids"].shape for b in batches(64)})}
-    timings = interleaved(sides, args.rounds)
+    timings = interleaved(sides, args.rounds, alternate=True)   # odd rounds in reverse order
     ref = timings.results["sync"]
     rows = []
     for name in sides:
@@ -145,7 +150,8 @@ def main(argv=None) -> int:
     detail = (f"work: the first {len(texts)} CSFCube texts (title and abstract, longest first, tokenised beforehand), "
               f"MiniLM's int8 OpenVINO export (calibrated on the first {CALIBRATION_SIZE} abstracts, OpenVINO "
               f"{ov.__version__}), each round compiling every setting afresh and timing its compilation and one pass; "
-              f"{args.rounds} interleaved rounds; {sum(b['input_ids'].size for b in b32)} word pieces padded in "
+              f"{args.rounds} interleaved rounds (odd ones in reverse order); "
+              f"{sum(b['input_ids'].size for b in b32)} word pieces padded in "
               "batches of 32")
     print(detail)
     print(markdown(table))
