@@ -117,21 +117,22 @@ def main(argv=None) -> int:
     b16, b32, b64 = batches(16), batches(32), batches(64)
     cap = st.max_seq_length
     f32 = {"INFERENCE_PRECISION_HINT": "f32"}
-    sides = {
-        "sync": sync_side(core, model, f32, b32),
-        "sync batch 16": sync_side(core, model, f32, b16),
-        "sync batch 64": sync_side(core, model, f32, b64),
-        "sync padded to 32": sync_side(core, model, f32, [padded(b, 32, cap) for b in b32]),
-        "2 streams async": async_side(core, model, {**f32, "NUM_STREAMS": 2, "INFERENCE_NUM_THREADS": 2}, b32, 2),
-        "THROUGHPUT hint async": async_side(core, model, {**f32, "PERFORMANCE_HINT": "THROUGHPUT"}, b32, 0),
-        "LATENCY hint": sync_side(core, model, {**f32, "PERFORMANCE_HINT": "LATENCY"}, b32),
-        "precision hint default": sync_side(core, model, {}, b32),
-        "threads not pinned": sync_side(core, model, {**f32, "ENABLE_CPU_PINNING": False}, b32),
-        "1 thread": sync_side(core, model, {**f32, "INFERENCE_NUM_THREADS": 1}, b32),
+    padded32 = [padded(b, 32, cap) for b in b32]
+    # name: (engine config, batches, async queue size or None for one synchronous request)
+    plans = {
+        "sync": (f32, b32, None),
+        "sync batch 16": (f32, b16, None),
+        "sync batch 64": (f32, b64, None),
+        "sync padded to 32": (f32, padded32, None),
+        "2 streams async": ({**f32, "NUM_STREAMS": 2, "INFERENCE_NUM_THREADS": 2}, b32, 2),
+        "THROUGHPUT hint async": ({**f32, "PERFORMANCE_HINT": "THROUGHPUT"}, b32, 0),
+        "LATENCY hint": ({**f32, "PERFORMANCE_HINT": "LATENCY"}, b32, None),
+        "precision hint default": ({}, b32, None),
+        "threads not pinned": ({**f32, "ENABLE_CPU_PINNING": False}, b32, None),
+        "1 thread": ({**f32, "INFERENCE_NUM_THREADS": 1}, b32, None),
     }
-    shapes = {"sync padded to 32": len({padded(b, 32, cap)["input_ids"].shape for b in b32}),
-              "sync batch 16": len({b["input_ids"].shape for b in b16}),
-              "sync batch 64": len({b["input_ids"].shape for b in b64})}
+    sides = {name: sync_side(core, model, config, bs) if jobs is None else async_side(core, model, config, bs, jobs)
+             for name, (config, bs, jobs) in plans.items()}
     timings = interleaved(sides, args.rounds, alternate=True)   # odd rounds in reverse order
     ref = timings.results["sync"]
     rows = []
@@ -143,7 +144,7 @@ def main(argv=None) -> int:
                      "speed-up vs sync": ratio.median if ratio else 1.0,
                      "min": ratio.min if ratio else 1.0, "max": ratio.max if ratio else 1.0,
                      "docs/s": len(texts) / timings.median(name),
-                     "shapes": shapes.get(name, len({b["input_ids"].shape for b in b32})),
+                     "shapes": len({b["input_ids"].shape for b in plans[name][1]}),
                      "mean cos": f"{cos.mean():.5f}", "least cos": f"{cos.min():.5f}"})
     table = pd.DataFrame(rows)
     note = load_note(before)
