@@ -199,6 +199,26 @@ def test_time_main_job_reads_each_phase_from_its_bar():
     assert e.value.code == 2
 
 
+
+def test_time_main_job_cuts_only_the_dense_components(tmp_path):
+    """--max-seq-length N: the copied pipeline file is the main job's with every dense component given
+    max_seq_length N and nothing else changed; without it, the file is copied byte for byte."""
+    import yaml
+    mod = _bench_script("time_main_job")
+    plain, cut = tmp_path / "plain.yaml", tmp_path / "cut.yaml"
+    mod.write_pipeline(plain)
+    assert plain.read_bytes() == mod.PIPELINE.read_bytes()
+    mod.write_pipeline(cut, 128)
+    before, after = yaml.safe_load(plain.read_text()), yaml.safe_load(cut.read_text())
+    dense = [name for name, c in before["components"].items() if c["component"] == "dense"]
+    assert dense and all(after["components"][n]["max_seq_length"] == 128 for n in dense)
+    for n in dense:
+        del after["components"][n]["max_seq_length"]
+    assert after == before
+    with pytest.raises(SystemExit) as e:
+        mod.main(["--runs", "1", "--max-seq-length", "0"])
+    assert e.value.code == 2
+
 def _bench_script(name):
     import importlib.util
     from pathlib import Path
