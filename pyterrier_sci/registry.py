@@ -462,6 +462,16 @@ def first_sentence(doc: str) -> str:
     return para[:m.end()] if m else para
 
 
+def plain_markup(text: str) -> str:
+    """A docstring's reStructuredText inline markup as a terminal or a Markdown reader shows it: double
+    backquotes and roles (``:class:``, ``:func:``, ...) become single backquotes around the text, and a
+    role's target that starts with ``~`` is cut to its last name, as Sphinx shows it."""
+    def role(m):
+        target = m.group(0).split("`", 1)[1].rstrip("`")
+        return f"`{target.lstrip('~').rsplit('.', 1)[-1] if target.startswith('~') else target}`"
+    return re.sub(r"``(.+?)``", r"`\1`", re.sub(r":[a-z]+:`[^`]+`", role, text))
+
+
 @dataclass
 class ComponentSpec:
     name: str
@@ -471,8 +481,11 @@ class ComponentSpec:
     @property
     def description(self) -> str:
         """The first sentence of the factory's docstring (its first paragraph when no sentence ends
-        there), on one line."""
-        return first_sentence(inspect.getdoc(self.factory) or "")
+        there), on one line, as :func:`plain_markup` writes it, without a leading ``name``: (the
+        component's own name; a call such as ``rrf(a, b, ...)``: is kept)."""
+        text = plain_markup(first_sentence(inspect.getdoc(self.factory) or ""))
+        own = f"`{self.name}`: "
+        return text[len(own):] if text.startswith(own) else text
 
     @property
     def params(self) -> Optional[ParamSet]:

@@ -2,6 +2,7 @@
 is one line on stderr (plus the expression picture for pipeline errors) and exit status 2;
 ``--debug`` adds the traceback."""
 import errno
+import re
 import time
 
 import pyterrier as pt
@@ -216,5 +217,17 @@ def test_components_are_described_in_whole_sentences(capsys):
             entries.append(current)
     assert [e[0] for e in entries] == list(REGISTRY.names())
     bm25 = dict(entries)["bm25"]
-    assert bm25.endswith("``pisa`` or ``lucene``."), bm25   # cut after "backend ``pisa``" before
+    assert bm25.endswith("`pisa` or `lucene`."), bm25   # cut after "backend ``pisa``" before
     assert all(len(line) <= 120 for line in lines)
+    # docstring markup as a terminal shows it, and no component's name repeated before its description
+    assert bm25.startswith("BM25 over `index` or"), bm25
+    assert not any(re.search(r"``|:(class|func|mod|meth):", line) for line in lines)
+    assert "`CurriculumSettings`' defaults" in dict(entries)["hlm_dense"]
+    assert dict(entries)["rrf"].startswith("`rrf(a, b, ...)`: reciprocal rank fusion")
+
+
+def test_plain_markup_turns_rst_roles_into_code():
+    from pyterrier_sci.registry import plain_markup
+    assert plain_markup("``x``: a :class:`~.training.Settings`, :func:`a.b` and :mod:`~p.q.r`; ``y``") == \
+        "`x`: a `Settings`, `a.b` and `r`; `y`"
+    assert plain_markup("no markup, a `single` one") == "no markup, a `single` one"
