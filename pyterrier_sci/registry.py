@@ -466,10 +466,8 @@ def plain_markup(text: str) -> str:
     """A docstring's reStructuredText inline markup as a terminal or a Markdown reader shows it: double
     backquotes and roles (``:class:``, ``:func:``, ...) become single backquotes around the text, and a
     role's target that starts with ``~`` is cut to its last name, as Sphinx shows it."""
-    def role(m):
-        target = m.group(0).split("`", 1)[1].rstrip("`")
-        return f"`{target.lstrip('~').rsplit('.', 1)[-1] if target.startswith('~') else target}`"
-    return re.sub(r"``(.+?)``", r"`\1`", re.sub(r":[a-z]+:`[^`]+`", role, text))
+    roles = re.sub(r":[a-z]+:`(~?)([^`]+)`", lambda m: f"`{m[2].rsplit('.', 1)[-1] if m[1] else m[2]}`", text)
+    return re.sub(r"``(.+?)``", r"`\1`", roles)
 
 
 @dataclass
