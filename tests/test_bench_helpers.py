@@ -84,7 +84,7 @@ def test_load_note_reports_before_and_after():
     assert load_note().startswith("load average ") and "before" not in load_note()
 
 
-def _bench(name: str):
+def _bench_script(name: str):
     """``benchmarks/<name>.py`` as a module (a script, not a package)."""
     import importlib.util
     from pathlib import Path
@@ -95,16 +95,12 @@ def _bench(name: str):
     return mod
 
 
-def _bench_encode():
-    return _bench("bench_encode")
-
-
 def test_openvino_settings_padding_keeps_each_text_and_its_pooled_vector():
     """bench_openvino_settings' 'padded to 32' setting: a batch padded to fewer shapes holds the same word pieces
     (padding ids and a zero mask after them, never past the model's length), and mean pooling over the mask
     gives each text the vector it had unpadded, whatever the engine puts at the padded positions."""
     import numpy as np
-    mod = _bench("bench_openvino_settings")
+    mod = _bench_script("bench_openvino_settings")
     batch = {"input_ids": np.array([[101, 7, 8, 102, 0], [101, 9, 102, 0, 0]]),
              "attention_mask": np.array([[1, 1, 1, 1, 0], [1, 1, 1, 0, 0]])}
     out = mod.padded(batch, 4, 256)
@@ -133,7 +129,7 @@ def test_openvino_settings_padding_keeps_each_text_and_its_pooled_vector():
 ])
 def test_bench_encode_peaks_by_cpu(cpu, bits, fp32, int8):
     """bench_encode's peak arithmetic: the executed vector width from the CPU family, 2 cores at 2.6 GHz."""
-    mod = _bench_encode()
+    mod = _bench_script("bench_encode")
     cpu = dict(cpu, name="test", mhz=2600.0, cores=2, avx2=True)
     got_bits, why = mod.executed_vector_bits(cpu)
     assert got_bits == bits and why
@@ -143,7 +139,7 @@ def test_bench_encode_peaks_by_cpu(cpu, bits, fp32, int8):
 
 
 def test_bench_encode_reads_this_cpu():
-    cpu = _bench_encode().cpu_info()
+    cpu = _bench_script("bench_encode").cpu_info()
     assert cpu["cores"] >= 1 and cpu["mhz"] > 0 and isinstance(cpu["family"], (int, type(None)))
 
 
@@ -178,12 +174,7 @@ def test_write_results_gives_the_file_docs_quote(tmp_path, monkeypatch):
 def test_time_main_job_reads_each_phase_from_its_bar():
     """benchmarks/time_main_job.py times the main job's phases from their finished progress bars (tqdm redraws
     a bar with carriage returns: the last state counts; a rate per second and seconds per unit both occur)."""
-    import importlib.util
-    from pathlib import Path
-    path = Path(__file__).resolve().parent.parent / "benchmarks" / "time_main_job.py"
-    spec = importlib.util.spec_from_file_location("time_main_job", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = _bench_script("time_main_job")
     stderr = ("exporting m to OpenVINO:   0%|          | 0/1 [00:00<?, ?step/s]\r"
               "exporting m to OpenVINO: 100%|##########| 1/1 [00:00<00:00,  1.25step/s]\n"
               "calibrating int8 on 128 documents:  50%|#####     | 64/128 [00:02<00:02, 30.00doc/s]\r"
@@ -197,7 +188,6 @@ def test_time_main_job_reads_each_phase_from_its_bar():
     with pytest.raises(SystemExit) as e:  # no cold run: one clear error before anything runs
         mod.main(["--runs", "0"])
     assert e.value.code == 2
-
 
 
 def test_time_main_job_cuts_only_the_dense_components(tmp_path):
@@ -218,15 +208,6 @@ def test_time_main_job_cuts_only_the_dense_components(tmp_path):
     with pytest.raises(SystemExit) as e:
         mod.main(["--runs", "1", "--max-seq-length", "0"])
     assert e.value.code == 2
-
-def _bench_script(name):
-    import importlib.util
-    from pathlib import Path
-    path = Path(__file__).resolve().parent.parent / "benchmarks" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def test_bench_llm_records_its_table(tmp_path, monkeypatch):
