@@ -8,12 +8,16 @@ from __future__ import annotations
 import argparse
 import contextlib
 import errno
+import importlib.metadata
 import json
+import linecache
 import os
 import shutil
 import sys
+import sysconfig
 import textwrap
 import traceback
+import warnings
 from typing import Iterator, List, Optional
 
 import pandas as pd
@@ -121,7 +125,7 @@ def cmd_run(args) -> int:
 def cmd_evaluate(args) -> int:
     run = read_run(args.run)
     topics, qrels = topics_and_qrels(args.dataset)
-    names = [m.strip() for m in args.measures.split(",") if m.strip()]
+    names = measures.split_names(args.measures)
     table = Experiment([run], topics, qrels, names, names=[args.name or args.run], perquery=args.perquery,
                        dataset=args.dataset)
     if args.perquery:
@@ -194,6 +198,7 @@ def build_parser() -> argparse.ArgumentParser:
                                 description="PyTerrier pipelines for scientific-literature retrieval",
                                 epilog="Errors are one line (exit status 2); --debug (anywhere) shows the traceback.")
     p.add_argument("--debug", action="store_true", help="show the full error and its traceback")
+    p.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = p.add_subparsers(dest="command", required=True)
 
     s = sub.add_parser("datasets", help="registered dataset ids and whether their data is present")
@@ -225,7 +230,8 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("evaluate", help="evaluate a TREC run on a dataset")
     s.add_argument("run", help="TREC run file")
     s.add_argument("--dataset", required=True)
-    s.add_argument("--measures", required=True, help="comma-separated, e.g. 'NDCG%%20,MAP' or 'nDCG@10,R@100'")
+    s.add_argument("--measures", required=True,
+                   help="separated by commas or spaces, e.g. 'NDCG%%20,MAP' or 'nDCG@10 R@100'")
     s.add_argument("--name", help="row name (default: the run file)")
     s.add_argument("--perquery", action="store_true")
     s.add_argument("--json", action="store_true")
@@ -266,6 +272,13 @@ def build_parser() -> argparse.ArgumentParser:
         added = add_commands(sub)
         added.set_defaults(fn=lambda args: args.func(args))
     return p
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("pyterrier-sci")
+    except importlib.metadata.PackageNotFoundError:   # run from a checkout that is not installed
+        return "(not installed)"
 
 
 def _split_debug(argv: List[str]):
@@ -347,10 +360,25 @@ def _ours(e: BaseException) -> bool:
     return isinstance(e, SciError) or type(e).__module__.split(".")[0] == "pyterrier_sci"
 
 
+def _plain_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """A warning as one plain line, ``pyterrier-sci: warning: ...`` (no source path and line)."""
+    try:
+        print(f"pyterrier-sci: warning: {one_line(message)}", file=file or sys.stderr)
+    except OSError:
+        pass
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     """Runs a command; every failure of user input or of the environment is one line on stderr
     (plus the expression and a caret under its offending part, for pipeline expressions) and exit
-    status 2.  ``--debug`` shows the traceback as well."""
+    status 2; an exception the toolkit did not raise on purpose is one line calling it a bug
+    (:func:`is_bug`).  ``--debug`` shows the traceback as well; warnings are one plain line each."""
+    with warnings.catch_warnings():
+        warnings.showwarning = _plain_warning
+        return _main(argv)
+
+
+def _main(argv: Optional[List[str]]) -> int:
     debug, argv = _split_debug(list(sys.argv[1:] if argv is None else argv))
     args = build_parser().parse_args(argv)
     args.debug = debug
@@ -372,11 +400,15 @@ def main(argv: Optional[List[str]] = None) -> int:
         _name_what_was_written(e, args)
         if debug:
             traceback.print_exc()
-        lines = [f"{prog}: error: {describe_error(e)}"]
+        if is_bug(e):
+            lines = [f"{prog}: internal error (a bug in pyterrier-sci, not your input; please report it with the "
+                     f"traceback): {type(e).__name__}: {one_line(e) or '(no message)'}"]
+        else:
+            lines = [f"{prog}: error: {describe_error(e)}"]
         if isinstance(e, PipelineError):
             lines += e.picture()
         if not debug and not isinstance(e, PipelineError):
-            lines[0] += "  [--debug shows the traceback]" if _unexpected(e) else ""
+            lines[0] += "  [--debug shows the traceback]" if _unexpected(e) or is_bug(e) else ""
         try:
             print("\n".join(lines), file=sys.stderr)
         except OSError:
@@ -393,6 +425,42 @@ def _drop_stdout() -> None:
         os.close(devnull)
     except (OSError, ValueError, AttributeError):   # no file descriptor (a captured stdout)
         pass
+
+
+#: failures of the environment (a file, the disk, memory, an optional package), not of the toolkit's code
+_ENVIRONMENT = (OSError, UnicodeError, MemoryError, RecursionError, ImportError)
+
+
+def _innermost_frame(e: BaseException):
+    tb, last = e.__traceback__, None
+    while tb is not None:
+        last, tb = tb, tb.tb_next
+    return last
+
+
+def _library_file(filename: str) -> bool:
+    """Whether ``filename`` is Python's own or an installed package's (not the toolkit's, not the user's)."""
+    paths = sysconfig.get_paths()
+    roots = {os.path.realpath(paths[k]) for k in ("stdlib", "platstdlib", "purelib", "platlib") if paths.get(k)}
+    real = os.path.realpath(filename)
+    return any(real.startswith(r.rstrip(os.sep) + os.sep) for r in roots)
+
+
+def is_bug(e: BaseException) -> bool:
+    """An exception the toolkit did not raise on purpose, which the CLI calls a bug: not one of its errors
+    (:class:`~pyterrier_sci.errors.SciError`, or a class of its modules), not a failure of the environment
+    (:data:`_ENVIRONMENT`), not raised by a ``raise`` statement of its code (a message written for the user),
+    and not raised by the user's own code (a component they registered): a missing key, an index out of range,
+    pandas or numpy refusing what the toolkit handed them."""
+    if _ours(e) or isinstance(e, _ENVIRONMENT):
+        return False
+    last = _innermost_frame(e)
+    if last is None:
+        return False
+    frame = last.tb_frame
+    if str(frame.f_globals.get("__name__", "")).split(".")[0] == "pyterrier_sci":
+        return not linecache.getline(frame.f_code.co_filename, last.tb_lineno).lstrip().startswith("raise")
+    return _library_file(frame.f_code.co_filename)
 
 
 def _unexpected(e: BaseException) -> bool:

@@ -47,7 +47,8 @@ from pyterrier_sci.registry import MEASURES_GROUP, load_group
 __all__ = [
     "dcg", "ndcg_at_k", "average_precision", "reciprocal_rank", "r_precision_last_relevant",
     "precision_at_k", "recall_at_k", "RankListMeasure", "recall_of", "average_precision_of", "RankingMeasure",
-    "register", "register_old_name", "old_names", "get", "parse", "names", "aggregate", "calc_aggregate", "counts",
+    "register", "register_old_name", "old_names", "get", "parse", "split_names", "home_datasets", "names",
+    "aggregate", "calc_aggregate", "counts",
     "ShortRunWarning",
 ]
 
@@ -389,15 +390,57 @@ def _load_plugin_measures() -> None:
         fn()
 
 
-def get(name: str, dataset: Optional[str] = None) -> Measure:
-    """The measure called ``name``: a toolkit measure, a dataset alias, or any ir_measures name."""
+def _on(ds: str, prefix: str) -> bool:
+    return ds == prefix or ds.startswith(prefix + "/")
+
+
+def home_datasets(name: str) -> List[str]:
+    """The dataset prefixes whose short names mean a measure of ``name``'s paper (``doris.MAP`` ->
+    ``["sci/doris-mae"]``): the datasets that define its averaging; empty for a measure of no paper."""
     _load_plugin_measures()
+    namespace = name.split(".", 1)[0] + "." if "." in name else None
+    if namespace is None or name not in _REGISTRY:
+        return []
+    return sorted(prefix for prefix, aliases in _DATASET_ALIASES.items()
+                  if any(str(v).startswith(namespace) for v in aliases.values()))
+
+
+def _short_name_homes(name: str) -> Dict[str, str]:
+    """``{dataset prefix: measure}`` of the datasets on which the short name ``name`` means a paper's measure."""
+    return {prefix: aliases[name] for prefix, aliases in _DATASET_ALIASES.items()
+            if name in aliases and "." in str(aliases[name])}
+
+
+def get(name: str, dataset: Optional[str] = None) -> Measure:
+    """The measure called ``name``: a toolkit measure, a dataset alias, or any ir_measures name.
+
+    A name has one meaning: a paper's short name (``NDCG%20``, ``PREC@3``) that only a dataset gives a meaning
+    to is an error without ``dataset`` (naming the measure to write instead); a paper's measure (``doris.MAP``)
+    on another paper's dataset is an error naming the datasets that define its averaging."""
+    _load_plugin_measures()
+    if not isinstance(name, str) or not name.strip():
+        raise ValueError(f"a measure name is a non-empty string, not {name!r}")
+    resolved = False
     if dataset is not None:
         ds = irds_id(dataset)
         for prefix, aliases in _DATASET_ALIASES.items():
-            if (ds == prefix or ds.startswith(prefix + "/")) and name in aliases:
-                name = aliases[name]
+            if _on(ds, prefix) and name in aliases:
+                name, resolved = aliases[name], True
                 break
+        homes = home_datasets(name)
+        if homes and not any(_on(ds, h) for h in homes):
+            own = sorted({k for prefix, aliases in _DATASET_ALIASES.items() if _on(ds, prefix) for k in aliases})
+            raise ValueError(f"measure {name!r} is the measure of another benchmark ({', '.join(homes)}), whose "
+                             f"averaging it follows; it cannot evaluate {ds}: use "
+                             + (f"{ds}'s own names ({', '.join(own)}) or " if own else "")
+                             + "an ir_measures name (nDCG@10, AP, R@100, ...)")
+    if not resolved and name not in _REGISTRY and name in _OLD_NAMES and _short_name_homes(name):
+        homes = _short_name_homes(name)
+        meant = ", ".join(f"{m} on {p}" for p, m in sorted(homes.items()))
+        raise ValueError(f"measure {name!r} means a paper's measure only on its dataset ({meant}): write that "
+                         f"measure's full name ({', '.join(sorted(set(homes.values())))}), or give the dataset "
+                         "(dataset=... in Python, --dataset on the command line) so that every short name of the "
+                         "table means that dataset's measure")
     if name in _REGISTRY:
         m = _REGISTRY[name]
         if not isinstance(m, Measure):
@@ -414,8 +457,8 @@ def get(name: str, dataset: Optional[str] = None) -> Measure:
             found = []
         if len(found) == 1:
             return found[0]
-        raise ValueError(f"unknown measure {name!r}: not a pyterrier-sci measure ({', '.join(sorted(_REGISTRY))}) "
-                         f"and ir_measures cannot parse it ({e})") from None
+        raise ValueError(f"unknown measure {name!r}: ir_measures cannot parse it ({e}) and it is not one of the "
+                         f"toolkit's {len(_REGISTRY)} measures (pyterrier-sci measures lists them)") from None
 
 
 def _old_name(old: str) -> Measure:
@@ -432,8 +475,28 @@ def _old_name(old: str) -> Measure:
     return _OLD_MEASURES[old]
 
 
+def split_names(text: str) -> List[str]:
+    """Measure names in one string, separated by commas or spaces as ir_measures' own command line takes them
+    (``"NDCG%20 MAP"``, ``"nDCG@10,R@100"``); a comma or space inside brackets belongs to the measure
+    (``AP(rel=2, judged_only=True)``)."""
+    out, cur, depth = [], [], 0
+    for ch in text:
+        if ch in "([":
+            depth += 1
+        elif ch in ")]":
+            depth = max(depth - 1, 0)
+        if depth == 0 and (ch == "," or ch.isspace()):
+            out.append("".join(cur))
+            cur = []
+        else:
+            cur.append(ch)
+    out.append("".join(cur))
+    return [m.strip() for m in out if m.strip()]
+
+
 def parse(measures: Union[str, Measure, Sequence[Union[str, Measure]]], dataset: Optional[str] = None) -> List[Measure]:
-    """Turns names (a list, or one comma-separated string) into measure objects for ``pt.Experiment``."""
+    """Turns names (a list, or one string of names separated by commas or spaces: :func:`split_names`) into
+    measure objects for ``pt.Experiment``."""
     if isinstance(measures, (str, Measure)):
-        measures = [m.strip() for m in measures.split(",")] if isinstance(measures, str) else [measures]
+        measures = split_names(measures) if isinstance(measures, str) else [measures]
     return [m if isinstance(m, Measure) else get(m, dataset=dataset) for m in measures if m != ""]

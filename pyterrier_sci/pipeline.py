@@ -29,7 +29,7 @@ from pyterrier_sci.registry import (  # noqa: F401 (re-exported)
     describe_value,
 )
 
-__all__ = ["PipelineError", "ParameterError", "PipelineConfig", "parse", "pipeline", "load_config"]
+__all__ = ["PipelineError", "ParameterError", "PipelineConfig", "parse", "pipeline", "load_config", "read_yaml_file"]
 
 #: the longest expression accepted (characters)
 MAX_EXPR_CHARS = 100_000
@@ -389,6 +389,14 @@ def _yaml_load(text: str, shown: str) -> Any:
         raise PipelineError(f"invalid YAML: nesting too deep (at most {MAX_YAML_DEPTH} levels)", where=shown) from None
     finally:
         loader.dispose()
+
+
+def read_yaml_file(path: Union[str, os.PathLike], shown: Optional[str] = None) -> Any:
+    """A YAML file read under the pipeline files' limits (:data:`MAX_CONFIG_BYTES`, :data:`MAX_YAML_DEPTH`,
+    :data:`MAX_YAML_ALIASES`, :data:`MAX_YAML_NODES`): what an untrusted file (a pipeline file, a paper's
+    reproduction file) may be; one :class:`PipelineError` naming ``shown`` (default the path) otherwise."""
+    shown = str(path) if shown is None else shown
+    return _yaml_load(_read_config_text(Path(path), shown), shown)
 
 
 def _yaml_children(node) -> List[Any]:

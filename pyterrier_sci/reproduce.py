@@ -38,7 +38,6 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 import pandas as pd
 import pyterrier as pt
-import yaml
 
 from pyterrier_sci import artifacts, manifest
 from pyterrier_sci import measures as _measures
@@ -48,6 +47,7 @@ from pyterrier_sci.agreement import measure as agreement_measure
 from pyterrier_sci.data import data_dir, read_json
 from pyterrier_sci.environment import environment, jsonable
 from pyterrier_sci.errors import (
+    PipelineError,
     ReproductionError,  # noqa: F401 - defined there, re-exported
     TrainingDeferred,
 )
@@ -57,7 +57,8 @@ from pyterrier_sci.llm import llm_components
 from pyterrier_sci.llm.accounting import usage_report
 from pyterrier_sci.llm.dryrun import concat_reports, dry_run
 from pyterrier_sci.llm.settings import settings_from
-from pyterrier_sci.pipeline import PipelineConfig, build_all, load_config, make_context
+from pyterrier_sci.llm.trust import trusting_urls
+from pyterrier_sci.pipeline import PipelineConfig, build_all, load_config, make_context, read_yaml_file
 from pyterrier_sci.registry import check_dataset
 from pyterrier_sci.scale import ray_session
 from pyterrier_sci.training import no_training
@@ -79,6 +80,11 @@ _SYSTEM_KEYS = {"pipeline", "run", "random", "agreement", "label", "tiers", "pub
                 "drift", "differs", "needs"}
 _AGREEMENT_KEYS = {"between", "per_query", "sample", "seed"}
 _PAPER_KEYS = {"paper", "config", "components", "models", "pipelines", "tables", "settings", "llm", "ray"}
+_DATASET_KEYS = {"id", "vars", "topics_variant", "topics", "quick", "full"}
+#: a table key or system name: it names a folder of the saved runs, so a plain name (no separator, no "..")
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,99}")
+#: a template field: ``{name}``, filled by plain substitution of a declared value (no attribute access, no format spec)
+_FIELD = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
 # ------------------------------------------------------------------------------------------------ schema
@@ -187,15 +193,87 @@ def _number(v: Any, what: str, path: Path) -> float:
 
 
 def _tiers(v: Any, what: str, path: Path) -> Tuple[str, ...]:
-    v = [v] if isinstance(v, str) else list(v or [])
-    bad = [t for t in v if t not in TIERS]
+    v = [v] if isinstance(v, str) else list(v) if isinstance(v, (list, tuple)) else [v] if v else []
+    bad = [t for t in v if not isinstance(t, str) or t not in TIERS]
     if bad or not v:
         raise _fail(f"{what}: tiers must be a non-empty list of {list(TIERS)}, not {v!r}", path)
     return tuple(v)
 
 
+def _name(v: Any, what: str, path: Path, where: str = "") -> str:
+    """``v`` when it is a plain name (:data:`NAME`): table keys and system names name folders of the saved runs."""
+    if not isinstance(v, str) or not NAME.fullmatch(v) or ".." in v:
+        raise _fail(f"{what} {v!r} must be a name of letters, digits, '_', '.', '+' or '-' (at most 100, starting "
+                    "with a letter or digit, no '..'): it names a folder of the saved runs", path, where)
+    return v
+
+
+def _whole(v: Any, what: str, path: Path, where: str, least: int = 0, most: int = 2 ** 31 - 1) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or not least <= v <= most:
+        raise _fail(f"{what} must be a whole number from {least} to {most}, not {v!r}", path, where)
+    return v
+
+
+def template_fields(template: Any, what: str, path: Path, where: str = "") -> List[str]:
+    """The fields of a template (``{name}`` only: plain substitution of declared values); one error naming
+    the file and key for anything else (``{x.attr}``, ``{x[0]}``, ``{x!r}``, a lone brace)."""
+    if not isinstance(template, str):
+        raise _fail(f"{what} must be a string, not {template!r}", path, where)
+    rest = _FIELD.sub("", template)
+    if "{" in rest or "}" in rest:
+        raise _fail(f"{what} {template!r}: a template field is {{name}} (letters, digits and '_'), filled with a "
+                    "declared value; no attribute access, index or format spec, and no lone brace", path, where)
+    return _FIELD.findall(template)
+
+
+def fill(template: str, values: Mapping[str, Any]) -> str:
+    """``template`` with each ``{name}`` replaced by ``values[name]`` (checked by :func:`template_fields`)."""
+    return _FIELD.sub(lambda m: str(values[m.group(1)]), template)
+
+
+def _check_template(template: Any, fields: Iterable[str], datasets: Mapping[str, Mapping[str, Any]], what: str,
+                    path: Path, where: str) -> None:
+    """A template filled for each dataset of the table: its fields must be ``fields`` or the dataset's ``vars``."""
+    names = template_fields(template, what, path, where)
+    for label, ds in datasets.items():
+        known = set(fields) | set(ds.get("vars") or {})
+        missing = sorted(set(names) - known)
+        if missing:
+            raise _fail(f"{what} {template!r} uses {{{missing[0]}}}, which dataset {label!r} does not declare "
+                        f"(its vars: {sorted(ds.get('vars') or {})})", path, where)
+
+
+def _dataset_spec(label: Any, spec: Any, path: Path, where: str) -> Dict[str, Any]:
+    spec = {"id": spec} if isinstance(spec, str) else spec
+    dw = f"{where}, dataset {label!r}"
+    if not isinstance(spec, dict) or not isinstance(spec.get("id"), str) or not spec["id"]:
+        raise _fail("needs an 'id' (an ir_datasets id), alone or in a mapping {id:, vars:, quick:, full:}", path, dw)
+    unknown = sorted(set(spec) - _DATASET_KEYS)
+    if unknown:
+        raise _fail(f"unknown keys {unknown} (known: {sorted(_DATASET_KEYS)})", path, dw)
+    vars_ = spec.get("vars") or {}
+    if not isinstance(vars_, dict) or not all(isinstance(k, str) and isinstance(v, (str, int)) and
+                                              not isinstance(v, bool) for k, v in vars_.items()):
+        raise _fail("'vars' must map names to strings or whole numbers", path, dw)
+    for tier in ("quick", "full"):
+        t = spec.get(tier)
+        if t is None:
+            continue
+        if not isinstance(t, dict) or set(t) - {"id", "topics"}:
+            raise _fail(f"'{tier}' may give the tier's 'id' and 'topics' (the first N judged queries), not {t!r}",
+                        path, dw)
+        if "id" in t and (not isinstance(t["id"], str) or not t["id"]):
+            raise _fail(f"'{tier}' id must be an ir_datasets id, not {t['id']!r}", path, dw)
+        if "topics" in t:
+            _whole(t["topics"], f"'{tier}' topics", path, dw, 1)
+    if spec.get("topics") is not None:
+        _whole(spec["topics"], "'topics'", path, dw, 1)
+    return dict(spec, vars=dict(vars_)) if "vars" in spec else dict(spec)
+
+
 def _parse_table(key: str, t: Any, path: Path) -> Table:
     where = f"table {key}"
+    _name(key, "the table key", path)
     if not isinstance(t, dict):
         raise _fail("must be a mapping", path, where)
     unknown = sorted(set(t) - _TABLE_KEYS)
@@ -208,10 +286,11 @@ def _parse_table(key: str, t: Any, path: Path) -> Table:
     if not isinstance(t["datasets"], dict):
         raise _fail("'datasets' maps a column-group label to a dataset id (or {id:, vars:, quick:})", path, where)
     for label, spec in t["datasets"].items():
-        spec = {"id": spec} if isinstance(spec, str) else dict(spec or {})
-        if not isinstance(spec.get("id"), str):
-            raise _fail(f"dataset {label!r} needs an 'id'", path, where)
-        datasets[str(label)] = spec
+        datasets[str(label)] = _dataset_spec(label, spec, path, where)
+    if not isinstance(t["measures"], (str, list)) or not all(isinstance(m, str) for m in
+                                                            ([t["measures"]] if isinstance(t["measures"], str)
+                                                             else t["measures"])):
+        raise _fail(f"'measures' must be a measure name or a list of them, not {t['measures']!r}", path, where)
     measures = [t["measures"]] if isinstance(t["measures"], str) else [str(m) for m in t["measures"]]
     agreement_table = all(is_agreement_measure(m) for m in measures)   # what Table.is_agreement says
     if any(is_agreement_measure(m) for m in measures) and not agreement_table:
@@ -222,6 +301,9 @@ def _parse_table(key: str, t: Any, path: Path) -> Table:
         raise _fail("'systems' must map a system name to its declaration", path, where)
     for name, s in t["systems"].items():
         sw = f"{where}, system {name!r}"
+        _name(name, "the system name", path, where)
+        if s is not None and not isinstance(s, (str, dict)):
+            raise _fail(f"a system is a pipeline expression or a mapping, not {s!r}", path, sw)
         s = {"pipeline": s} if isinstance(s, str) else dict(s or {})
         unknown = sorted(set(s) - _SYSTEM_KEYS)
         if unknown:
@@ -234,7 +316,12 @@ def _parse_table(key: str, t: Any, path: Path) -> Table:
         if given and (given[0] == "agreement") != agreement_table:
             raise _fail("an 'agreement' row needs agreement measures (" + ", ".join(AGREEMENT_MEASURES) + ") and "
                         "an agreement table takes only 'agreement' rows (or 'needs')", path, sw)
+        if s.get("pipeline") is not None and not isinstance(s["pipeline"], str):
+            raise _fail(f"'pipeline' must be a pipeline expression, not {s['pipeline']!r}", path, sw)
         agreement_spec = _agreement_spec(s["agreement"], path, sw) if s.get("agreement") is not None else None
+        for src in (agreement_spec or {}).get("between", []):
+            if isinstance(src, dict):
+                _check_template(src["column"], (), datasets, "agreement column", path, sw)
         random_spec = None
         if s.get("random") is not None:
             r = s["random"]
@@ -250,8 +337,17 @@ def _parse_table(key: str, t: Any, path: Path) -> Table:
                 raise _fail("'run' must be a mapping with a 'path' relative to the data directory", path, sw)
             if run.get("format", "trec") not in RUN_FORMATS:
                 raise _fail(f"run format must be one of {list(RUN_FORMATS)}", path, sw)
+            if set(run) - {"path", "format", "qid"}:
+                raise _fail(f"unknown run keys {sorted(set(run) - {'path', 'format', 'qid'})} (known: path, format, "
+                            "qid)", path, sw)
+            _check_template(run["path"], (), datasets, "run path", path, sw)
+            _check_template(run.get("qid", "{key}"), ("key",), datasets, "run qid", path, sw)
         published: Dict[str, Dict[str, float]] = {}
+        if not isinstance(s.get("published") or {}, dict):
+            raise _fail("'published' maps a dataset label to {measure: figure}", path, sw)
         for label, figs in (s.get("published") or {}).items():
+            if not isinstance(figs or {}, dict):
+                raise _fail(f"published figures for {label!r} must map a measure to a figure, not {figs!r}", path, sw)
             if str(label) not in datasets:
                 raise _fail(f"published figures for {label!r}, which is not one of the datasets {list(datasets)}",
                             path, sw)
@@ -260,7 +356,10 @@ def _parse_table(key: str, t: Any, path: Path) -> Table:
                     raise _fail(f"published figure for measure {m!r}, which is not one of {measures}", path, sw)
                 published.setdefault(str(label), {})[m] = _number(v, f"{sw}: published {label} {m}", path)
         needs = s.get("needs") or []
-        needs = (needs,) if isinstance(needs, str) else tuple(needs)
+        needs = (needs,) if isinstance(needs, str) else needs
+        if not isinstance(needs, (list, tuple)) or not all(isinstance(x, str) for x in needs):
+            raise _fail(f"'needs' must be a string or a list of strings, not {needs!r}", path, sw)
+        needs = tuple(needs)
         systems[str(name)] = System(
             name=str(name), pipeline=s.get("pipeline"), run=s.get("run"), label=s.get("label"),
             tiers=_tiers(s.get("tiers", ["full"]), sw, path), published=published,
@@ -268,17 +367,21 @@ def _parse_table(key: str, t: Any, path: Path) -> Table:
             tolerance=None if s.get("tolerance") is None else _number(s["tolerance"], f"{sw}: tolerance", path),
             drift=None if s.get("drift") is None else _number(s["drift"], f"{sw}: drift", path),
             differs=s.get("differs"), needs=needs, random=random_spec, agreement=agreement_spec)
+    if not isinstance(t.get("tiers") or {}, dict):
+        raise _fail(f"'tiers' maps {list(TIERS)} to settings ({{topics: N}}), not {t['tiers']!r}", path, where)
     tiers = dict(t.get("tiers") or {})
     for tier, spec in tiers.items():
-        if tier not in TIERS or not isinstance(spec or {}, dict):
-            raise _fail(f"'tiers' maps {list(TIERS)} to settings ({{topics: N}}), not {tier!r}", path, where)
+        if tier not in TIERS or not isinstance(spec or {}, dict) or set(spec or {}) - {"topics"}:
+            raise _fail(f"'tiers' maps {list(TIERS)} to settings ({{topics: N}}), not {tier!r}: {spec!r}", path, where)
+        if (spec or {}).get("topics") is not None:
+            _whole(spec["topics"], f"tier {tier}: topics", path, where, 1)
     return Table(key=str(key), number=str(t["number"]), title=str(t.get("title", "")),
                  source=dict(t.get("source") or {}), datasets=datasets, measures=measures, systems=systems,
                  scale=_number(t.get("scale", 1.0), f"{where}: scale", path),
                  tolerance=_number(t.get("tolerance", 0.0), f"{where}: tolerance", path),
                  drift=None if t.get("drift") is None else _number(t["drift"], f"{where}: drift", path),
                  differs=str(t["differs"]).strip(), tiers={k: dict(v or {}) for k, v in tiers.items()},
-                 digits=int(t.get("digits", 2)))
+                 digits=_whole(t.get("digits", 2), "'digits'", path, where, 0, 10))
 
 
 def _agreement_spec(a: Any, path: Path, where: str) -> Dict[str, Any]:
@@ -337,10 +440,12 @@ def load_paper(spec: Any, directory: Optional[Path] = None) -> Paper:
     if isinstance(spec, (str, Path)):
         if not path.is_file():
             raise ReproductionError(f"no reproduction file {path}", where=str(path))
-        try:
-            raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-        except yaml.YAMLError as e:
-            raise ReproductionError(f"not valid YAML: {e}", where=str(path)) from None
+        try:   # an untrusted file: the pipeline files' limits (size, nesting, aliases, expanded size)
+            raw = read_yaml_file(path)
+        except ReproductionError:
+            raise
+        except PipelineError as e:
+            raise ReproductionError(e.message, where=str(path)) from None
     else:
         raw = dict(spec)
     if not isinstance(raw, dict):
@@ -386,7 +491,13 @@ def read_recorded(paper: Paper) -> Dict[str, Any]:
     if not p.is_file():
         return {"paper": paper.id, "tables": {}}
     try:
-        data = json.loads(p.read_text(encoding="utf-8"))
+        data = json.loads(p.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise ReproductionError(f"the recorded figures are not UTF-8 text (byte {e.start}); record them again with "
+                                "--record", where=str(p)) from None
+    except RecursionError:
+        raise ReproductionError("the recorded figures are not JSON of figures (nested too deeply); record them "
+                                "again with --record", where=str(p)) from None
     except json.JSONDecodeError as e:
         raise ReproductionError(f"the recorded figures are not JSON ({e}); record them again with --record",
                                 where=str(p)) from None
@@ -396,7 +507,38 @@ def read_recorded(paper: Paper) -> Dict[str, Any]:
 
 
 def _recorded_entry(paper: Paper, table: Table, tier: str) -> Dict[str, Any]:
-    return read_recorded(paper)["tables"].get(table.key, {}).get(tier, {})
+    """The recorded entry of a table's tier, its figures checked: ``{system: {dataset label: {measure: a finite
+    number}}}``; anything else is one error naming the file and the key."""
+    p = recorded_path(paper)
+    where = f"tables.{table.key}"
+    entries = read_recorded(paper)["tables"].get(table.key, {})
+
+    def bad(key: str, what: str, v: Any) -> ReproductionError:
+        return ReproductionError(f"{key}: {what}, not {str(v)[:80]!r}; record the table again with --record",
+                                 where=str(p))
+    if not isinstance(entries, dict):
+        raise bad(where, "a table's entry maps a tier to what was recorded", entries)
+    entry = entries.get(tier, {})
+    if not isinstance(entry, dict):
+        raise bad(f"{where}.{tier}", "a tier's entry is an object", entry)
+    figures = entry.get("figures") or {}
+    if not isinstance(figures, dict):
+        raise bad(f"{where}.{tier}.figures", "the figures map a system to its datasets' figures", figures)
+    for system, by_label in figures.items():
+        if not isinstance(by_label, dict):
+            raise bad(f"{where}.{tier}.figures.{system}", "a system's figures map a dataset label to its measures",
+                      by_label)
+        for label, by_measure in by_label.items():
+            if not isinstance(by_measure, dict):
+                raise bad(f"{where}.{tier}.figures.{system}.{label}", "a dataset's figures map a measure to a number",
+                          by_measure)
+            for m, v in by_measure.items():
+                if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                    raise bad(f"{where}.{tier}.figures.{system}.{label}.{m}", "a figure is a finite number", v)
+    models = entry.get("llm_models") or {}
+    if not isinstance(models, dict) or not all(isinstance(v, str) for v in models.values()):
+        raise bad(f"{where}.{tier}.llm_models", "the LLM models map a system to a model name", models)
+    return entry
 
 
 # ------------------------------------------------------------------------------------------- running
@@ -506,10 +648,13 @@ def _released_run(system: System, vars_: Mapping[str, Any]) -> pd.DataFrame:
     mapping a key to its ranked list of document ids or ``[docno, score]`` pairs; ``qid`` is a
     template over ``{key}`` and the dataset's ``vars``)."""
     run = system.run or {}
-    rel = str(run["path"]).format(**vars_)
-    if Path(rel).is_absolute() or ".." in Path(rel).parts:
+    rel = fill(run["path"], vars_)
+    if Path(rel).is_absolute() or ".." in Path(rel).parts or "\x00" in rel:
         raise ReproductionError(f"system {system.name}: run path {rel} must be relative to the data directory")
     path = data_dir() / rel
+    if not os.path.realpath(path).startswith(os.path.realpath(data_dir()).rstrip(os.sep) + os.sep):
+        raise ReproductionError(f"system {system.name}: run path {rel} leads outside the data directory "
+                                f"({data_dir()}) through a link", where=str(path))
     if run.get("format", "trec") == "trec":
         if not path.is_file():
             raise ReproductionError(f"system {system.name}: the released run {path} is missing", where=str(path))
@@ -517,7 +662,7 @@ def _released_run(system: System, vars_: Mapping[str, Any]) -> pd.DataFrame:
     ranked = read_json(path, expect=dict)
     rows = []
     for key, cands in ranked.items():
-        qid = str(run.get("qid", "{key}")).format(key=key, **vars_)
+        qid = fill(run.get("qid", "{key}"), {**vars_, "key": key})
         for rank, c in enumerate(cands):
             docno = c[0] if isinstance(c, (list, tuple)) else c
             rows.append((qid, str(docno), float(len(cands) - rank), rank))
@@ -579,7 +724,7 @@ def _agreement_figures(system: System, table: Table, dsid: str, dataset: Mapping
     for i, (src, f) in enumerate(zip(spec["between"], frames)):
         if f is None:
             out = built[src["pipeline"]](_agreement_input(pairs, topics))
-            column = src["column"].format(**(dataset.get("vars") or {}))
+            column = fill(src["column"], dataset.get("vars") or {})
             if column not in out.columns:
                 raise ReproductionError(f"the pipeline {src['pipeline']!r} gives no column {column!r} (it gives: "
                                         f"{', '.join(map(str, out.columns))})", where=where)
@@ -817,7 +962,8 @@ def run_table(paper: Any, table: Any, tier: str = "full", llm: Optional[str] = N
         check_dataset(dataset_id(ds, tier), where=f"{paper.path}: table {table.key}")
     cfg = paper.config(tier, llm)
     start, cpu_start = time.perf_counter(), cpu_time()
-    figures, systems, run_files, read_back, every = _compute(paper, table, tier, llm, trusted or bool(llm), cfg)
+    with trusting_urls(llm or ""):   # --llm URL: that URL may get the key; the file's expressions stay untrusted
+        figures, systems, run_files, read_back, every = _compute(paper, table, tier, llm, trusted, cfg)
     seconds, cpu_seconds = time.perf_counter() - start, cpu_time() - cpu_start
     model = _llm_model(cfg) if llm else None
     asked = _asked_models(every, model) if llm else {}
@@ -911,7 +1057,7 @@ def record(results: Sequence[TableResult]) -> List[Path]:
             for r in rs:
                 figures, seconds = dict(r.figures), round(r.seconds or 0.0, 1)
                 cpu = None if r.cpu_seconds is None else round(r.cpu_seconds, 1)
-                before = data["tables"].get(r.table.key, {}).get(r.tier) or {}
+                before = _recorded_entry(paper, r.table, r.tier)
                 cpu_before = before.get("cpu_seconds")
                 command = r.command + " --record"
                 commands = [command]
@@ -1005,7 +1151,7 @@ def dry_run_table(paper: Paper, table: Table, tier: str = "quick", llm: Optional
                 path = run_path(save_root, dsid, s.name, cfg, s.pipeline, llm_key(system) if system is not None
                                 else None) if s.pipeline and untrained is None else None
                 if s.run is not None:
-                    what = "read the released run " + str(s.run["path"]).format(**(ds.get("vars") or {}))
+                    what = "read the released run " + fill(s.run["path"], ds.get("vars") or {})
                 elif path is not None and path.exists():
                     what = f"read back its saved run {path}"
                 elif s.random is not None:
@@ -1156,8 +1302,8 @@ def docs_table(paper: Paper, table: Table, tier: Optional[str] = None) -> str:
     """The Markdown of a table from its recorded figures (the full tier's when recorded, else the
     quick tier's): one row per system, ``recorded (published)`` per column, and how it was recorded."""
     rec_all = read_recorded(paper)["tables"].get(table.key, {})
-    tier = tier or ("full" if "full" in rec_all else "quick")
-    rec = rec_all.get(tier)
+    tier = tier or ("full" if isinstance(rec_all, dict) and "full" in rec_all else "quick")
+    rec = _recorded_entry(paper, table, tier) or None
     cols = [(label, m) for label in table.datasets for m in table.measures]
     head = "| system | " + " | ".join(_md_cell(f"{label} {m}") for label, m in cols) + " |"
     lines = [head, "|---" * (len(cols) + 1) + "|"]

@@ -15,6 +15,7 @@ import math
 import os
 import re
 import socket
+import threading
 from typing import Any, Dict, Iterator, List, Optional, Sequence
 
 import pandas as pd
@@ -63,6 +64,7 @@ def init_ray(address: Optional[str] = None, num_cpus: Optional[int] = None) -> b
         return False
     address = address or os.environ.get(RAY_ADDRESS_ENV) or None
     if address:
+        address = ray_client_address(address)
         if address.strip().startswith("ray://"):
             check_ray_client(address)
         else:
@@ -84,6 +86,44 @@ def init_ray(address: Optional[str] = None, num_cpus: Optional[int] = None) -> b
     return True
 
 
+#: the port a Ray Client server listens on unless told otherwise (``ray start --head --ray-client-server-port``)
+RAY_CLIENT_PORT = 10001
+
+
+def ray_client_address(address: str) -> str:
+    """``address`` unchanged, unless it is a ``ray://`` address that names no host or no port (which Ray would
+    try for half a minute): then one :class:`ScaleError` naming it and what to give."""
+    a = address.strip()
+    if not a.lower().startswith("ray://"):
+        return address
+    rest = a[len("ray://"):].rstrip("/")
+    m = re.fullmatch(r"(?:\[(?P<v6>[^\]]*)\]|(?P<host>[^:/\[\]]*))(?::(?P<port>\d*))?", rest)
+    if m is not None and not ((m.group("v6") or m.group("host")) and m.group("port")):
+        what = "no host" if not (m.group("v6") or m.group("host")) else "no port"
+        raise ScaleError(f"cannot reach the Ray cluster at {address!r}: the address names {what} (give "
+                         f"ray://HOST:PORT, the head node's Ray Client port, {RAY_CLIENT_PORT} unless it was set)")
+    return address
+
+
+def _resolve(host: str, port: int, timeout: float) -> None:
+    """Looks ``host`` up within ``timeout`` seconds (a lookup knows no timeout of its own): an OSError when it
+    has no address, a ``socket.timeout`` when the lookup does not answer."""
+    out: List[BaseException] = []
+
+    def look() -> None:
+        try:
+            socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        except OSError as e:
+            out.append(e)
+    t = threading.Thread(target=look, name="ray-address-lookup", daemon=True)
+    t.start()
+    t.join(timeout)
+    if t.is_alive():
+        raise socket.timeout(f"looking up {host} took more than {timeout:g} s")
+    if out:
+        raise out[0]
+
+
 _HOST_PORT = re.compile(r"^(?:ray://)?(?:\[(?P<v6>[^\]]+)\]|(?P<host>[^:/\[\]]+)):(?P<port>\d{1,5})/?$")
 
 
@@ -100,7 +140,10 @@ def check_reachable(address: str, timeout: float = CONNECT_TIMEOUT) -> None:
     if not 0 < port < 65536:
         raise ScaleError(f"cannot reach {where}: port {port} is not a TCP port (1-65535)")
     try:
+        _resolve(host, port, timeout)
         sock = socket.create_connection((host, port), timeout=timeout)
+    except socket.gaierror as e:
+        raise ScaleError(f"cannot reach {where}: the host {host!r} has no address ({e.strerror or e})") from None
     except socket.timeout:
         raise ScaleError(f"cannot reach {where}: no answer from {host}:{port} within {timeout:g} s "
                          "(is the cluster up, and is the port open from here?)") from None

@@ -231,3 +231,79 @@ def test_plain_markup_turns_rst_roles_into_code():
     assert plain_markup("``x``: a :class:`~.training.Settings`, :func:`a.b` and :mod:`~p.q.r`; ``y``") == \
         "`x`: a `Settings`, `a.b` and `r`; `y`"
     assert plain_markup("no markup, a `single` one") == "no markup, a `single` one"
+
+
+# -- issue 55, items 4 and 8: internal errors told from the user's, --version, measures, warnings --------------
+def test_a_key_error_from_inside_a_command_is_called_a_bug(capsys, monkeypatch):
+    """A KeyError the toolkit did not raise on purpose (pandas refusing what a command handed it) is a bug, not the
+    user's mistake: one line saying so, with the --debug hint; before, it printed "error: ['table'] not found in
+    axis" like a user error."""
+    import pandas as pd
+
+    import pyterrier_sci.cli as cli
+    monkeypatch.setattr(cli, "registry_status", lambda: pd.DataFrame({"a": [1]}).drop(columns=["table"]))
+    rc, err, _ = run_cli(capsys, "datasets")
+    assert rc == 2 and err.count("\n") == 1, err
+    assert "internal error (a bug in pyterrier-sci" in err and "KeyError" in err and "not found in axis" in err
+    assert err.rstrip().endswith("[--debug shows the traceback]")
+    monkeypatch.setattr(cli, "registry_status", lambda: {}["table"])
+    rc, err, _ = run_cli(capsys, "datasets")   # raised in the user's (here the test's) own code: not called a bug
+    assert rc == 2 and "internal error" not in err
+
+
+def test_an_error_the_toolkit_raises_on_purpose_is_not_called_a_bug(csfcube, capsys, tmp_path):
+    rc, err, _ = run_cli(capsys, "evaluate", str(tmp_path / "none.trec"), "--dataset", D, "--measures", "MAP")
+    assert rc == 2 and "internal error" not in err and "none.trec" in err
+
+
+def test_version(capsys):
+    from importlib.metadata import version
+    with pytest.raises(SystemExit) as e:
+        main(["--version"])
+    assert e.value.code == 0 and capsys.readouterr().out.strip() == f"pyterrier-sci {version('pyterrier-sci')}"
+
+
+def _run_file(tmp_path):
+    run = pt.model.add_ranks(pt.get_dataset(D).get_results())
+    path = tmp_path / "run.trec"
+    pt.io.write_results(run, str(path))
+    return path
+
+
+def test_evaluate_takes_measures_as_ir_measures_does_and_names_another_benchmarks_measure(csfcube, capsys, tmp_path):
+    path = _run_file(tmp_path)
+    rc = main(["evaluate", str(path), "--dataset", D, "--measures", "NDCG%20 MAP", "--json"])
+    spaced = capsys.readouterr().out
+    rc2 = main(["evaluate", str(path), "--dataset", D, "--measures", "NDCG%20,MAP", "--json"])
+    assert rc == rc2 == 0 and spaced == capsys.readouterr().out and "sciface.NDCG%20" not in spaced
+    # doris.MAP on CSFCube: before, "invalid literal for int() with base 10: 'method'"
+    rc, err, _ = run_cli(capsys, "evaluate", str(path), "--dataset", D, "--measures", "doris.MAP")
+    assert rc == 2 and "int()" not in err and "doris.MAP" in err and "sci/doris-mae" in err, err
+    assert "NDCG%20" in err                       # the dataset's own names
+    rc, err, _ = run_cli(capsys, "evaluate", str(path), "--dataset", D, "--measures", "NDCG%21x")
+    assert rc == 2 and "ir_measures cannot parse it" in err and "…" not in err, err   # the reason is not cut
+
+
+def test_a_paper_measure_name_without_its_dataset_is_an_error_naming_what_to_write(csfcube):
+    """Before, ["NDCG%20", "MAP"] without dataset= gave SciFACE's NDCG%20 beside plain MAP (0.4329 instead of
+    0.2227) under the same labels."""
+    ds = pt.get_dataset(D)
+    with pytest.raises(ValueError, match=r"sciface\.NDCG%20.*dataset="):
+        ps.Experiment([ds.get_results()], ds.get_topics(), ds.get_qrels(), ["NDCG%20", "MAP"])
+    table = ps.Experiment([ds.get_results()], ds.get_topics(), ds.get_qrels(), ["NDCG%20", "MAP"], dataset=D)
+    full = ps.Experiment([ds.get_results()], ds.get_topics(), ds.get_qrels(), ["sciface.NDCG%20", "sciface.MAP"],
+                         dataset=D)
+    assert table["MAP"].iloc[0] == pytest.approx(full["sciface.MAP"].iloc[0])
+    assert table["NDCG%20"].iloc[0] == pytest.approx(full["sciface.NDCG%20"].iloc[0])
+
+
+def test_a_warning_in_the_cli_is_one_plain_line(csfcube, capsys, tmp_path):
+    """A cut run warns (ShortRunWarning); the CLI prints it as one line without a source path and line number."""
+    run = pt.model.add_ranks(pt.get_dataset(D).get_results())
+    run = run[run["rank"] < 5]
+    path = tmp_path / "cut.trec"
+    pt.io.write_results(run, str(path))
+    assert main(["evaluate", str(path), "--dataset", D, "--measures", "NDCG%20"]) == 0
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert err and all(line.startswith("pyterrier-sci: warning: ") for line in err), err
+    assert not any(re.search(r"\.py:\d+", line) for line in err), err

@@ -146,7 +146,7 @@ def test_fold_aggregation_differs_from_plain_mean_on_unequal_folds(csfcube):
     ds = pt.get_dataset("irds:sci/csfcube/method")
     qrels = ds.get_qrels().rename(columns={"qid": "query_id", "docno": "doc_id", "label": "relevance"})
     run = specter_run(["method"]).rename(columns={"qid": "query_id", "docno": "doc_id"})
-    m = M.get("NDCG%20")
+    m = M.get("sciface.NDCG%20")
     per_q = m.per_query(qrels, run)
     from pyterrier_sci.datasets.csfcube import test_fold_of
     folds = {}

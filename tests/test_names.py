@@ -3,6 +3,7 @@
 ``mir.*``, ``doris.*``); the former names keep working as deprecated aliases, with one
 ``DeprecatedNameWarning`` naming the new name, and give the same transformers and the same figures."""
 import configparser
+import re
 import subprocess
 import sys
 import warnings
@@ -95,7 +96,7 @@ def test_former_measure_names_are_aliases_with_the_same_values(csfcube):
     qrels_m = qrels.rename(columns={"qid": "query_id", "docno": "doc_id", "label": "relevance"})
     run_m = run.rename(columns={"qid": "query_id", "docno": "doc_id"})
     for old, new in RENAMED_MEASURES.items():
-        if not new.startswith("sciface."):
+        if not new.startswith("sciface.") or "." not in old:   # a bare short name needs its dataset (below)
             continue
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -109,6 +110,11 @@ def test_former_measure_names_are_aliases_with_the_same_values(csfcube):
         warnings.simplefilter("error")
         assert str(ps.measures.get("NDCG%20", dataset="irds:sci/csfcube/method")) == "sciface.NDCG%20"
         assert str(ps.measures.get("PREC@3", dataset="irds:sci/hlm")) == "hlm.PREC@3"
+    # issue 55, item 3: without its dataset a bare short name is an error naming what to write, never a silent
+    # substitute beside names (MAP) that keep their ir_measures meaning
+    for short, full in (("NDCG%20", "sciface.NDCG%20"), ("PREC@3", "hlm.PREC@3")):
+        with pytest.raises(ValueError, match=re.escape(full)):
+            ps.measures.get(short)
 
 
 def test_hlm_prec_counts_core_citations_in_the_top_k():

@@ -5,11 +5,13 @@ one), and the key is redacted from answers, caches and errors.  See ``docs/llm.m
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import tempfile
+import threading
 from pathlib import Path
-from typing import Any, Iterable, List, Mapping, Optional, Tuple, Union
+from typing import Any, Iterable, Iterator, List, Mapping, Optional, Tuple, Union
 from urllib.parse import urlsplit
 
 from pyterrier_sci.data import work_dir
@@ -56,6 +58,31 @@ def user_base_urls() -> List[str]:
     urls = [DEFAULT_BASE_URL] + [os.environ[v] for v in BASE_URL_ENVS if os.environ.get(v)]
     urls += [u.strip() for u in os.environ.get(TRUSTED_URLS_ENV, "").replace(" ", ",").split(",") if u.strip()]
     return urls
+
+
+_TRUSTING = threading.Lock()
+
+
+@contextlib.contextmanager
+def trusting_urls(*urls: str) -> Iterator[None]:
+    """While inside, the base URLs ``urls`` (given by the user, e.g. ``reproduce --llm URL``) may receive
+    the API key, as if they were in :data:`TRUSTED_URLS_ENV` (which is how workers started meanwhile see them);
+    nothing else of the pipeline becomes trusted.  The variable is restored on exit."""
+    urls = tuple(u.strip() for u in urls if u and u.strip())
+    if not urls:
+        yield
+        return
+    with _TRUSTING:
+        before = os.environ.get(TRUSTED_URLS_ENV)
+        os.environ[TRUSTED_URLS_ENV] = ",".join([*(before.split(",") if before else []), *urls])
+    try:
+        yield
+    finally:
+        with _TRUSTING:
+            if before is None:
+                os.environ.pop(TRUSTED_URLS_ENV, None)
+            else:
+                os.environ[TRUSTED_URLS_ENV] = before
 
 
 def url_allowed(base_url: str) -> bool:
