@@ -231,6 +231,11 @@ class UntrustedConfigError(LLMError):
     example file, a cache directory).  See ``docs/llm.md``, "Trust"."""
 
 
+class LLMRunStopped(LLMError):  # noqa: N818 - named for what happened
+    """A distributed run is stopping (another worker failed): no new call is sent, the calls in flight finish
+    and their answers are kept in the response cache."""
+
+
 class LLMCacheError(LLMError):
     """The response cache's SQLite file cannot be used (damaged, not a database, a full disk); the
     message names the file and what to do."""

@@ -37,7 +37,9 @@ __all__ = ["ScaleError", "require_ray", "init_ray", "ray_session", "RAY_ADDRESS_
 CONNECT_TIMEOUT = 5.0
 
 RAY_ADDRESS_ENV = "RAY_ADDRESS"
-#: seconds a failed distributed run waits for the other workers' calls in flight before taking back the budget
+#: seconds a failed distributed run waits at least for the other workers' calls in flight (their answers are
+#: committed to the response cache) before it ends the workers; an LLM stage waits as long as its slowest
+#: component's calls may take (its timeout times its tries)
 BUDGET_SETTLE_TIMEOUT = 60.0
 
 
@@ -264,6 +266,16 @@ def _budget_ledgers(transformer: Any) -> Dict[Any, Any]:
     return out
 
 
+def _settle_seconds(transformer: Any) -> float:
+    """How long the calls in flight of ``transformer``'s LLM components may take (0 without any)."""
+    out = 0.0
+    for comp in llm_components(transformer):
+        s = comp.sci_llm_settings()
+        out = max(out, float(s.timeout or 0) * (int(s.max_retries or 0) + 1) + float(s.backoff_max or 0) *
+                  int(s.max_retries or 0))
+    return out
+
+
 class _RemoteLedgers:
     """What a worker's budget ledgers call (:func:`pyterrier_sci.llm.budget.use_ledger_service`):
     the run's ledgers in the cache service actor, so that all workers spend one budget."""
@@ -473,10 +485,12 @@ class RayTransformer(pt.Transformer):
                              f"{total_cpus:g}: use fewer workers or a smaller num_cpus (an LLM stage mostly waits "
                              "on its server: num_cpus=0.25 puts four workers on a core)")
         usages = _usages(self.transformer)
+        settle = _settle_seconds(self.transformer)
         results: List[Optional[pd.DataFrame]] = [None] * len(batches)
         bar = pt.tqdm(total=len(batches), desc="on_ray", unit="batch", leave=False, disable=len(batches) < 2)
         try:
             actors = self._actors(ray, workers)
+            ray.get(self._pool.service.resume.remote())
             ledgers = _budget_ledgers(self.transformer)   # the run's budgets go to the service, and back after
             ray.get([self._pool.service.ledger_load.remote(k, led.limits, led.state()) for k, led in ledgers.items()])
             ref = ray.put(self.transformer)
@@ -518,12 +532,17 @@ class RayTransformer(pt.Transformer):
                 if todo:
                     j = todo.pop()
                     running[a.transform.remote(batches[j])] = (j, a)
-        except BaseException:
+        except BaseException as e:
             ledgers = locals().get("ledgers") or {}
-            if ledgers and locals().get("running"):
-                # the other workers stop once the budget refused a call (their clients check it after the
-                # calls in flight): wait for them, so the driver's ledger counts every call that was answered
-                ray.wait(list(running), num_returns=len(running), timeout=BUDGET_SETTLE_TIMEOUT)
+            if locals().get("running") and self._pool is not None and (settle or ledgers):
+                # the other workers send no new call (the service refuses their next cache lookup) and finish the
+                # calls in flight, whose answers are committed before the workers are ended: nothing paid for is
+                # lost, and the driver's ledger counts every call that was answered
+                try:
+                    ray.get(self._pool.service.stop.remote(f"another on_ray worker failed ({type(e).__name__})"))
+                except Exception:  # noqa: BLE001 - the service is gone: nothing is left to keep
+                    pass
+                ray.wait(list(running), num_returns=len(running), timeout=max(settle, BUDGET_SETTLE_TIMEOUT))
             self._take_back_budgets(ray, ledgers)
             self.close()     # stops the other workers' batches; finished responses are in the cache
             raise

@@ -4,6 +4,7 @@ the cache service holds one entry per distinct request, a rerun sends no request
 fails midway keeps every finished response."""
 
 import json
+import os
 
 import pandas as pd
 import pytest
@@ -114,6 +115,67 @@ def test_interrupted_run_keeps_finished_responses(local_ray, server, tmp_path):
     assert not (again & answered)                                 # nothing answered before is asked again
     assert len(again) + len(answered) == len(QIDS) * len(GRADES)
     assert len(out) == len(frame())
+
+
+#: runs in a row of the interrupted stage: the old code lost an answer within 10 (at run 7 here); 50 in a row
+#: passed with PYTERRIER_SCI_INTERRUPTED_RUNS=50 (115 s), the suite runs 15 (about 35 s)
+INTERRUPTED_RUNS = int(os.environ.get("PYTERRIER_SCI_INTERRUPTED_RUNS", "15"))
+
+
+def test_interrupted_run_keeps_finished_responses_run_after_run(local_ray, server, tmp_path):
+    """Issue 55, item 1: the test above failed about one run in three (31 prompts answered, 29 cached): the
+    driver ended the other worker while an answer it had received was on its way to the cache.  Now the other
+    workers send no new call and finish the calls in flight before they are ended."""
+    def failing(kind, body):
+        if "paper d3 of q6" in prompt_of(kind, body):
+            return Reply(status=400)
+        return oracle(kind, body)
+
+    server.responder = failing
+    for run in range(INTERRUPTED_RUNS):
+        server.reset()
+        cache = tmp_path / f"c{run}"
+        t = on_ray(MIRPointwise(settings(server, cache)), workers=2, batch_queries=1)
+        with pytest.raises(Exception, match="HTTP 400"):
+            t.transform(frame())
+        t.close()
+        answered = distinct(server.requests) - {json.dumps(b, sort_keys=True) for k, b in server.requests
+                                                if "paper d3 of q6" in prompt_of(k, b)}
+        assert len(ResponseCache(cache)) == len(answered) > 0, f"run {run}"
+
+
+def test_a_worker_killed_mid_run_loses_only_its_own_call_in_flight(local_ray, server, tmp_path):
+    """A worker is SIGKILLed while its request waits for the answer: the stage fails naming the dead worker, and
+    every answer the server gave the other worker is in the cache; a rerun asks only what was never answered."""
+    import signal
+
+    psutil = pytest.importorskip("psutil")
+    killed = []
+
+    def killing(kind, body):
+        if "paper d3 of q6" in prompt_of(kind, body) and not killed:
+            port = server.client.address[1]
+            pids = {c.pid for c in psutil.net_connections("tcp") if c.laddr and c.laddr.port == port and c.pid}
+            pids.discard(os.getpid())
+            assert len(pids) == 1, pids
+            killed.append(pids.pop())
+            os.kill(killed[0], signal.SIGKILL)
+        return oracle(kind, body)
+
+    server.responder = killing
+    cache = tmp_path / "c"
+    t = on_ray(MIRPointwise(settings(server, cache, concurrency=1)), workers=2, batch_queries=1)
+    with pytest.raises(ScaleError, match="worker died"):
+        t.transform(frame())
+    t.close()
+    target = {json.dumps(b, sort_keys=True) for k, b in server.requests if "paper d3 of q6" in prompt_of(k, b)}
+    answered = distinct(server.requests) - target
+    assert killed and len(ResponseCache(cache)) == len(answered) > 0
+    server.reset()
+    t = on_ray(MIRPointwise(settings(server, cache, concurrency=1)), workers=2, batch_queries=1)
+    assert len(t.transform(frame())) == len(frame())
+    assert not (distinct(server.requests) & answered) and target <= distinct(server.requests)
+    t.close()
 
 
 def test_on_ray_checks(local_ray, server, tmp_path):

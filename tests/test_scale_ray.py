@@ -172,3 +172,16 @@ def test_starting_a_local_ray_prints_nothing():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "Token authentication" not in out.stderr and out.stdout == "", out.stderr[-2000:]
+
+
+@pytest.mark.parametrize("address, says", [("ray://nonsense", "names no port"), ("ray://", "names no host"),
+                                           ("ray://[::1]", "names no port"), ("ray://:10001", "names no host"),
+                                           ("ray://nonsense.invalid:10001", "has no address")])
+def test_a_ray_client_address_that_cannot_answer_is_refused_within_5_s(address, says):
+    """Issue 55, item 6: ``ray://nonsense`` and ``ray://`` took Ray Client's 31 s connection timeout."""
+    start = time.perf_counter()
+    with pytest.raises(ScaleError) as e:
+        init_ray(address)
+    assert time.perf_counter() - start < 5
+    msg = str(e.value)
+    assert f"'{address}'" in msg and says in msg and "\n" not in msg, msg

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional, TypeVar
 
 from .budget import LedgerBook
-from .errors import LLMCacheError
+from .errors import LLMCacheError, LLMRunStopped
 
 T = TypeVar("T")
 
@@ -169,6 +169,16 @@ class CacheService:
         self._caches = {}
         self._lock = threading.Lock()
         self.ledgers = LedgerBook()   # the run's LLM budgets, one for all workers
+        self._stopping = ""
+
+    def stop(self, why: str) -> None:
+        """The run is stopping: a get (which every call makes before it sends) raises :class:`LLMRunStopped`, so
+        no new call is sent; puts still commit, so the answers of the calls in flight are kept."""
+        self._stopping = why or "the run stopped"
+
+    def resume(self) -> None:
+        """A new run: gets answer again."""
+        self._stopping = ""
 
     def _cache(self, directory: str) -> ResponseCache:
         with self._lock:
@@ -178,6 +188,8 @@ class CacheService:
             return c
 
     def get(self, directory: str, key: str) -> Optional[dict]:
+        if self._stopping:
+            raise LLMRunStopped(f"no new LLM call: {self._stopping}")
         return self._cache(directory)._get(key)
 
     def put(self, directory: str, key: str, value: dict, model: str = "") -> None:

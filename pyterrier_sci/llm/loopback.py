@@ -94,6 +94,7 @@ class _Handler(BaseHTTPRequestHandler):
             return self._send(404, json.dumps({"error": {"message": "not found"}}))
         with srv._lock:
             srv.headers.append(dict(self.headers.items()))
+        srv.client.address = self.client_address   # whom the responder is answering (this handler's thread)
         reply = srv._next(kind, body)
         if reply.echo_headers:
             reply.content = "\n".join(f"{k}: {v}" for k, v in self.headers.items())
@@ -189,6 +190,8 @@ class ScriptedServer:
         self.queue: deque = deque()
         self.requests: List[tuple] = []
         self.headers: List[Dict[str, str]] = []
+        #: ``client.address``: the (host, port) of the request being answered, read by a responder in its thread
+        self.client = threading.local()
         self._lock = threading.Lock()
         self._active = 0
         self.max_active = 0
