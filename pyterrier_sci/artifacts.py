@@ -11,6 +11,7 @@ the operating system when their holder dies) on ``.<name>.lock`` beside the arti
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
 import fcntl
 import hashlib
@@ -25,7 +26,7 @@ import threading
 import time
 import warnings
 from pathlib import Path
-from typing import Callable, Iterator, Mapping, Optional, Union
+from typing import Any, Callable, Iterator, Mapping, Optional, Union
 
 from pyterrier_sci.environment import artifact_manifest
 from pyterrier_sci.errors import DamagedFileWarning, LinkReplacedWarning, PathError  # noqa: F401 - defined there, re-exported
@@ -302,6 +303,36 @@ def remove_stale_partials(path: PathLike) -> list:
     return removed
 
 
+_AT_FDCWD = -100
+_RENAME_EXCHANGE = 2
+_RENAMEAT2: Any = None
+
+
+def exchange(a: PathLike, b: PathLike) -> bool:
+    """Swaps the two existing paths ``a`` and ``b`` in one atomic step (Linux's ``renameat2`` with
+    ``RENAME_EXCHANGE``): at every instant each name holds one of the two, so a reader of ``b`` never finds it
+    missing and a kill leaves the old or the new one there.  False (nothing done) where the system or the
+    file system cannot (another platform, an old kernel, a file system without it)."""
+    global _RENAMEAT2
+    if _RENAMEAT2 is None:
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            fn = libc.renameat2
+            fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+            fn.restype = ctypes.c_int
+            _RENAMEAT2 = fn
+        except (OSError, AttributeError):
+            _RENAMEAT2 = False
+    if _RENAMEAT2 is False:
+        return False
+    if _RENAMEAT2(_AT_FDCWD, os.fsencode(str(a)), _AT_FDCWD, os.fsencode(str(b)), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSUP):
+        return False
+    raise OSError(err, os.strerror(err), str(a), None, str(b))
+
+
 def _built(path: Path) -> bool:
     return path.exists() and (not path.is_dir() or any(path.iterdir()))
 
@@ -343,7 +374,10 @@ def build_atomically(path: PathLike, build: Callable[[Path], object], overwrite:
             if os.path.lexists(path):
                 if path.is_dir() and not path.is_symlink() and not any(path.iterdir()):
                     path.rmdir()
-                else:  # overwrite: move the old one aside first, so the swap is two renames
+                elif exchange(tmp, path):   # overwrite: one atomic swap; tmp now holds the old artifact
+                    _remove(tmp)
+                    return path
+                else:  # no atomic swap here: move the old one aside first, so the swap is two renames
                     old = _tagged(path, "replaced")
                     os.rename(path, old)
                     os.rename(tmp, path)

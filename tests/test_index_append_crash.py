@@ -152,3 +152,80 @@ def test_two_appenders_take_the_lock(tmp_path):
     index = open_index(path)
     assert (index.positions_of(np.array(["n1000", "n1049", "n2000", "n2049"])) >= 0).all()
     assert Path(path).is_dir()
+
+
+# -- issue 55, item 7: a commit is one atomic step, so a reader never finds no index --------------------------------
+POLLER = textwrap.dedent("""
+    import os, sys
+    meta, stop = os.path.join(sys.argv[1], "pt_meta.json"), sys.argv[2]
+    polls = misses = 0
+    while not os.path.exists(stop):
+        polls += 1
+        misses += not os.path.exists(meta)
+    print(polls, misses)
+""")
+
+COMMITTER = textwrap.dedent("""
+    import sys, time
+    from pathlib import Path
+    import numpy as np
+    from pyterrier_sci import artifacts
+    from pyterrier_sci.plugins.dense.growth import append_documents
+    path, marker, when = sys.argv[1:4]
+    real = artifacts.exchange
+
+    def slow_exchange(a, b):   # the commit window, widened: the kill lands just before or just after the swap
+        if when == "before":
+            Path(marker).write_text("in the window")
+            time.sleep(120)
+        done = real(a, b)
+        if when == "after":
+            Path(marker).write_text("in the window")
+            time.sleep(120)
+        return done
+    artifacts.exchange = slow_exchange
+    append_documents(path, [{"docno": f"n{i}", "doc_vec": np.random.default_rng(i).standard_normal(16)
+                             .astype(np.float32)} for i in range(1000, 1050)])
+""")
+
+
+def test_a_reader_never_finds_no_index_while_appends_commit(tmp_path):
+    """Before, each commit was two renames (old index aside, new one in): a polling process found no pt_meta.json
+    in 280 of 1.95M polls across 40 appends.  Now the swap is one atomic exchange."""
+    from pyterrier_dr import FlexIndex
+    path = tmp_path / "flat"
+    FlexIndex(str(path), verbose=False).indexer().index({"docno": f"d{i}", "doc_vec": _vec(i)} for i in range(300))
+    stop = tmp_path / "stop"
+    poller = subprocess.Popen([sys.executable, "-c", POLLER, str(path), str(stop)], stdout=subprocess.PIPE, text=True)
+    try:
+        time.sleep(0.5)
+        for k in range(30):
+            append_documents(path, _new(1000 + 10 * k, 10))
+    finally:
+        stop.touch()
+    polls, misses = map(int, poller.communicate(timeout=60)[0].split())
+    assert polls > 10_000 and misses == 0, (polls, misses)
+    assert json.loads((path / "pt_meta.json").read_text())["generation"] == 30
+
+
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_a_kill_in_the_commit_window_leaves_one_whole_generation(tmp_path, when):
+    """SIGKILL just before the swap leaves the old generation, just after it the new one; either way the index is
+    at its path and searchable, and the next append removes what the killed commit left beside it."""
+    from pyterrier_dr import FlexIndex
+    path = tmp_path / "flat"
+    FlexIndex(str(path), verbose=False).indexer().index({"docno": f"d{i}", "doc_vec": _vec(i)} for i in range(300))
+    marker = tmp_path / "marker"
+    proc = subprocess.Popen([sys.executable, "-c", COMMITTER, str(path), str(marker), when],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _wait_for(marker, proc)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    meta = json.loads((path / "pt_meta.json").read_text())
+    assert meta.get("generation", 0) == (1 if when == "after" else 0)
+    index = open_index(path)
+    assert len(index.docnos_of(index.search(np.stack([_vec(5)]), 10)[1])[0]) == 10
+    assert (index.positions_of(np.array(["n1000"])) >= 0).all() == (when == "after")
+    meta = append_documents(path, _new(2000, 5))
+    assert meta["generation"] == (2 if when == "after" else 1)
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("flat")) == ["flat"]

@@ -56,3 +56,34 @@ def test_npids_lookups_are_unchanged_by_the_fix(tmp_path):
         assert [d for d in lookup.fwd[np.arange(len(docnos))]] == docnos, name
         assert list(lookup.inv[docnos]) == list(range(len(docnos))), name
         assert lookup.inv[["not-there"]][0] == -1, name
+
+
+MULTI_BLOCK = textwrap.dedent("""
+    import sys
+    import numpy as np
+    from npids import Lookup
+    if sys.argv[1] == "fixed":
+        from pyterrier_sci.upstream import fix_npids_multi_block_lookup
+        fix_npids_multi_block_lookup()
+    docnos = [f"d{i}" for i in range(300)] + [f"n{i}" for i in range(1000, 1050)]
+    lookup = Lookup.build(docnos, sys.argv[2])
+    print(lookup.describe().splitlines()[-1].strip())
+    print(" ".join(map(str, lookup.inv[["d5", "n1000", "n1049"]])))
+    if sys.argv[1] == "fixed":   # the released lookup also raises on "n" (an empty number)
+        print(" ".join(map(str, lookup.inv[["d300", "n999", "n1050", "n01000", "n", "x1"]])))
+""")
+
+
+def test_npids_finds_no_docno_of_a_numbered_block_after_the_first_without_the_fix(tmp_path):
+    """Issue 55, item 7: a flat index grown by 50 papers n1000..n1049 over d0..d299 could not find n1000."""
+    run = [sys.executable, "-c", MULTI_BLOCK]
+    unfixed = subprocess.run(run + ["unfixed", str(tmp_path / "u.npids")], capture_output=True, text=True, timeout=120)
+    assert unfixed.returncode == 0, unfixed.stderr[-2000:]
+    kind, found = unfixed.stdout.splitlines()
+    assert kind == "intsequencemulti"
+    if found.split()[1] != "-1":
+        pytest.skip("this npids release finds numbered blocks after the first: pyterrier_sci.upstream's fix can go")
+    fixed = subprocess.run(run + ["fixed", str(tmp_path / "f.npids")], capture_output=True, text=True, timeout=120)
+    assert fixed.returncode == 0, fixed.stderr[-2000:]
+    # n1000 is the 301st docno; d300, n999 and n1050 are outside their blocks, n01000 is not as written
+    assert fixed.stdout.splitlines()[1:] == ["5 300 349", "-1 -1 -1 -1 -1 -1"]

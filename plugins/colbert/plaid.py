@@ -45,7 +45,7 @@ from pyterrier_sci.generations import (
 from pyterrier_sci.hashing import FileHasher, weights_digest
 from pyterrier_sci.protocol import ModelRef
 from pyterrier_sci.training import about_to_train
-from pyterrier_sci.upstream import fix_npids_single_docno_blocks
+from pyterrier_sci.upstream import fix_npids_multi_block_lookup, fix_npids_single_docno_blocks
 
 from ._compat import (
     ColBERTError,
@@ -160,6 +160,7 @@ class ColBERTIndex(pta.Artifact, pt.Indexer):
         parts, gone = self.parts(), self.retracted()
         out = [(-1, -1)] * len(docnos)
         arr = np.asarray([str(d) for d in docnos], dtype=str)
+        fix_npids_multi_block_lookup()   # pyterrier_sci.upstream: numbered blocks after the first
         for i in reversed(range(len(parts))):
             name, part = parts[i]
             pids = np.asarray(part.docnos().inv[arr], dtype=np.int64) if len(arr) else np.zeros(0, dtype=np.int64)

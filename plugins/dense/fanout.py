@@ -20,7 +20,7 @@ import pyterrier_alpha as pta
 
 from pyterrier_sci.artifacts import build_atomically, write_pt_meta
 from pyterrier_sci.filesums import damaged_file, record_files
-from pyterrier_sci.upstream import fix_npids_single_docno_blocks
+from pyterrier_sci.upstream import fix_npids_multi_block_lookup, fix_npids_single_docno_blocks
 
 from .ann import ann_index, ann_topk
 from .growth import DenseAppender, GrowingDenseIndex, retract_documents
@@ -254,6 +254,7 @@ class ShardedDenseIndex(pta.Artifact):
         it when several do)."""
         docnos = np.asarray(docnos, dtype=str)
         uniq, inverse = np.unique(docnos, return_inverse=True)
+        fix_npids_multi_block_lookup()   # pyterrier_sci.upstream: numbered blocks after the first
 
         def one(i):
             lookup = self.shards[i].payload(return_dvecs=False)[0]

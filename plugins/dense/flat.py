@@ -18,13 +18,16 @@ import pyterrier as pt
 
 from pyterrier_sci.artifacts import write_pt_meta
 from pyterrier_sci.generations import DocSet
-from pyterrier_sci.upstream import fix_npids_single_docno_blocks
+from pyterrier_sci.upstream import fix_npids_multi_block_lookup, fix_npids_single_docno_blocks
 
 from .ann import ann_index, ann_topk
 from .calibration import Calibration
 from .index_meta import read_pt_meta, write_calibration_texts
 from .search import VectorIndex, prepare_queries, topk
 from .shards import check_finished, is_sharded
+
+# every reverse docno lookup of a FlexIndex (this module's, pyterrier_dr's re-scoring) needs it
+fix_npids_multi_block_lookup()
 
 __all__ = ["FlatIndex", "write_flat_index", "open_index", "as_vector_index"]
 
