@@ -11,7 +11,8 @@ it writes), limited to the behaviour that is wrong, and tested against the unfix
   docnos are numbered sequences (``d0`` ... ``d299`` then ``n1000`` ... ``n1049``; ``intsequencemulti``): its
   reverse lookup compares a docno's number with the block's count before subtracting the block's first
   number, so ``n1000`` is "not found" (-1).  Appending a batch numbered apart from the base documents made
-  exactly that, and a duplicate of such a docno, or its retraction, went unseen.
+  exactly that, and a duplicate of such a docno, or its retraction, went unseen.  Its reverse lookups of
+  numbered docnos also raise ``ValueError`` on a docno no longer than the prefix (``"x"`` against ``d0``...).
 """
 from __future__ import annotations
 
@@ -47,48 +48,65 @@ def fix_npids_single_docno_blocks() -> bool:
     return True
 
 
+def _sequence_positions(docnos, prefix, start, count, pad=None):
+    """Positions in a block of numbered docnos (``prefix`` + the number ``start + i``, zero-padded to ``pad``
+    digits when given) of ``docnos`` (a bytes array); -1 for a docno not in the block."""
+    import numpy as np
+    from npids.codecs.inv_intsequencemulti import isnumeric, slice_vectorized
+
+    p = prefix if isinstance(prefix, bytes) else (prefix or "").encode()
+    result = np.full(docnos.shape, -1, dtype=np.int64)
+    if docnos.size == 0 or docnos.dtype.itemsize <= len(p):   # no docno long enough to hold a number
+        return result
+    mine = docnos.astype(f"S{len(p)}") == p if p else np.ones(docnos.shape, dtype=bool)
+    rest = slice_vectorized(docnos, len(p)) if p else docnos
+    width = np.char.str_len(rest)
+    ok = mine & isnumeric(rest) & (width > 0)
+    if pad:
+        ok &= width == pad
+    else:   # the number as written: no leading zero unless it is 0
+        ok &= (width == 1) | ~np.char.startswith(rest, b"0")
+    idx = np.full(docnos.shape, -1, dtype=np.int64)
+    idx[ok] = rest[ok].astype(np.int64) - int(start or 0)
+    inside = ok & (idx >= 0) & (idx < count)
+    result[inside] = idx[inside]
+    return result
+
+
 def fix_npids_multi_block_lookup() -> bool:
-    """Makes npids' ``intsequencemulti`` reverse lookup subtract each block's first number before it checks the
-    block's range (the released one checks first, so no docno of a block that does not start at 0 is found).
-    Reads and writes nothing; files are unchanged.  Idempotent; returns whether the installed npids needed it."""
+    """Makes npids' reverse lookups of numbered docnos (``intsequence``, ``intsequencemulti``) find what they
+    hold: the released multi-block lookup checks a number against its block's count before subtracting the
+    block's first number (no docno of a block that does not start at 0 is found), and both raise on a docno no
+    longer than the prefix (``"x"`` against ``d0``...: ``ValueError``) or equal to it (``"d"``).  Reads and
+    writes nothing; files are unchanged.  Idempotent; returns whether the installed npids needed it."""
     if "npids-multi" in _FIXED:
         return True
     import numpy as np
-    from npids.codecs.inv_intsequencemulti import InvIntSequenceMulti, isnumeric, slice_vectorized
+    from npids.codecs.inv_intsequence import InvIntSequence
+    from npids.codecs.inv_intsequencemulti import InvIntSequenceMulti
 
-    def lookup(self, docnos):
-        result = np.full(docnos.shape, -1)
-        found = np.zeros(docnos.shape, dtype=bool)
+    def single(self, docnos):
+        return _sequence_positions(docnos, self.prefix, self.start, self.count)
+
+    def multi(self, docnos):
+        result = np.full(docnos.shape, -1, dtype=np.int64)
         for codec, offset in zip(self.fwd.codecs, self.fwd.offsets):
-            prefix = (codec.fmt.prefix or "").encode()
-            mine = ~found
-            if prefix:
-                mine &= docnos.astype(f"S{len(prefix)}") == prefix
-            if not mine.any():
-                continue
-            nums = slice_vectorized(docnos[mine], len(prefix)) if prefix else docnos[mine]
-            numeric = isnumeric(nums) & (np.char.str_len(nums) > 0)
-            # the number as written (no leading zero unless it is 0): the block's docnos are str(start + i)
-            canonical = numeric & ((np.char.str_len(nums) == 1) | ~np.char.startswith(nums, b"0"))
-            idxs = np.full(len(nums), -1, dtype=np.int64)
-            idxs[canonical] = nums[canonical].astype(np.int64) - int(codec.fmt.start or 0)
-            inside = canonical & (idxs >= 0) & (idxs < codec.count)
-            where = np.flatnonzero(mine)[inside]
-            result[where] = idxs[inside] + offset
-            found[where] = True
-            if found.all():
+            todo = result < 0
+            if not todo.any():
                 break
+            found = _sequence_positions(docnos[todo], codec.fmt.prefix, codec.fmt.start, codec.count,
+                                        getattr(codec.fmt, "pad", None))
+            result[np.flatnonzero(todo)[found >= 0]] = found[found >= 0] + offset
         return result
-
-    probe = InvIntSequenceMulti(2)
 
     class _Codec:
         def __init__(self, prefix, start, count):
             self.fmt, self.count = type("F", (), {"prefix": prefix, "start": start})(), count
+    probe = InvIntSequenceMulti(2)
     probe.fwd = type("W", (), {"codecs": [_Codec("d", 0, 1), _Codec("n", 1000, 1)], "offsets": [0, 1]})()
     if probe._lookup(np.array([b"n1000"]))[0] == 1:   # a fixed release: nothing to do
         return False
-    lookup.__wrapped__ = InvIntSequenceMulti._lookup
-    InvIntSequenceMulti._lookup = lookup
+    single.__wrapped__, multi.__wrapped__ = InvIntSequence._lookup, InvIntSequenceMulti._lookup
+    InvIntSequence._lookup, InvIntSequenceMulti._lookup = single, multi
     _FIXED.add("npids-multi")
     return True

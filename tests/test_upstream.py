@@ -87,3 +87,27 @@ def test_npids_finds_no_docno_of_a_numbered_block_after_the_first_without_the_fi
     assert fixed.returncode == 0, fixed.stderr[-2000:]
     # n1000 is the 301st docno; d300, n999 and n1050 are outside their blocks, n01000 is not as written
     assert fixed.stdout.splitlines()[1:] == ["5 300 349", "-1 -1 -1 -1 -1 -1"]
+
+
+def test_npids_numbered_lookups_with_the_fix_agree_with_a_dictionary(tmp_path):
+    """Every kind of numbered block (one sequence, several, zero-padded, a prefix-less one) against docnos of
+    every shape, the fix's answers against a plain dictionary of the docnos."""
+    from npids import Lookup
+
+    from pyterrier_sci.upstream import fix_npids_multi_block_lookup
+    fix_npids_multi_block_lookup()
+    cases = {
+        "one": [f"d{i}" for i in range(300)],
+        "offset": [f"d{i}" for i in range(7, 400)],
+        "two": [f"d{i}" for i in range(300)] + [f"n{i}" for i in range(1000, 1300)],
+        "bare": [str(i) for i in range(50, 450)],
+        "padded": [f"p{i:05d}" for i in range(300)] + [f"q{i:05d}" for i in range(300)],
+    }
+    probes = ["x", "d", "", "d0", "d00", "d-1", "n999", "n1300", "n01000", "p00000", "q00299", "p0", "1", "50",
+              "0050", "d1x", "dd1", "n1000 ", "n१"]
+    for name, docnos in cases.items():
+        lookup = Lookup.build(docnos, tmp_path / f"{name}.npids")
+        want = {d: i for i, d in enumerate(docnos)}
+        asked = docnos[::7] + probes
+        got = lookup.inv[asked]
+        assert got == [want.get(d, -1) for d in asked], (name, lookup.describe())

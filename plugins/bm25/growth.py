@@ -132,10 +132,16 @@ class _LuceneReader:
 
 def _lucene_update(path: Path, meta: dict, docs: Optional[Iterable[dict]], retract: Sequence[str], op: str,
                    threads: int, batch_size: int, ram_buffer_mb: float) -> dict:
+    _check_lucene_settings(path, meta)
     java = start_jvm()
     reader = _LuceneReader(path)
     try:
         current = DocSet.from_record(docs_record(meta)) or DocSet.of(reader.docnos())
+        held_now = int(reader.reader.numDocs())
+        if current.count != held_now or (meta.get("num_docs") is not None and int(meta["num_docs"]) != held_now):
+            raise IndexUpdateError(f"{path / 'pt_meta.json'} records {current.count} documents, the index holds "
+                                   f"{held_now}: its record was changed or damaged; rebuild the index (nothing was "
+                                   "changed)")
         batch = DocSet.of(retract) if op == RETRACT else DocSet()
         if op == RETRACT:
             _check_retract(path, meta, retract, reader.held(list(retract)), batch)
@@ -192,6 +198,22 @@ def _expunge_all(java, index_writer) -> None:
         raise IndexUpdateError(f"Lucene's merge policy {policy.getClass().getName()} cannot be told to expunge every "
                                f"deleted document ({e})") from None
     index_writer.forceMergeDeletes(True)
+
+
+#: what every Lucene index of the toolkit is built with (lucene.py), and what an append analyses new documents with
+LUCENE_SETTINGS = {"analyzer": "DefaultEnglishAnalyzer", "stemmer": "porter", "stopwords": "lucene-english",
+                   "contents_field": "contents"}
+
+
+def _check_lucene_settings(path: Path, meta: dict) -> None:
+    """An append analyses its documents as the index was analysed: the settings the index records must be those
+    the appender uses (:data:`LUCENE_SETTINGS`), else one :class:`IndexUpdateError` naming them."""
+    other = {k: meta.get(k) for k, v in LUCENE_SETTINGS.items() if meta.get(k, v) != v}
+    if other:
+        used = {k: LUCENE_SETTINGS[k] for k in other}
+        raise IndexUpdateError(f"{path / 'pt_meta.json'} records {other}, but appended documents are analysed with "
+                               f"{used}: the new segment would not match the index; rebuild it with the documents "
+                               "added (nothing was changed)")
 
 
 def _lucene_add(java, writer, docs: Iterable[dict], reader: _LuceneReader, batch: DocSet, batch_size: int,
@@ -260,6 +282,12 @@ def _pisa_update(path: Path, meta: dict, docs: Optional[Iterable[dict]], retract
     gone = set(retract)
     if len(gone) != len(retract):
         raise IndexUpdateError("a docno is given twice in the documents to retract")
+    if op == RETRACT and gone:   # PISA cannot hold an empty collection (its indexer aborts the process)
+        current = DocSet.from_record(docs_record(meta))
+        left = current.count - len(gone) if current is not None else \
+            sum(1 for d in _final_docnos(source, retracted | gone, path) if d["docno"] not in gone)
+        if left <= 0:
+            raise IndexUpdateError(f"retracting {len(gone)} documents would leave the BM25 index {path} empty")
     batch = DocSet.of(retract) if op == RETRACT else DocSet()
     out: Dict[str, Any] = {}
 
@@ -300,7 +328,13 @@ def _pisa_update(path: Path, meta: dict, docs: Optional[Iterable[dict]], retract
         for d in _read_log(path):
             if d["docno"] in new_names:
                 held.append(d["docno"])
-        writer = PisaStreamIndexer(checked_docs(stream(), "text", "pisa"), tmp, threads=threads,
+        streamed = DocSet()   # the final collection's documents, as the rebuild reads them: nothing trusted
+
+        def counted() -> Iterator[dict]:
+            for d in stream():
+                streamed.add([d["docno"]])
+                yield d
+        writer = PisaStreamIndexer(checked_docs(counted(), "text", "pisa"), tmp, threads=threads,
                                     batch_size=PISA_BATCH_SIZE)
         if held and already_applied(meta, APPEND, batch):
             raise _NothingToDoError()
@@ -327,9 +361,11 @@ def _pisa_update(path: Path, meta: dict, docs: Optional[Iterable[dict]], retract
             docs_now = current + batch
         else:
             docs_now = current.without(retract)
-        if writer.written != docs_now.count:
-            raise IndexUpdateError(f"the rebuilt PISA index holds {writer.written} documents, its record "
-                                   f"{docs_now.count} (was the corpus changed?)")
+        if writer.written != docs_now.count or streamed != docs_now:
+            raise IndexUpdateError(f"the rebuilt PISA index holds {writer.written} documents (hash "
+                                   f"{streamed.hash[:26]}...), its record {docs_now.count} (hash "
+                                   f"{docs_now.hash[:26]}...): the corpus or {path / 'pt_meta.json'} was changed; "
+                                   "rebuild the index (nothing was changed)")
         out["meta"] = next_generation_meta({**meta, **written}, op, batch, docs_now, source=source,
                                            num_docs=docs_now.count)
         write_pt_meta(tmp, **out["meta"])

@@ -84,9 +84,24 @@ def _stored_docnos(index) -> Iterator[str]:
         yield from (str(d) for d in index.docnos_of(np.arange(start, min(start + COPY_CHUNK, index.num_docs))))
 
 
-def _current_docs(index, meta: dict) -> DocSet:
-    """The documents' set record of the index: recorded, else computed once by reading its docnos."""
-    return DocSet.from_record(docs_record(meta)) or DocSet.of(_stored_docnos(index))
+def _current_docs(index, meta: dict, full: bool = True) -> DocSet:
+    """The documents' set of the index, not trusted from its record: the count always checked against the
+    documents it holds, and with ``full`` (an update that reads every row anyway: a flat index is written
+    again) the hash computed from its docnos.  A record that disagrees is one :class:`IndexUpdateError` naming
+    ``pt_meta.json`` (the record was changed or damaged: nothing is carried forward)."""
+    recorded = DocSet.from_record(docs_record(meta))
+    if recorded is not None and recorded.count != index.num_docs:
+        raise IndexUpdateError(f"{Path(index.index_path) / 'pt_meta.json'} records {recorded.count} documents, the "
+                               f"index holds {index.num_docs}: its record was changed or damaged; rebuild the index "
+                               "(nothing was changed)")
+    if recorded is not None and not full:
+        return recorded
+    computed = DocSet.of(_stored_docnos(index))
+    if recorded is not None and computed != recorded:
+        raise IndexUpdateError(f"{Path(index.index_path) / 'pt_meta.json'} records the documents' hash "
+                               f"{recorded.hash[:26]}..., its docnos give {computed.hash[:26]}...: its record was "
+                               "changed or damaged; rebuild the index (nothing was changed)")
+    return computed
 
 
 def _rows(flex, skip: Optional[np.ndarray] = None, start: int = 0, end: Optional[int] = None) -> Iterator[dict]:
@@ -121,7 +136,7 @@ class _Checked:
             chunk = list(itertools.islice(it, self.check))
             if not chunk:
                 return
-            names = [str(d["docno"]) for d in chunk]
+            names = [checked_docno(d, len(self.seen) + i) for i, d in enumerate(chunk)]
             for d in names:
                 if d in self.seen:
                     raise IndexUpdateError(f"docno {d!r} is given twice in the documents to append")
@@ -135,6 +150,32 @@ class _Checked:
                 yield dict(doc, docno=name)
 
 
+def checked_docno(doc: Any, position: int) -> str:
+    """The docno of the ``position``-th document to append: a non-empty string without control characters (what
+    BM25's appends require too); one :class:`IndexUpdateError` naming the document otherwise."""
+    if not isinstance(doc, dict):
+        raise IndexUpdateError(f"document {position} is a {type(doc).__name__}, not a mapping with 'docno'")
+    docno = doc.get("docno")
+    if not isinstance(docno, str) or not docno.strip():
+        raise IndexUpdateError(f"document {position} has docno {docno!r}: a docno is a non-empty string")
+    if any(ord(c) < 32 or 127 <= ord(c) < 160 for c in docno):
+        raise IndexUpdateError(f"document {position} has docno {docno!r}, with a control character")
+    return docno
+
+
+def _same_kind(docs: Iterator[dict], with_vectors: bool) -> Iterator[dict]:
+    """``docs``, each checked to give a ``doc_vec`` when the first does, and none when it does not."""
+    for i, d in enumerate(docs):
+        if not isinstance(d, dict):
+            raise IndexUpdateError(f"document {i} is a {type(d).__name__}, not a mapping with 'docno'")
+        if ("doc_vec" in d) != with_vectors:
+            raise IndexUpdateError(f"document {i} ({d.get('docno')!r}) " + (
+                "has no doc_vec, while the first document gives one" if with_vectors else
+                "gives a doc_vec, while the first document gives text to encode") +
+                ": give vectors for every document to append or for none")
+        yield d
+
+
 def _with_vectors(path: Path, docs: Iterable[dict], batch_size: int, verbose: bool) -> Iterator[dict]:
     """``docs`` with ``doc_vec``: as given when the first document has one, else encoded with the encoder
     the index records (its model, backend, precision, calibration; its fields joined where the documents
@@ -143,8 +184,9 @@ def _with_vectors(path: Path, docs: Iterable[dict], batch_size: int, verbose: bo
     first = next(it, None)
     if first is None:
         return
-    it = itertools.chain([first], it)
-    if "doc_vec" in first:
+    with_vectors = isinstance(first, dict) and "doc_vec" in first
+    it = _same_kind(itertools.chain([first], it), with_vectors)
+    if with_vectors:
         yield from it
         return
     retriever = DenseRetriever(index=str(path), batch_size=batch_size, verbose=verbose)
@@ -152,13 +194,16 @@ def _with_vectors(path: Path, docs: Iterable[dict], batch_size: int, verbose: bo
 
     def texts():
         for d in it:
-            if fields and all(f in d for f in fields):
+            if fields:   # the index encodes these fields joined: another field (its text) would be another input
+                missing = [f for f in fields if f not in d]
+                if missing:
+                    raise IndexUpdateError(f"document {d.get('docno')!r} lacks the field(s) {missing} that the dense "
+                                           f"index {path} encodes (its fields: {fields}); give them, or vectors")
                 text = " ".join(str(d[f] or "") for f in fields)
             elif "text" in d:
                 text = str(d["text"] or "")
             else:
-                raise IndexUpdateError(f"document {d.get('docno')!r} has neither doc_vec, text nor the index's "
-                                       f"fields {fields}")
+                raise IndexUpdateError(f"document {d.get('docno')!r} has neither doc_vec nor text")
             yield {"docno": d["docno"], "text": text}
     bar = pt.tqdm(desc=f"encoding the documents appended to {path.name}", unit="doc", disable=not verbose)
     yield from encode_stream(retriever.encoder, texts(), batch_size, bar.update)
@@ -253,9 +298,27 @@ def carry_ann(old: Path, new: Path, old_count: int) -> List[str]:
 
 
 def _vectors_checked(checked: "_Checked") -> Iterator[dict]:
+    """The checked documents' vectors: each a finite float32 vector of the index's dimension."""
+    dim = _index_dim(checked.index)
     for d in checked:
-        vec = np.asarray(d["doc_vec"], dtype=np.float32)
+        try:
+            vec = np.asarray(d["doc_vec"], dtype=np.float32)
+        except (TypeError, ValueError) as e:
+            raise IndexUpdateError(f"document {d['docno']!r}: its doc_vec is not a vector of numbers ({e})") from None
+        if vec.ndim != 1 or (dim is not None and vec.shape[0] != dim):
+            raise IndexUpdateError(f"document {d['docno']!r}: its doc_vec has shape {vec.shape}; the index holds "
+                                   f"vectors of {dim} dimensions")
+        if not np.isfinite(vec).all():
+            raise IndexUpdateError(f"document {d['docno']!r}: its doc_vec holds NaN or infinite values")
         yield {"docno": d["docno"], "doc_vec": vec}
+
+
+def _index_dim(index) -> Optional[int]:
+    """The dimension of the vectors ``index`` holds (None when it cannot tell)."""
+    try:
+        return int(index.vectors(np.zeros(1, dtype=np.int64)).shape[1]) if index.num_docs else None
+    except Exception:  # noqa: BLE001 - an index that cannot give a vector: the build's own checks decide
+        return None
 
 
 def _check_appended(path: Path, meta: dict, checked: "_Checked") -> None:
@@ -351,7 +414,7 @@ def _remove_unreferenced(path: Path, meta: dict, keep: Sequence[str] = ()) -> No
 
 def _sharded_append(path: Path, meta: dict, new_docs: Iterable[dict]) -> dict:
     index = open_index(path)
-    current = _current_docs(index, meta)
+    current = _current_docs(index, meta, full=False)   # a new shard only: the count checked, the hash kept
     g = generation_of(meta) + 1
     entries = _entries(meta)
     position, start = len(entries), int(meta["num_docs"])
@@ -372,7 +435,7 @@ def _sharded_append(path: Path, meta: dict, new_docs: Iterable[dict]) -> dict:
 
 def _sharded_retract(path: Path, meta: dict, retract: Sequence[str]) -> dict:
     index = open_index(path)
-    current = _current_docs(index, meta)
+    current = _current_docs(index, meta, full=False)
     batch = DocSet.of(retract)
     pos = _retract_positions(index, retract, meta, batch)
     if len(pos) >= index.num_docs:
