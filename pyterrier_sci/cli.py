@@ -20,6 +20,7 @@ import traceback
 import warnings
 from typing import Iterator, List, Optional
 
+import ir_datasets
 import pandas as pd
 
 from pyterrier_sci import manifest, measures
@@ -85,6 +86,20 @@ def cmd_components(args) -> int:
         print("\ndeprecated names (still accepted, with a warning):")
         for old, new in aliases.items():
             print(f"{old:<22} now {new}")
+    return 0
+
+
+def cmd_irds(args) -> int:
+    """``pyterrier-sci irds ARGS``: ir_datasets' own command line (``export``, ``lookup``, ``list``, ...) with the
+    toolkit's ``sci/...`` datasets registered, which plain ``ir_datasets`` does not know (it has no plugin
+    mechanism: they exist once ``pyterrier_sci`` is imported)."""
+    argv = list(args.args)
+    if argv[:1] == ["--"]:
+        argv = argv[1:]
+    try:
+        ir_datasets.main(argv)
+    except SystemExit as e:
+        return int(e.code or 0) if not isinstance(e.code, str) else 1
     return 0
 
 
@@ -207,6 +222,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("components", help="component names of the pipeline language")
     s.set_defaults(fn=cmd_components)
+
+    s = sub.add_parser("irds", help="ir_datasets' own command line with the sci/ datasets registered, e.g. "
+                                    "'irds export sci/csfcube/method qrels'")
+    s.add_argument("args", nargs=argparse.REMAINDER, help="ir_datasets' arguments (export, lookup, list, ...)")
+    s.set_defaults(fn=cmd_irds)
 
     s = sub.add_parser("measures", help="the toolkit's measure names")
     s.set_defaults(fn=cmd_measures)

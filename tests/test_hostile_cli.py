@@ -307,3 +307,13 @@ def test_a_warning_in_the_cli_is_one_plain_line(csfcube, capsys, tmp_path):
     err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert err and all(line.startswith("pyterrier-sci: warning: ") for line in err), err
     assert not any(re.search(r"\.py:\d+", line) for line in err), err
+
+
+def test_irds_is_ir_datasets_command_line_with_the_sci_ids(csfcube, capfd):
+    """Plain ``ir_datasets export sci/csfcube/method qrels`` raises KeyError (the ids exist only once
+    pyterrier_sci is imported); ``pyterrier-sci irds`` is that command line with them registered."""
+    assert main(["irds", "export", "sci/csfcube/method", "qrels"]) == 0
+    lines = capfd.readouterr().out.splitlines()
+    qrels = pt.get_dataset(D).get_qrels()
+    assert len(lines) == len(qrels) and all(line.split()[0].endswith("_method") for line in lines)
+    assert main(["irds"]) == 1 and "Usage: ir_datasets" in capfd.readouterr().err

@@ -140,3 +140,18 @@ def test_pisa_refuses_a_retraction_that_would_empty_it(tmp_path):
     _unchanged(path, before)
     assert len(BM25(str(path)).index) == len(every)
     assert retract_documents(path, every[1:])["num_docs"] == 1   # all but one: allowed
+
+
+@lucene
+def test_a_damaged_pt_meta_is_reported_with_the_indexs_own_kind(tmp_path, capsys):
+    """Before, a Lucene index whose pt_meta.json was damaged was reported as a "dense index"."""
+    from pyterrier_sci.cli import main
+    from pyterrier_sci.plugins.bm25 import index_corpus
+    path = tmp_path / "i.lucene"
+    index_corpus([{"docno": f"d{i}", "text": f"paper {i}"} for i in range(20)], path, "lucene")
+    (path / "pt_meta.json").write_text('{"type": "sparse_index", ')
+    docs = tmp_path / "new.jsonl"
+    docs.write_text('{"docno": "n1", "text": "new paper"}\n')
+    assert main(["index", "--output", str(path), "--append", str(docs)]) == 2
+    err = capsys.readouterr().err
+    assert "Lucene index" in err and "dense index" not in err and "pt_meta.json" in err, err

@@ -72,18 +72,18 @@ def write_calibration_texts(directory: Union[str, Path], calibration: Calibratio
                                                     encoding="utf-8")
 
 
-def read_pt_meta(path: Union[str, Path]) -> Optional[dict]:
+def read_pt_meta(path: Union[str, Path], what: str = "dense index") -> Optional[dict]:
     """An index directory's ``pt_meta.json`` (None when there is none yet); one
-    :class:`IndexSettingsError` when it cannot be read."""
+    :class:`IndexSettingsError` naming ``what`` the index is when it cannot be read."""
     p = Path(path) / "pt_meta.json"
     try:
         meta = json.loads(p.read_text(encoding="utf-8"))
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as e:
-        raise IndexSettingsError(f"dense index {str(path)!r}: its pt_meta.json cannot be read ({e})") from None
+        raise IndexSettingsError(f"{what} {str(path)!r}: its pt_meta.json cannot be read ({e})") from None
     if not isinstance(meta, dict):
-        raise IndexSettingsError(f"dense index {str(path)!r}: its pt_meta.json is not a JSON object")
+        raise IndexSettingsError(f"{what} {str(path)!r}: its pt_meta.json is not a JSON object")
     return meta
 
 

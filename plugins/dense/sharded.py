@@ -659,7 +659,7 @@ def update_main(args) -> int:
         raise IndexUpdateError("index --append/--retract: give the index with --output PATH (a BM25, dense or "
                                "ColBERT index), or the DATASET and --shards (and --model) of the sharded index to "
                                "update")
-    meta = read_pt_meta(path) if path.is_dir() else None
+    meta = read_pt_meta(path, _kind_by_files(path)) if path.is_dir() else None
     if meta is None:
         raise IndexUpdateError(f"index --append/--retract: no index at {path} (no pt_meta.json); build it first")
     kind = f"{meta.get('type')}.{meta.get('format')}"
@@ -674,6 +674,20 @@ def update_main(args) -> int:
           file=sys.stderr)
     print(path)
     return 0
+
+
+def _kind_by_files(path: Path) -> str:
+    """What the index at ``path`` is, told by its files (its pt_meta.json may be what is damaged)."""
+    names = {p.name for p in path.iterdir()}
+    if any(n.startswith("segments_") for n in names):
+        return "Lucene index"
+    if "inv.docs" in names:
+        return "PISA index"
+    if "vecs.f4" in names or any(n.startswith("shard-") for n in names):
+        return "dense index"
+    if any(n.endswith(".codes.pt") or n == "plan.json" for n in names):
+        return "ColBERT index"
+    return "index"
 
 
 def index_main(args) -> int:
