@@ -16,6 +16,8 @@ it writes), limited to the behaviour that is wrong, and tested against the unfix
 """
 from __future__ import annotations
 
+import numpy as np
+
 __all__ = ["fix_npids_single_docno_blocks", "fix_npids_multi_block_lookup"]
 
 _FIXED = set()
@@ -51,7 +53,6 @@ def fix_npids_single_docno_blocks() -> bool:
 def _sequence_positions(docnos, prefix, start, count, pad=None):
     """Positions in a block of numbered docnos (``prefix`` + the number ``start + i``, zero-padded to ``pad``
     digits when given) of ``docnos`` (a bytes array); -1 for a docno not in the block."""
-    import numpy as np
     from npids.codecs.inv_intsequencemulti import isnumeric, slice_vectorized
 
     p = prefix if isinstance(prefix, bytes) else (prefix or "").encode()
@@ -81,7 +82,6 @@ def fix_npids_multi_block_lookup() -> bool:
     writes nothing; files are unchanged.  Idempotent; returns whether the installed npids needed it."""
     if "npids-multi" in _FIXED:
         return True
-    import numpy as np
     from npids.codecs.inv_intsequence import InvIntSequence
     from npids.codecs.inv_intsequencemulti import InvIntSequenceMulti
 

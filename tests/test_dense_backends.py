@@ -299,3 +299,24 @@ def test_an_export_sends_no_telemetry_and_writes_nothing_in_home(tmp_path, monke
     # the converter's own telemetry is back in place for other code after the export
     assert telemetry_utils.tm.__name__ != "openvino.tools.ovc.telemetry_stub" or \
         importlib.util.find_spec("openvino_telemetry") is None
+
+
+def test_the_manifest_records_the_export_and_its_engines_versions(ov_fp32, abstracts, work, monkeypatch):
+    """Issue 55, item 9: a run manifest recorded neither the OpenVINO nor the NNCF version, nor the hash of the
+    exported engine that encoded (the int8 export decides the figures)."""
+    from importlib.metadata import version
+
+    from pyterrier_sci import manifest
+    from pyterrier_sci.environment import library_versions
+    monkeypatch.setenv("PYTERRIER_SCI_HOME", str(work))
+    ov = DenseRetriever("default", backend="openvino", verbose=False)
+    frame = pd.DataFrame({"qid": ["1"] * 3, "query": ["graphs"] * 3, "docno": ["a", "b", "c"], "text": abstracts[:3]})
+    ov(frame)
+    entries = manifest.model_entries([ov])
+    export = [e for e in entries.values() if e["kind"] == "dense_export"]
+    assert len(export) == 1 and export[0]["path"] == str(ov.encoder.path) and len(export[0]["sha256"]) == 64
+    versions = library_versions()
+    assert versions["openvino"] == version("openvino") and versions["nncf"] == version("nncf")
+    torch_only = DenseRetriever("default", verbose=False)
+    torch_only(frame)
+    assert not [e for e in manifest.model_entries([torch_only]).values() if e["kind"] == "dense_export"]

@@ -24,6 +24,7 @@ from pyterrier_sci.corpus import corpus_id, corpus_size, corpus_texts, doc_texts
 from pyterrier_sci.generations import index_ref
 from pyterrier_sci.models import DEFAULT_MODEL, check_backend, encoder_ref
 from pyterrier_sci.progress import Estimate, announce
+from pyterrier_sci.protocol import ModelRef
 
 from .ann import ann_search, check_ann
 from .calibration import (
@@ -396,6 +397,11 @@ class DenseRetriever(pt.Transformer):
         local directory it resolves to (hashed into manifests), and the index with the generation it searched
         (:func:`pyterrier_sci.generations.index_ref`: the one it opened, else the one on disk)."""
         refs = [encoder_ref(self.model)]
+        exported = self.__dict__.get("_encoder")
+        if isinstance(exported, ExportedEncoder) and getattr(exported, "path", None) is not None:
+            # the exported engine that encoded (OpenVINO / ONNX Runtime, fp32 or int8): its files are hashed too
+            refs.append(ModelRef(name=f"{self.model} ({exported.backend} {exported.precision})", kind="dense_export",
+                                 path=str(exported.path)))
         if self.index is not None:
             opened = self.__dict__.get("_flex")
             meta = opened.manifest if hasattr(opened, "manifest") else \
