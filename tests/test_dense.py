@@ -136,18 +136,24 @@ def test_dense_component_index_false_rescoring_from_text():
 
 def test_corpus_encoding_reports_progress_per_batch_and_keeps_the_vectors(dense):
     """The corpus index builder's bar moves after every batch (not per window of 2,048 documents), and
-    encoding batch by batch gives the vectors of one sentence-transformers ``encode`` call."""
-    from pyterrier_sci.plugins.dense.encoding import encode_stream
+    encoding a window at a time gives the vectors of encoding all at once, bit for bit (each text padded to a
+    length of its own: plugins/dense/encoding.py), within float rounding of sentence-transformers' ``encode``."""
+    from pyterrier_sci.plugins.dense.encoding import encode_stream, encode_texts, padded_length
 
     texts = [("word " * (i % 37 + 1)).strip() + f" paper {i}" for i in range(70)]
     docs = [{"docno": f"d{i}", "text": t} for i, t in enumerate(texts)]
     counts = []
     out = list(encode_stream(dense.encoder, iter(docs), batch_size=16, on_batch=counts.append, window=50))
-    assert counts == [16, 16, 16, 2, 16, 4]  # two windows (50 + 20), each in batches of 16
+    # two windows (50 + 20): batches of at most 16 texts of one padded length each
+    lengths = [len(dense.encoder.tokenize([t])["input_ids"][0]) for t in texts]
+    buckets = lambda part: len({padded_length(n, 256) for n in part})  # noqa: E731
+    assert sum(counts) == 70 and max(counts) <= 16 and len(counts) > 2
+    assert len(counts) <= buckets(lengths[:50]) + 50 // 16 + buckets(lengths[50:]) + 20 // 16
     assert [d["docno"] for d in out] == [d["docno"] for d in docs]
-    ref = dense.encoder.encode(texts, batch_size=16, convert_to_numpy=True, show_progress_bar=False)
     got = np.stack([d["doc_vec"] for d in out])
     assert got.dtype == np.float32
+    assert np.array_equal(got, encode_texts(dense.encoder, texts, 16))
+    ref = dense.encoder.encode(texts, batch_size=16, convert_to_numpy=True, show_progress_bar=False)
     np.testing.assert_allclose(got, ref, atol=2e-6)
 
 

@@ -25,6 +25,7 @@ from pyterrier_sci.models import BackendError, load_sentence_transformer, model_
 from pyterrier_sci.progress import announce, phase
 
 from .calibration import CALIBRATION_SIZE, Calibration, RecordedCalibration, calibration_from_texts
+from .encoding import encode_texts
 from .engine import engine_inputs, features
 from .engines import ENGINES, engine_for
 from .exports import (
@@ -185,8 +186,9 @@ def load_encoder(model: str, device: Optional[str] = None, backend: str = "torch
 
 class ExportedEncoder(Exported):
     """sentence-transformers' ``encode`` on an exported transformer (OpenVINO or ONNX Runtime, on the
-    CPU): the model's tokenizer and its pooling / normalisation modules around the engine.  Texts
-    are sorted by length and padded per batch, as sentence-transformers does."""
+    CPU): the model's tokenizer and its pooling / normalisation modules around the engine.  Each text is
+    padded to a length of its own and batched with texts of that length (:func:`.encoding.encode_texts`), so
+    its vector does not depend on its batch."""
 
     # sentence-transformers' interface (and the base class's tokenizer, max_seq_length) -----------
     def get_sentence_embedding_dimension(self) -> int:
@@ -197,8 +199,12 @@ class ExportedEncoder(Exported):
     get_embedding_dimension = get_sentence_embedding_dimension
 
     def _embed(self, texts: Sequence[str]):
+        return self.embed_features(features(self._source, texts))
+
+    def embed_features(self, feats: dict):
+        """The embeddings of one tokenised batch (sentence-transformers' features, padded as given)."""
         import torch
-        feats = features(self._source, texts)
+        feats = dict(feats)
         feats["token_embeddings"] = torch.from_numpy(self._run(engine_inputs(feats)))
         with torch.inference_mode():
             for module in list(self._source)[1:]:
@@ -218,10 +224,9 @@ class ExportedEncoder(Exported):
         texts = [sentences] if single else [str(s) for s in sentences]
         dim = self.get_sentence_embedding_dimension()
         out = np.zeros((len(texts), dim), dtype=np.float32)
-        order = np.argsort([-len(t) for t in texts], kind="stable")
-        for start in tqdm(range(0, len(texts), batch_size), desc="Batches", disable=not show_progress_bar):
-            idx = order[start:start + batch_size]
-            out[idx] = self._embed([texts[i] for i in idx])
+        bar = tqdm(total=len(texts), desc="Batches", disable=not show_progress_bar)
+        out[:] = encode_texts(self, texts, batch_size, bar.update)   # padded per text: batch-independent vectors
+        bar.close()
         if normalize_embeddings:
             out /= np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
         result = out[0] if single else out

@@ -35,7 +35,7 @@ from .calibration import (
     texts_sha256,
 )
 from .encoders import ExportedEncoder, load_encoder
-from .encoding import encode_stream
+from .encoding import encode_stream, encode_texts
 from .flat import FlatIndex, as_vector_index, open_index, write_flat_index
 from .index_meta import IndexSettingsError, describe_index, encoder_record, vectors_label
 from .search import (
@@ -191,8 +191,11 @@ class DenseRetriever(pt.Transformer):
         if not texts:
             return np.zeros((0, self.encoder.get_sentence_embedding_dimension()), dtype=np.float32)
         show = desc == "documents" and self.verbose and len(texts) > 10 * self.batch_size
-        return self.encoder.encode(texts, batch_size=self.batch_size, show_progress_bar=show,
-                                   convert_to_numpy=True).astype(np.float32, copy=False)
+        bar = pt.tqdm(total=len(texts), desc="encoding documents", unit="doc", disable=not show)
+        try:   # each text padded to a length of its own: its vector does not depend on the other texts
+            return encode_texts(self.encoder, texts, self.batch_size, bar.update)
+        finally:
+            bar.close()
 
     def _encode_docs(self, docs):
         """Adds ``doc_vec`` to a stream of ``{'docno', 'text'}`` under one progress bar that moves per
