@@ -71,9 +71,12 @@ def cmd_datasets(args) -> int:
 
 
 def cmd_components(args) -> int:
-    """Each component's name and the first sentence of its description, wrapped to the terminal."""
+    """Each component's name and the first sentence of its description, wrapped to the terminal; with names,
+    each of those components' parameters: what it takes and its default."""
 
     width = max(60, min(120, shutil.get_terminal_size((100, 24)).columns))
+    if args.names:
+        return _component_params(args.names, width)
     for name in REGISTRY.names():
         try:
             desc = REGISTRY.get(name).description
@@ -86,6 +89,26 @@ def cmd_components(args) -> int:
         print("\ndeprecated names (still accepted, with a warning):")
         for old, new in aliases.items():
             print(f"{old:<22} now {new}")
+    return 0
+
+
+def _component_params(names: List[str], width: int) -> int:
+    for i, name in enumerate(names):
+        spec = REGISTRY.get(name)   # an unknown name: one error naming the known ones
+        print(("\n" if i else "") + textwrap.fill(f"{name}: {spec.description}", width=width,
+                                                 subsequent_indent="  ", break_on_hyphens=False))
+        decl = spec.params
+        if decl is None:
+            print("  (its parameters are not declared: see its documentation)")
+            continue
+        rows = decl.describe()
+        if not rows:
+            print("  no parameters")
+        col = max(len(n) for n, _, _ in rows) + 2
+        for pname, takes, default in rows:
+            print(textwrap.fill(f"default {default}; takes {takes}", width=width,
+                                initial_indent=f"  {pname:<{col}}", subsequent_indent=" " * (col + 2),
+                                break_long_words=False, break_on_hyphens=False))
     return 0
 
 
@@ -220,7 +243,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_datasets)
 
-    s = sub.add_parser("components", help="component names of the pipeline language")
+    s = sub.add_parser("components", help="component names of the pipeline language; with names, their "
+                                          "parameters and defaults")
+    s.add_argument("names", nargs="*", help="components whose parameters to list (e.g. dense bm25)")
     s.set_defaults(fn=cmd_components)
 
     s = sub.add_parser("irds", help="ir_datasets' own command line with the sci/ datasets registered, e.g. "

@@ -17,7 +17,7 @@ import typing
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Union
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 from pyterrier_sci.artifacts import work_dir
 from pyterrier_sci.errors import (  # noqa: F401
@@ -320,10 +320,28 @@ def _signature_params(fn: Callable) -> Dict[str, Param]:
     return out
 
 
+def _signature_defaults(fn: Callable) -> Dict[str, Any]:
+    """The defaults of the keyword parameters of ``fn`` (a function or a class) that have one."""
+    target = fn.__init__ if inspect.isclass(fn) else fn
+    try:
+        sig = inspect.signature(target)
+    except (TypeError, ValueError):
+        return {}
+    return {name: p.default for name, p in sig.parameters.items() if p.default is not p.empty}
+
+
 @dataclass
 class ParamSet:
-    """The parameters a component accepts (attached to its factory by :func:`params`)."""
+    """The parameters a component accepts (attached to its factory by :func:`params`), and the defaults the
+    factory (or the classes and functions it passes them on to) gives them."""
     params: Dict[str, Param]
+    defaults: Dict[str, Any] = field(default_factory=dict)
+
+    def describe(self) -> List[Tuple[str, str, str]]:
+        """``(name, what it takes, its default)`` of each parameter, sorted by name: what ``pyterrier-sci
+        components NAME`` prints (what a default of ``None`` means is the declaration's note, in what it takes)."""
+        return [(name, self.params[name].takes(), repr(self.defaults[name]) if name in self.defaults else "-")
+                for name in sorted(self.params)]
 
     def check(self, component: str, values: Dict[str, Any]) -> Dict[str, Any]:
         out = {}
@@ -353,12 +371,15 @@ def params(*sources: Callable, **declared: Union[Param, Any]):
     component then accepts exactly these names."""
     def deco(fn):
         specs: Dict[str, Param] = {}
+        defaults: Dict[str, Any] = {}
         for src in sources:
             specs.update(_signature_params(src))
+            defaults.update(_signature_defaults(src))
         specs.update(_signature_params(fn))
+        defaults.update(_signature_defaults(fn))
         for name, p in declared.items():
             specs[name] = p if isinstance(p, Param) else Param(p)
-        fn.__pyterrier_sci_params__ = ParamSet(specs)
+        fn.__pyterrier_sci_params__ = ParamSet(specs, {k: v for k, v in defaults.items() if k in specs})
         return fn
     return deco
 

@@ -317,3 +317,32 @@ def test_irds_is_ir_datasets_command_line_with_the_sci_ids(csfcube, capfd):
     qrels = pt.get_dataset(D).get_qrels()
     assert len(lines) == len(qrels) and all(line.split()[0].endswith("_method") for line in lines)
     assert main(["irds"]) == 1 and "Usage: ir_datasets" in capfd.readouterr().err
+
+
+def test_components_lists_a_components_parameters_and_defaults(capsys):
+    """Issue 55, item 5: nothing told a user that dense's engine was chosen for them, or that a faster one
+    existed; `components NAME` lists every parameter, what it takes and its default."""
+    assert main(["components", "dense", "bm25"]) == 0
+    out = capsys.readouterr().out
+    dense = out.split("\nbm25:")[0]
+    assert dense.startswith("dense: ")
+    assert re.search(r"backend +default None; takes one of 'torch', 'openvino', 'onnx' or None \(None: the index's\s+"
+                     r"own where it records one, else 'openvino' where OpenVINO is installed", dense), dense
+    assert re.search(r"batch_size +default 32; takes a whole number from 1 to 65536", dense)
+    assert re.search(r"k1 +default 0\.9; takes a number from 0 to 100", out)
+    rc, err, _ = run_cli(capsys, "components", "densse")
+    assert rc == 2 and "unknown component 'densse'" in err
+
+
+def test_the_default_encoder_is_openvino_fp32_on_the_cpu_where_installed():
+    import importlib.util
+
+    from pyterrier_sci.models import default_backend
+    from pyterrier_sci.plugins.dense import DenseRetriever
+    expected = "openvino" if importlib.util.find_spec("openvino") else "torch"
+    assert default_backend() == default_backend("cpu") == expected
+    assert default_backend("cuda:0") == "torch"
+    r = DenseRetriever("default", verbose=False)
+    assert (r.backend, r.precision) == (expected, "fp32")
+    assert DenseRetriever("default", backend="torch", verbose=False).backend == "torch"
+    assert ps.pipeline("dense(index=False)").backend == expected

@@ -22,7 +22,7 @@ import pyterrier_alpha as pta
 from pyterrier_sci.artifacts import build_atomically
 from pyterrier_sci.corpus import corpus_id, corpus_size, corpus_texts, doc_texts
 from pyterrier_sci.generations import index_ref
-from pyterrier_sci.models import DEFAULT_MODEL, check_backend, encoder_ref
+from pyterrier_sci.models import DEFAULT_MODEL, check_backend, default_backend, encoder_ref
 from pyterrier_sci.progress import Estimate, announce
 from pyterrier_sci.protocol import ModelRef
 
@@ -91,7 +91,8 @@ class DenseRetriever(pt.Transformer):
         ann: approximate retrieval (``"hnsw"``, ``"ivf"``, ``"voyager"``; default ``None``: exact), with
             ``ann_params`` its settings (:data:`~.ann.ANN_DEFAULTS`); re-scoring stays exact.
         backend, precision: the encoder's engine (``torch``, ``openvino``, ``onnx``) and precision
-            (``fp32``, ``int8``; :mod:`.backends`, docs/dense.md).
+            (``fp32``, ``int8``; :mod:`.backends`, docs/dense.md); default the index's own, else
+            :func:`pyterrier_sci.models.default_backend` (OpenVINO on the CPU where installed) and fp32.
         calibration: what int8 calibrates on: an ir_datasets id (its first documents), a list of texts or a
             :class:`~.backends.Calibration`; default the index's own calibration, else ``corpus``.
         build_index: when re-scoring a first stage while the corpus index is not built yet: ``None``
@@ -124,7 +125,7 @@ class DenseRetriever(pt.Transformer):
             max_seq_length = self._record.check_max_seq_length(max_seq_length)
         self.max_seq_length = max_seq_length
         self.model = model if model is not None else DEFAULT_MODEL
-        self.backend, self.precision = check_backend(backend or "torch", precision or "fp32")
+        self.backend, self.precision = check_backend(backend or default_backend(device), precision or "fp32")
         self.fields = tuple(fields) if fields else None
         self.calibration = list(calibration) if isinstance(calibration, (list, tuple)) else calibration
         self.build_index = build_index
