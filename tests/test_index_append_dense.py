@@ -4,6 +4,7 @@ each change is a new generation recorded with the hash of the documents held, a 
 does nothing, and a bad change changes nothing.  The vectors are random (the index is under test, not the
 encoder); one test appends texts through the index's own encoder (MiniLM)."""
 import json
+import re
 
 import numpy as np
 import pyterrier as pt
@@ -213,6 +214,10 @@ def test_cli_appends_and_retracts_any_index(tmp_path, capsys):
     final = [d for d in base if d["docno"] not in ("d0", "d119")] + new
     assert out.out.strip() == str(path)
     assert f"generation 2, {len(final)} documents" in out.err
+    # issue 55, item 7: the CLI says what the change cost and what starting the command cost before it
+    took = re.search(r"the change took ([\d.]+) s; starting the command \(Python, imports\) ([\d.]+) s before it",
+                     out.err)
+    assert took and float(took.group(1)) > 0 and float(took.group(2)) > 0, out.err
     idx = ShardedDenseIndex(path)
     assert idx.manifest["docs"] == DocSet.of(d["docno"] for d in final).record()
     _same(idx, _flat(tmp_path / "flat", final), _vecs(5, 13), k=len(final))
