@@ -18,8 +18,11 @@ from __future__ import annotations
 
 import calendar
 import datetime
+import json
+import os
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable, Dict, Iterable, Iterator, Optional, Tuple, Union
 
 import numpy as np
@@ -27,12 +30,14 @@ import pandas as pd
 import pyterrier as pt
 import pyterrier_alpha as pta
 
-from pyterrier_sci.errors import ParameterError
+from pyterrier_sci.artifacts import atomic_write_text
+from pyterrier_sci.errors import IndexUpdateError, ParameterError
 from pyterrier_sci.registry import DATASET, Param, check_dataset, irds_id, params
 
 __all__ = ["PaperDate", "parse_date", "optional_date", "acl_anthology_date", "arxiv_id_date", "arxiv_header_date",
            "QueryDates", "DateCutoff", "date_cutoff_component", "document_dates", "query_dates", "has_document_dates",
-           "has_query_dates", "later_training_query", "check_dated", "QUERY", "UNDATED"]
+           "has_query_dates", "later_training_query", "check_dated", "QUERY", "UNDATED", "APPENDED_DATES",
+           "record_dates", "read_appended_dates", "write_appended_dates", "use_index_dates"]
 
 #: ``before=QUERY``: each query's cutoff is its own paper's date
 QUERY = "query"
@@ -221,6 +226,75 @@ def query_dates(dataset: str) -> Dict[str, Optional[PaperDate]]:
 
 
 # ---------------------------------------------------------------------------------------------
+# the dates of documents appended to a growing index
+# ---------------------------------------------------------------------------------------------
+
+#: the file of a grown index holding its appended documents' own dates (``{docno: ISO date}``), carried into every
+#: later generation (a retracted document's removed): the dataset does not know those documents
+APPENDED_DATES = "appended_dates.json"
+
+#: the appended documents' dates of the indexes opened in this process, by docno (:func:`use_index_dates`)
+_INDEX_DATES: Dict[str, PaperDate] = {}
+
+
+def record_dates(docs: Iterable[dict], dates: Dict[str, str]) -> Iterator[dict]:
+    """``docs`` (documents to append) as they are, each one's ``date`` (when given and not empty) checked and
+    kept in ``dates`` (``{docno: its ISO form}``); a date that is not one is an :class:`IndexUpdateError` naming
+    the document."""
+    for i, d in enumerate(docs):
+        if isinstance(d, dict) and d.get("date") not in (None, ""):
+            try:
+                dates[str(d.get("docno"))] = str(parse_date(d["date"], f"document {i} ({d.get('docno')!r})"))
+            except (ParameterError, ValueError) as e:
+                raise IndexUpdateError(f"document {i} ({d.get('docno')!r}): its date {d['date']!r} is not a date "
+                                       f"({getattr(e, 'message', e)})") from None
+        yield d
+
+
+def read_appended_dates(path: Union[str, os.PathLike]) -> Dict[str, str]:
+    """The appended documents' dates an index at ``path`` records (empty without the file)."""
+    p = Path(path) / APPENDED_DATES
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as e:
+        raise IndexUpdateError(f"{p} cannot be read ({e}): the appended documents' dates are damaged; append "
+                               "them again or remove the file (they become undated)") from None
+    if not isinstance(data, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in data.items()):
+        raise IndexUpdateError(f"{p} is not an object of docnos and dates: the appended documents' dates are damaged")
+    return data
+
+
+def write_appended_dates(target: Union[str, os.PathLike], source: Union[str, os.PathLike],
+                         added: Dict[str, str], removed: Iterable[str] = ()) -> None:
+    """Writes into the index directory ``target`` (a new generation) the dates of ``source`` (the current one)
+    with ``added`` and without ``removed``; nothing when there are none.  A new file (a new inode: a file
+    hard-linked from the current generation is replaced, never changed)."""
+    dates = {**read_appended_dates(source), **added}
+    for d in removed:
+        dates.pop(str(d), None)
+    p = Path(target) / APPENDED_DATES
+    if dates:
+        atomic_write_text(p, json.dumps(dict(sorted(dates.items()))), "the appended documents' dates")
+    elif p.exists() or p.is_symlink():
+        p.unlink()
+
+
+def use_index_dates(path: Union[str, os.PathLike]) -> int:
+    """Makes the dates of the documents appended to the index at ``path`` known to every :class:`DateCutoff` of
+    this process (a document of the dataset keeps the dataset's date); returns how many.  The retrievers call it
+    when they open an index."""
+    try:
+        dates = read_appended_dates(path)
+    except IndexUpdateError:
+        return 0   # damaged: those documents stay undated (the append that wrote it says what to do)
+    for docno, d in dates.items():
+        _INDEX_DATES[docno] = parse_date(d)
+    return len(dates)
+
+
+# ---------------------------------------------------------------------------------------------
 # the cutoff
 # ---------------------------------------------------------------------------------------------
 
@@ -284,7 +358,8 @@ class DateCutoff(pt.Transformer):
 
     def _doc_intervals(self, docnos) -> Tuple[np.ndarray, np.ndarray]:
         known = self.doc_dates()
-        dates = [known.get(str(d)) for d in docnos]
+        # a document the dataset does not date: an appended document's own date (use_index_dates)
+        dates = [known.get(str(d)) or _INDEX_DATES.get(str(d)) for d in docnos]
         start = np.array([np.nan if d is None else d.start for d in dates], dtype=float)
         end = np.array([np.nan if d is None else d.end for d in dates], dtype=float)
         return start, end

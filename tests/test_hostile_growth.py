@@ -2,6 +2,7 @@
 and the settings and records of the index it changes, so a bad change is one clear error that changes nothing;
 PISA refuses a retraction that would empty it (it aborted the process on the next append)."""
 import importlib.util
+import itertools
 import json
 from pathlib import Path
 
@@ -155,3 +156,59 @@ def test_a_damaged_pt_meta_is_reported_with_the_indexs_own_kind(tmp_path, capsys
     assert main(["index", "--output", str(path), "--append", str(docs)]) == 2
     err = capsys.readouterr().err
     assert "Lucene index" in err and "dense index" not in err and "pt_meta.json" in err, err
+
+
+# -- issue 55, item 7: an appended record's date is the document's date for before= -------------------------------
+HEPTH = "irds:sci/hepth-core-citations/train"
+
+
+def test_an_appended_papers_own_date_counts_for_a_date_cutoff(tmp_path):
+    """Before, an appended paper's `date` was ignored (dates came only from the dataset): every appended paper was
+    undated, dropped under before= and returned for before='1990' with undated='keep'."""
+    import ir_datasets
+    import pandas as pd
+
+    from pyterrier_dr import FlexIndex
+
+    from pyterrier_sci.dates import APPENDED_DATES, DateCutoff
+    from pyterrier_sci.plugins.dense import DenseRetriever
+    from pyterrier_sci.plugins.dense.growth import retract_documents
+    base = [d.doc_id for d in itertools.islice(ir_datasets.load(HEPTH[5:]).docs_iter(), 50)]
+    path = tmp_path / "hep"
+    FlexIndex(str(path), verbose=False).indexer().index({"docno": d, "doc_vec": _vec(i)} for i, d in enumerate(base))
+    append_documents(path, [{"docno": "new-old", "doc_vec": _vec(901), "date": "1990-01-01"},
+                            {"docno": "new-recent", "doc_vec": _vec(902), "date": "2005-05"},
+                            {"docno": "new-undated", "doc_vec": _vec(903)}])
+    with pytest.raises(IndexUpdateError, match="'new-bad'.*is not a date"):
+        append_documents(path, [{"docno": "new-bad", "doc_vec": _vec(904), "date": "last spring"}])
+    append_documents(path, [{"docno": "new-later", "doc_vec": _vec(905), "date": "1991"}])   # carried forward
+    retract_documents(path, ["new-recent"])
+    assert json.loads((path / APPENDED_DATES).read_text()) == {"new-later": "1991", "new-old": "1990-01-01"}
+    DenseRetriever(index=str(path), verbose=False).flex_index()   # opening the index makes its dates known
+    frame = pd.DataFrame({"qid": "q", "query": "x", "docno": ["new-old", "new-later", "new-undated", base[0]],
+                          "score": [4.0, 3.0, 2.0, 1.0], "rank": [0, 1, 2, 3]})
+    kept = DateCutoff("1995", HEPTH)(frame)["docno"].tolist()
+    assert "new-old" in kept and "new-later" in kept and "new-undated" not in kept
+    assert DateCutoff("1991", HEPTH)(frame)["docno"].tolist()[:1] == ["new-old"]
+    assert "new-later" not in DateCutoff("1991", HEPTH)(frame)["docno"].tolist()
+    kept = DateCutoff("1990", HEPTH, undated="keep")(frame)["docno"].tolist()
+    assert "new-undated" in kept and "new-old" not in kept
+
+
+@lucene
+def test_lucene_keeps_appended_dates_across_generations_without_touching_the_last(tmp_path):
+    """Lucene's generations hard-link the files of the last one: its dates file is written anew, never changed
+    through the link."""
+    from pyterrier_sci.dates import APPENDED_DATES
+    from pyterrier_sci.plugins.bm25 import index_corpus
+    from pyterrier_sci.plugins.bm25.growth import append_documents as bm25_append
+    from pyterrier_sci.plugins.bm25.growth import retract_documents as bm25_retract
+    path = tmp_path / "i.lucene"
+    index_corpus([{"docno": f"d{i}", "text": f"paper {i} on topic {i % 3}"} for i in range(30)], path, "lucene")
+    bm25_append(path, [{"docno": "n1", "text": "a dated paper", "date": "2001-02-03"}])
+    first = (path / APPENDED_DATES).stat().st_ino
+    bm25_append(path, [{"docno": "n2", "text": "another dated paper", "date": "1999"}])
+    assert json.loads((path / APPENDED_DATES).read_text()) == {"n1": "2001-02-03", "n2": "1999"}
+    assert (path / APPENDED_DATES).stat().st_ino != first
+    bm25_retract(path, ["n1"])
+    assert json.loads((path / APPENDED_DATES).read_text()) == {"n2": "1999"}

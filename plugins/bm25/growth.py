@@ -35,6 +35,7 @@ import pyterrier as pt
 
 from pyterrier_sci.artifacts import build_atomically, write_pt_meta
 from pyterrier_sci.corpus import corpus_texts
+from pyterrier_sci.dates import record_dates, write_appended_dates
 from pyterrier_sci.generations import (
     APPEND,
     RETRACT,
@@ -131,7 +132,7 @@ class _LuceneReader:
 
 
 def _lucene_update(path: Path, meta: dict, docs: Optional[Iterable[dict]], retract: Sequence[str], op: str,
-                   threads: int, batch_size: int, ram_buffer_mb: float) -> dict:
+                   threads: int, batch_size: int, ram_buffer_mb: float, dates: Optional[Dict[str, str]] = None) -> dict:
     _check_lucene_settings(path, meta)
     java = start_jvm()
     reader = _LuceneReader(path)
@@ -174,6 +175,7 @@ def _lucene_update(path: Path, meta: dict, docs: Optional[Iterable[dict]], retra
             writer.close()
             docs_now = current + batch if op == APPEND else current.without(retract)
             out["meta"] = next_generation_meta(meta, op, batch, docs_now, num_docs=docs_now.count)
+            write_appended_dates(tmp, path, dates or {}, retract)   # a new file, not the hard link's
             write_pt_meta(tmp, **out["meta"])
 
         try:
@@ -269,7 +271,7 @@ def _read_log(path: Path) -> Iterator[dict]:
 
 
 def _pisa_update(path: Path, meta: dict, docs: Optional[Iterable[dict]], retract: Sequence[str], op: str,
-                 threads: int, verbose: bool) -> dict:
+                 threads: int, verbose: bool, dates: Optional[Dict[str, str]] = None) -> dict:
     source = meta.get("source") if isinstance(meta.get("source"), dict) else None
     if not source or not source.get("dataset"):
         raise IndexUpdateError(
@@ -368,6 +370,7 @@ def _pisa_update(path: Path, meta: dict, docs: Optional[Iterable[dict]], retract
                                    "rebuild the index (nothing was changed)")
         out["meta"] = next_generation_meta({**meta, **written}, op, batch, docs_now, source=source,
                                            num_docs=docs_now.count)
+        write_appended_dates(tmp, path, dates or {}, retract)
         write_pt_meta(tmp, **out["meta"])
 
     found: List[str] = []
@@ -397,11 +400,13 @@ def append_documents(path: Union[str, Path], docs: Iterable[dict], *, threads: i
     is one :class:`~pyterrier_sci.generations.IndexUpdateError` (nothing changes) unless the change is a rerun
     of the last one (then nothing is done)."""
     path = Path(path)
+    dates: Dict[str, str] = {}   # the documents' own dates (the dataset does not know them): for before=
     with update_lock(path):
         meta = _meta(path)
         if meta["format"] == "lucene":
-            return _lucene_update(path, meta, docs, (), APPEND, threads, batch_size, ram_buffer_mb)
-        return _pisa_update(path, meta, docs, (), APPEND, threads, verbose)
+            return _lucene_update(path, meta, record_dates(docs, dates), (), APPEND, threads, batch_size,
+                                  ram_buffer_mb, dates)
+        return _pisa_update(path, meta, record_dates(docs, dates), (), APPEND, threads, verbose, dates)
 
 
 def retract_documents(path: Union[str, Path], docnos: Union[str, Path, Sequence[str]], *, threads: int = 1,

@@ -21,6 +21,7 @@ from pyterrier_pisa import PisaIndex
 from pyterrier_sci import artifacts
 from pyterrier_sci.corpus import corpus_texts, index_path, take_rows
 from pyterrier_sci.data import work_dir as default_work_dir
+from pyterrier_sci.dates import use_index_dates
 from pyterrier_sci.generations import index_ref
 from pyterrier_sci.quiet import quiet_native
 
@@ -190,6 +191,7 @@ class BM25(pt.Transformer):
     def _retriever(self, k: int) -> pt.Transformer:
         if not self._retrievers:  # the generation this retriever searches (sci_models)
             self._index_meta = _read_meta(Path(self.index.path))
+            use_index_dates(self.index.path)   # appended documents' own dates, for date_cutoff
         if k not in self._retrievers:
             if self.backend == "pisa":
                 self._retrievers[k] = pisa_bm25(self.index, k1=self.k1, b=self.b, num_results=k,

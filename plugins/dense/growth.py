@@ -30,6 +30,7 @@ import numpy as np
 import pyterrier as pt
 
 from pyterrier_sci.artifacts import atomic_file, build_atomically, write_pt_meta
+from pyterrier_sci.dates import record_dates, write_appended_dates
 from pyterrier_sci.filesums import record_files
 from pyterrier_sci.generations import (
     APPEND,
@@ -214,7 +215,7 @@ def _with_vectors(path: Path, docs: Iterable[dict], batch_size: int, verbose: bo
 # ------------------------------------------------------------------------------------------ flat
 
 def _flat_update(path: Path, meta: dict, new_docs: Optional[Iterable[dict]], retract: Sequence[str],
-                 op: str) -> dict:
+                 op: str, dates: Optional[Dict[str, str]] = None) -> dict:
     """A flat index written again: its rows but ``retract``'s, then ``new_docs``; returns its new meta."""
     from pyterrier_dr import FlexIndex
     index = open_index(path)
@@ -254,6 +255,7 @@ def _flat_update(path: Path, meta: dict, new_docs: Optional[Iterable[dict]], ret
             shutil.copyfile(path / CALIBRATION_FILE, tmp / CALIBRATION_FILE)
         if checked is not None:
             carry_ann(path, tmp, index.num_docs)
+        write_appended_dates(tmp, path, dates or {}, retract)
         out["meta"] = new
 
     try:
@@ -412,7 +414,7 @@ def _remove_unreferenced(path: Path, meta: dict, keep: Sequence[str] = ()) -> No
             shutil.rmtree(d, ignore_errors=True)
 
 
-def _sharded_append(path: Path, meta: dict, new_docs: Iterable[dict]) -> dict:
+def _sharded_append(path: Path, meta: dict, new_docs: Iterable[dict], dates: Dict[str, str]) -> dict:
     index = open_index(path)
     current = _current_docs(index, meta, full=False)   # a new shard only: the count checked, the hash kept
     g = generation_of(meta) + 1
@@ -430,7 +432,7 @@ def _sharded_append(path: Path, meta: dict, new_docs: Iterable[dict]) -> dict:
     entries.append({"name": name, "num_docs": info["num_docs"], "generation": g,
                     "built": {k: info[k] for k in ("shard", "num_shards", "corpus", "start", "end")}})
     docs = current + checked.batch
-    return _commit_sharded(path, meta, entries, APPEND, checked.batch, docs)
+    return _commit_sharded(path, meta, entries, APPEND, checked.batch, docs, dates)
 
 
 def _sharded_retract(path: Path, meta: dict, retract: Sequence[str]) -> dict:
@@ -456,16 +458,20 @@ def _sharded_retract(path: Path, meta: dict, retract: Sequence[str]) -> dict:
         out.append({"name": name, "num_docs": info["num_docs"], "generation": g,
                     "built": {k: info[k] for k in ("shard", "num_shards", "corpus", "start", "end")}})
     docs = current.without(retract)
-    return _commit_sharded(path, meta, out, RETRACT, batch, docs)
+    return _commit_sharded(path, meta, out, RETRACT, batch, docs, removed=retract)
 
 
-def _commit_sharded(path: Path, meta: dict, entries: List[dict], op: str, batch: DocSet, docs: DocSet) -> dict:
+def _commit_sharded(path: Path, meta: dict, entries: List[dict], op: str, batch: DocSet, docs: DocSet,
+                    dates: Optional[Dict[str, str]] = None, removed: Sequence[str] = ()) -> dict:
     entries = _renumber(entries)
     if entries[-1]["end"] != docs.count:
         raise IndexUpdateError(f"the new generation of {path} holds {entries[-1]['end']} documents, its record "
                                f"{docs.count} (was the index changed meanwhile?)")
     new = next_generation_meta(meta, op, batch, docs)
     new.update(shards=entries, num_shards=len(entries), num_docs=entries[-1]["end"])
+    # the appended documents' own dates, before the commit (a kill between them leaves dates of documents the
+    # index does not hold, which nothing looks up, and the rerun writes them again)
+    write_appended_dates(path, path, dates or {}, removed)
     write_pt_meta(path, **new)  # the commit
     _remove_unreferenced(path, new)
     return new
@@ -482,11 +488,12 @@ def append_documents(path: Union[str, Path], docs: Iterable[dict], *, batch_size
     path = Path(path)
     with update_lock(path):
         meta = _meta(path)
-        docs = _with_vectors(path, docs, batch_size, verbose)
+        dates: Dict[str, str] = {}   # the documents' own dates (the dataset does not know them): for before=
+        docs = _with_vectors(path, record_dates(docs, dates), batch_size, verbose)
         try:
             if meta["format"] == ARTIFACT_FORMAT:
-                return _sharded_append(path, meta, docs)
-            return _flat_update(path, meta, docs, (), APPEND)
+                return _sharded_append(path, meta, docs, dates)
+            return _flat_update(path, meta, docs, (), APPEND, dates)
         except _NothingToDoError:
             return meta
 

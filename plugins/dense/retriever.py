@@ -21,6 +21,7 @@ import pyterrier_alpha as pta
 
 from pyterrier_sci.artifacts import build_atomically
 from pyterrier_sci.corpus import corpus_id, corpus_size, corpus_texts, doc_texts
+from pyterrier_sci.dates import use_index_dates
 from pyterrier_sci.generations import index_ref
 from pyterrier_sci.models import DEFAULT_MODEL, check_backend, default_backend, encoder_ref
 from pyterrier_sci.progress import Estimate, announce
@@ -263,6 +264,7 @@ class DenseRetriever(pt.Transformer):
                 build_atomically(path, build)
             _DOC_VECS.pop(self.index, None)  # in the index now
             self._use_index(open_index(path))
+            use_index_dates(path)   # appended documents' own dates, for date_cutoff
         return self._flex.flex if isinstance(self._flex, FlatIndex) else self._flex  # a flat index: its FlexIndex
 
     def _vector_index(self):
