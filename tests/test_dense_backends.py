@@ -122,7 +122,7 @@ def test_damaged_cache_is_rebuilt(ov_fp32, work, torch_model, abstracts):
 @pytest.mark.parametrize("kwargs,match", [
     (dict(backend="tensorrt"), "choose one of 'torch', 'openvino', 'onnx'"),
     (dict(backend="openvino", precision="int4"), "choose one of 'fp32', 'int8'"),
-    (dict(precision="int8"), "needs backend 'openvino' or 'onnx'"),
+    (dict(backend="torch", precision="int8"), "needs backend 'openvino' or 'onnx'"),
 ])
 def test_bad_backend_or_precision(kwargs, match):
     with pytest.raises(BackendError, match=match):
@@ -135,7 +135,9 @@ def test_component_rejects_bad_backend():
     with pytest.raises(ValueError, match="'backend' got 'tensorrt'.*one of 'torch', 'openvino', 'onnx'"):
         ps.pipeline('dense(backend="tensorrt", index=False)')
     with pytest.raises(ValueError, match="needs backend 'openvino' or 'onnx'"):
-        ps.pipeline('dense(precision="int8", index=False)')
+        ps.pipeline('dense(backend="torch", precision="int8", index=False)')
+    # int8 without a backend: the default engine where it runs int8 (OpenVINO where installed)
+    assert ps.pipeline('dense(precision="int8", index=False)').backend == "openvino"
 
 
 def test_int8_needs_calibration(work):
@@ -317,6 +319,6 @@ def test_the_manifest_records_the_export_and_its_engines_versions(ov_fp32, abstr
     assert len(export) == 1 and export[0]["path"] == str(ov.encoder.path) and len(export[0]["sha256"]) == 64
     versions = library_versions()
     assert versions["openvino"] == version("openvino") and versions["nncf"] == version("nncf")
-    torch_only = DenseRetriever("default", verbose=False)
+    torch_only = DenseRetriever("default", backend="torch", verbose=False)
     torch_only(frame)
     assert not [e for e in manifest.model_entries([torch_only]).values() if e["kind"] == "dense_export"]

@@ -167,7 +167,6 @@ def test_an_appended_papers_own_date_counts_for_a_date_cutoff(tmp_path):
     undated, dropped under before= and returned for before='1990' with undated='keep'."""
     import ir_datasets
     import pandas as pd
-
     from pyterrier_dr import FlexIndex
 
     from pyterrier_sci.dates import APPENDED_DATES, DateCutoff
