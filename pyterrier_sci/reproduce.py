@@ -1130,7 +1130,8 @@ def dry_run_table(paper: Paper, table: Table, tier: str = "quick", llm: Optional
     def built(pipeline, dsid):
         """The LLM pipeline built (no model trained: a :class:`TrainingDeferred` instead)."""
         with no_training():
-            return build_all(cfg, [pipeline], context=make_context(cfg, dsid, None, bool(llm)))[pipeline]
+            # --llm trusts that URL only, never the file's expressions (as a run: run_table)
+            return build_all(cfg, [pipeline], context=make_context(cfg, dsid, None, False))[pipeline]
 
     # one dry run for the whole table: a call repeated on another dataset (the same topics) counts as
     # cached, as the response cache answers it in a real run
@@ -1407,7 +1408,11 @@ def _print_dry_run(jobs: Iterable[Tuple[Paper, Table]], tier: str, llm: Optional
     for paper, table in jobs:
         d = dry_run_table(paper, table, tier, llm)
         print(f"\n{paper.id}/{table.key} (Table {table.number}), tier {tier}:", file=out)
-        print(pd.DataFrame(d["rows"]).drop(columns="table").to_string(index=False), file=out)
+        if d["rows"]:
+            print(pd.DataFrame(d["rows"]).drop(columns="table").to_string(index=False), file=out)
+        else:
+            print(f"  no system of this table runs in the {tier} tier" +
+                  (" (its rows run in the full tier: --tier full)" if tier != "full" else ""), file=out)
         for name, spec in d["models"].items():
             print(f"  model {name}: trained on first use by component {spec.get('component')} "
                   f"({', '.join(f'{k}={v}' for k, v in spec.items() if k != 'component')}), then reused", file=out)

@@ -174,3 +174,14 @@ def test_llm_url_trusts_that_url_only_never_the_files_expressions(home, monkeypa
                    for h in given.headers)
         assert not any("sk-secret-key-12345" in json.dumps(h) for h in other.headers)
     assert TRUSTED_URLS_ENV not in os.environ     # the trust ends with the run
+
+
+def test_the_dry_run_of_every_shipped_table_works(home, capsys):
+    """Issue 56, item 7: `reproduce --dry-run` stopped at doris_mae/table1 (no system runs in the quick tier) with
+    a pandas KeyError shown as the user's mistake."""
+    assert main(["reproduce", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    for paper, table in R.select():
+        assert f"\n{paper.id}/{table.key} (Table {table.number}), tier quick:" in out
+    assert "doris_mae/table1 (Table 1), tier quick:\n  no system of this table runs in the quick tier" in out
+    assert "estimated time:" in out
