@@ -295,12 +295,19 @@ def _param_from_hint(hint: Any, default: Any) -> Param:
     return Param(ANY)
 
 
+def _signature(fn: Callable) -> Optional[inspect.Signature]:
+    """The signature of ``fn`` (a class: its ``__init__``), None when it has none to read."""
+    try:
+        return inspect.signature(fn.__init__ if inspect.isclass(fn) else fn)
+    except (TypeError, ValueError):
+        return None
+
+
 def _signature_params(fn: Callable) -> Dict[str, Param]:
     """Declarations derived from the keyword parameters of ``fn`` (a function or a class)."""
     target = fn.__init__ if inspect.isclass(fn) else fn
-    try:
-        sig = inspect.signature(target)
-    except (TypeError, ValueError):
+    sig = _signature(fn)
+    if sig is None:
         return {}
     hints = {}
     for owner in ((target, fn) if inspect.isclass(fn) else (target,)):  # a dataclass's own annotations too
@@ -322,12 +329,8 @@ def _signature_params(fn: Callable) -> Dict[str, Param]:
 
 def _signature_defaults(fn: Callable) -> Dict[str, Any]:
     """The defaults of the keyword parameters of ``fn`` (a function or a class) that have one."""
-    target = fn.__init__ if inspect.isclass(fn) else fn
-    try:
-        sig = inspect.signature(target)
-    except (TypeError, ValueError):
-        return {}
-    return {name: p.default for name, p in sig.parameters.items() if p.default is not p.empty}
+    sig = _signature(fn)
+    return {} if sig is None else {n: p.default for n, p in sig.parameters.items() if p.default is not p.empty}
 
 
 @dataclass
