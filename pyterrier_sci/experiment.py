@@ -19,6 +19,7 @@ import pyterrier as pt
 
 from pyterrier_sci import artifacts, manifest
 from pyterrier_sci import measures as _measures
+from pyterrier_sci.code_identity import code_identity
 from pyterrier_sci.corpus import pt_dataset_id
 from pyterrier_sci.evaluation import Experiment
 from pyterrier_sci.llm import add_usage_columns, llm_components, usage_report
@@ -28,10 +29,11 @@ from pyterrier_sci.llm.dryrun import DryRunReport, budget_notes, concat_reports,
 from pyterrier_sci.llm.settings import answer_settings
 from pyterrier_sci.manifest import Replay, replay_against
 from pyterrier_sci.pipeline import PipelineConfig, PipelineError, build_all, load_config, make_context, pipeline
-from pyterrier_sci.registry import check_dataset
+from pyterrier_sci.registry import REGISTRY, check_dataset
 
 __all__ = ["run_experiment", "experiment_outcome", "replay_outcome", "experiment_spec", "ExperimentOutcome",
-           "DatasetOutcome", "run_pipeline_on", "write_run", "topics_and_qrels", "run_path", "pipeline_key"]
+           "DatasetOutcome", "run_pipeline_on", "write_run", "topics_and_qrels", "run_path", "pipeline_key",
+           "pipeline_code", "llm_key"]
 
 
 def _slug(s: str) -> str:
@@ -232,7 +234,7 @@ def experiment_outcome(config: Union[str, Path, dict, PipelineConfig], name: Opt
         _measures.parse(measure_names, dataset=dataset)   # an unknown name fails before any pipeline runs
         runs, paths = {}, {}
         for pname in pipelines:
-            save_to = run_path(outcome.save_root, dataset, pname, cfg, llm_key(systems[pname]))
+            save_to = run_path(outcome.save_root, dataset, pname, cfg, extra=llm_key(systems[pname]))
             runs[pname] = run_pipeline_on(systems[pname], topics, save_to, run_name=_slug(pname))
             paths[pname] = save_to
         table = _table(outcome, runs, topics, qrels, dataset)
@@ -280,7 +282,8 @@ def replay_outcome(config: Union[str, Path, dict, PipelineConfig], name: Optiona
     built, paths = {}, {}
     for dataset in datasets:  # every saved run is there before anything is read
         built[dataset] = build_all(outcome.config, outcome.pipelines, dataset=dataset, trusted=trusted)
-        paths[dataset] = {p: run_path(outcome.save_root, dataset, p, outcome.config, llm_key(built[dataset][p]))
+        paths[dataset] = {p: run_path(outcome.save_root, dataset, p, outcome.config,
+                                     extra=llm_key(built[dataset][p]))
                           for p in outcome.pipelines}
         for pname, p in paths[dataset].items():
             if p is None or not p.is_file():
@@ -325,8 +328,27 @@ def pipeline_key(config: Optional[PipelineConfig], pipeline_name: str, expressio
                 todo.append(pipelines[ident])
             if ident in components:
                 used.setdefault("components", {})[ident] = components[ident]
+    used["code"] = pipeline_code(config, used)["code"]
     blob = json.dumps(used, sort_keys=True, default=str, ensure_ascii=False)
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:12]
+
+
+def pipeline_code(config: Optional[PipelineConfig], used: Dict[str, Any]) -> Dict[str, Any]:
+    """The :func:`~pyterrier_sci.code_identity.code_identity` of what a pipeline runs: the factories of the
+    components its expression names (``used``: what :func:`pipeline_key` collected), directly or through the
+    config's components, and the modules they reach."""
+    names = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", " ".join(
+        [str(used.get("expression", ""))] + [str(x) for x in (used.get("pipelines") or {}).values()])))
+    names |= {str(spec.get("component", spec.get("type", name)))
+              for name, spec in (used.get("components") or {}).items() if isinstance(spec, dict)}
+    factories = []
+    for name in sorted(names):
+        if name in REGISTRY:
+            try:
+                factories.append(REGISTRY.get(name).factory)
+            except ImportError:   # a component that cannot load fails with its own message when the pipeline is built
+                continue
+    return code_identity(factories)
 
 
 def llm_key(system: Any) -> Optional[Dict[str, Any]]:
@@ -392,7 +414,7 @@ def dry_run_experiment(config: Any, name: Optional[str] = None, save_dir: Option
             topics, _ = topics_and_qrels(ds, exp.get("topics_variant"))
             context = with_ledger_id(make_context(cfg, ds, None, trusted), ledger)
             systems = build_all(cfg, pipelines, context=context)
-            paths = {p: run_path(save_root, ds, p, cfg, llm_key(systems[p])) for p in pipelines}
+            paths = {p: run_path(save_root, ds, p, cfg, extra=llm_key(systems[p])) for p in pipelines}
             saved = []
             for p in pipelines:
                 if paths[p] is not None and paths[p].exists():

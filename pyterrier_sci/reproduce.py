@@ -52,7 +52,7 @@ from pyterrier_sci.errors import (
     TrainingDeferred,
 )
 from pyterrier_sci.evaluation import Experiment
-from pyterrier_sci.experiment import llm_key, run_path, topics_and_qrels, write_run
+from pyterrier_sci.experiment import llm_key, pipeline_key, run_path, topics_and_qrels, write_run
 from pyterrier_sci.llm import llm_components
 from pyterrier_sci.llm.accounting import usage_report
 from pyterrier_sci.llm.dryrun import concat_reports, dry_run
@@ -61,23 +61,41 @@ from pyterrier_sci.llm.trust import trusting_urls
 from pyterrier_sci.pipeline import PipelineConfig, build_all, load_config, make_context, read_yaml_file
 from pyterrier_sci.registry import check_dataset
 from pyterrier_sci.scale import ray_session
-from pyterrier_sci.training import no_training
+from pyterrier_sci.training import no_training, trainings
 
 __all__ = ["ReproductionError", "Paper", "Table", "System", "Cell", "TableResult", "papers_dir", "paper_files",
            "load_paper", "select", "run_table", "reproduce", "record", "recorded_path", "read_recorded",
            "dry_run_table", "markdown_matrix", "html_matrix", "write_matrix", "docs_table", "update_docs",
            "stale_docs", "add_reproduce_commands", "dataset_id", "TIERS"]
 
-TIERS = ("quick", "full")
+#: ``quick``: the cheapest rows (the test suite runs them); ``medium``: the rows marked ``medium``, run as the full
+#: tier runs them (its settings, queries and recorded figures: CI verifies them); ``full``: every row
+TIERS = ("quick", "medium", "full")
+#: the tiers whose figures are recorded (a medium run is a part of the full tier)
+RECORDED_TIERS = ("quick", "full")
+#: what each cell is, derived from the declaration and the figures (docs/reproductions.md, "Statuses"); the first
+#: two are the comparable cells (same data, same model or released run), the only ones a tolerance applies to
 STATUS_REPRODUCED = "reproduced"
 STATUS_DIFFERS = "differs"
+STATUS_STAND_IN = "stand-in"
+STATUS_OTHER_DATA = "other data"
+STATUS_NEEDS_LLM = "needs LLM"
+STATUS_NEEDS_CHECKPOINT = "needs checkpoint"
+STATUS_NEEDS_DATA = "needs data"
 STATUS_UNPUBLISHED = "not in the paper"
-STATUS_NOT_RUNNABLE = "not runnable here"
+#: the statuses of a published cell, in the order the matrix counts them
+STATUSES = (STATUS_REPRODUCED, STATUS_DIFFERS, STATUS_STAND_IN, STATUS_OTHER_DATA, STATUS_NEEDS_LLM,
+            STATUS_NEEDS_CHECKPOINT, STATUS_NEEDS_DATA)
+#: what a row that cannot run here lacks (``needs:``): an LLM endpoint, a model (a checkpoint or an API), data
+NEEDS_KINDS = ("llm", "checkpoint", "data")
+_LLM_NEED = "an LLM endpoint (--llm URL: any OpenAI-compatible server)"
+#: the longest one-line reason (``stand_in``, ``other_data``) the matrix shows
+REASON_CHARS = 200
 RUN_FORMATS = ("ranked_lists_json", "trec")
 _TABLE_KEYS = {"number", "title", "source", "datasets", "measures", "systems", "scale", "tolerance", "drift",
-               "differs", "tiers", "digits"}
+               "differs", "tiers", "digits", "stand_in", "other_data"}
 _SYSTEM_KEYS = {"pipeline", "run", "random", "agreement", "label", "tiers", "published", "reproduces", "tolerance",
-                "drift", "differs", "needs"}
+                "drift", "differs", "needs", "stand_in", "other_data"}
 _AGREEMENT_KEYS = {"between", "per_query", "sample", "seed"}
 _PAPER_KEYS = {"paper", "config", "components", "models", "pipelines", "tables", "settings", "llm", "ray"}
 _DATASET_KEYS = {"id", "vars", "topics_variant", "topics", "quick", "full"}
@@ -102,7 +120,11 @@ class System:
     tolerance: Optional[float] = None
     drift: Optional[float] = None
     differs: Optional[str] = None
-    needs: Tuple[str, ...] = ()
+    # what the row lacks here, by kind (:data:`NEEDS_KINDS`): {"llm": (...)} for a row that runs with --llm URL;
+    # {"checkpoint": (...), "data": (...)} for a row declared for its published figures only
+    needs: Dict[str, Tuple[str, ...]] = field(default_factory=dict)
+    stand_in: Optional[str] = None      # the substitute model and why, in one line (its figures: not comparable)
+    other_data: Optional[str] = None    # the other data the paper's method runs on and why, in one line
     random: Optional[Dict[str, int]] = None   # {trials, seed}: the mean over seeded shufflings of each pool
     # {between: [two label sources], per_query, sample, seed}: an agreement row (measures of pyterrier_sci.agreement);
     # a source is a judgement set of the dataset (its name) or {pipeline: EXPR, column: COL} labelling the pairs
@@ -130,6 +152,20 @@ class Table:
     differs: str = ""
     tiers: Dict[str, Dict[str, Any]] = field(default_factory=dict)
     digits: int = 2
+    stand_in: Optional[str] = None      # the default of its rows (a row's own declaration wins)
+    other_data: Optional[str] = None
+
+    def comparability(self, system: "System") -> Tuple[str, str]:
+        """How a runnable row's published figures compare with its own: ``("same", "")`` (``reproduces: true``:
+        same data, same model or released run; a tolerance applies), ``(STATUS_STAND_IN, why)`` or
+        ``(STATUS_OTHER_DATA, why)`` (shown, never compared); ``("", "")`` when nothing says."""
+        if system.reproduces:
+            return "same", ""
+        for status, why in ((STATUS_STAND_IN, system.stand_in), (STATUS_OTHER_DATA, system.other_data),
+                            (STATUS_STAND_IN, self.stand_in), (STATUS_OTHER_DATA, self.other_data)):
+            if why:
+                return status, why
+        return "", ""
 
     @property
     def is_agreement(self) -> bool:
@@ -355,33 +391,82 @@ def _parse_table(key: str, t: Any, path: Path) -> Table:
                 if m not in measures:
                     raise _fail(f"published figure for measure {m!r}, which is not one of {measures}", path, sw)
                 published.setdefault(str(label), {})[m] = _number(v, f"{sw}: published {label} {m}", path)
-        needs = s.get("needs") or []
-        needs = (needs,) if isinstance(needs, str) else needs
-        if not isinstance(needs, (list, tuple)) or not all(isinstance(x, str) for x in needs):
-            raise _fail(f"'needs' must be a string or a list of strings, not {needs!r}", path, sw)
-        needs = tuple(needs)
+        needs = _needs_spec(s.get("needs"), bool(given), path, sw)
+        stand_in, other_data = (_reason(s.get(k), k, path, sw) for k in ("stand_in", "other_data"))
+        if s.get("reproduces") and (stand_in or other_data):
+            raise _fail("'reproduces: true' says the row runs the paper's data and model; a row with 'stand_in' or "
+                        "'other_data' does not: give one of them", path, sw)
         systems[str(name)] = System(
             name=str(name), pipeline=s.get("pipeline"), run=s.get("run"), label=s.get("label"),
             tiers=_tiers(s.get("tiers", ["full"]), sw, path), published=published,
             reproduces=bool(s.get("reproduces", False)),
             tolerance=None if s.get("tolerance") is None else _number(s["tolerance"], f"{sw}: tolerance", path),
             drift=None if s.get("drift") is None else _number(s["drift"], f"{sw}: drift", path),
-            differs=s.get("differs"), needs=needs, random=random_spec, agreement=agreement_spec)
+            differs=s.get("differs"), needs=needs, stand_in=stand_in, other_data=other_data, random=random_spec,
+            agreement=agreement_spec)
     if not isinstance(t.get("tiers") or {}, dict):
-        raise _fail(f"'tiers' maps {list(TIERS)} to settings ({{topics: N}}), not {t['tiers']!r}", path, where)
+        raise _fail(f"'tiers' maps {list(RECORDED_TIERS)} to settings ({{topics: N}}), not {t['tiers']!r}", path, where)
     tiers = dict(t.get("tiers") or {})
     for tier, spec in tiers.items():
-        if tier not in TIERS or not isinstance(spec or {}, dict) or set(spec or {}) - {"topics"}:
-            raise _fail(f"'tiers' maps {list(TIERS)} to settings ({{topics: N}}), not {tier!r}: {spec!r}", path, where)
+        if tier not in RECORDED_TIERS or not isinstance(spec or {}, dict) or set(spec or {}) - {"topics"}:
+            raise _fail(f"'tiers' maps {list(RECORDED_TIERS)} to settings ({{topics: N}}; the medium tier runs with "
+                        f"the full tier's), not {tier!r}: {spec!r}", path, where)
         if (spec or {}).get("topics") is not None:
             _whole(spec["topics"], f"tier {tier}: topics", path, where, 1)
-    return Table(key=str(key), number=str(t["number"]), title=str(t.get("title", "")),
-                 source=dict(t.get("source") or {}), datasets=datasets, measures=measures, systems=systems,
-                 scale=_number(t.get("scale", 1.0), f"{where}: scale", path),
-                 tolerance=_number(t.get("tolerance", 0.0), f"{where}: tolerance", path),
-                 drift=None if t.get("drift") is None else _number(t["drift"], f"{where}: drift", path),
-                 differs=str(t["differs"]).strip(), tiers={k: dict(v or {}) for k, v in tiers.items()},
-                 digits=_whole(t.get("digits", 2), "'digits'", path, where, 0, 10))
+    table = Table(key=str(key), number=str(t["number"]), title=str(t.get("title", "")),
+                  source=dict(t.get("source") or {}), datasets=datasets, measures=measures, systems=systems,
+                  scale=_number(t.get("scale", 1.0), f"{where}: scale", path),
+                  tolerance=_number(t.get("tolerance", 0.0), f"{where}: tolerance", path),
+                  drift=None if t.get("drift") is None else _number(t["drift"], f"{where}: drift", path),
+                  differs=str(t["differs"]).strip(), tiers={k: dict(v or {}) for k, v in tiers.items()},
+                  digits=_whole(t.get("digits", 2), "'digits'", path, where, 0, 10),
+                  stand_in=_reason(t.get("stand_in"), "stand_in", path, where),
+                  other_data=_reason(t.get("other_data"), "other_data", path, where))
+    for s in table.systems.values():
+        if s.runs_here and s.published and not table.comparability(s)[0]:
+            raise _fail("a row that runs and has published figures says how they compare: 'reproduces: true' (the "
+                        "paper's data and model, or its released run: a tolerance applies), 'stand_in: WHY' (a named "
+                        "substitute model) or 'other_data: WHY' (the paper's method on other data), on the row or the "
+                        "table", path, f"{where}, system {s.name!r}")
+    return table
+
+
+def _reason(v: Any, key: str, path: Path, where: str) -> Optional[str]:
+    """A one-line reason (``stand_in``, ``other_data``): what the matrix shows beside the row's status."""
+    if v is None:
+        return None
+    if not isinstance(v, str) or not v.strip() or "\n" in v.strip() or len(v.strip()) > REASON_CHARS:
+        raise _fail(f"'{key}' is one line of at most {REASON_CHARS} characters saying what differs and why (the "
+                    f"table's 'differs' holds the long account), not {str(v)[:80]!r}", path, where)
+    return v.strip()
+
+
+def _needs_spec(v: Any, runs: bool, path: Path, where: str) -> Dict[str, Tuple[str, ...]]:
+    """``needs:`` checked: ``[llm]`` for a row that runs with --llm URL; for a row declared for its published
+    figures only, a mapping ``{checkpoint: WHAT, data: WHAT}`` (each a line or a list of lines; ``llm:`` may name
+    the LLM product too): what it lacks here, which decides its status (``needs data`` before ``needs
+    checkpoint``)."""
+    if v is None or v == [] or v == {}:
+        return {}
+    if v == "llm" or v == ["llm"]:
+        return {"llm": (_LLM_NEED,)}
+    if isinstance(v, dict) and set(v) <= set(NEEDS_KINDS):
+        out: Dict[str, Tuple[str, ...]] = {}
+        for kind, what in v.items():
+            items = [what] if isinstance(what, str) else what if isinstance(what, list) else None
+            if not items or not all(isinstance(x, str) and x.strip() for x in items):
+                raise _fail(f"needs '{kind}' names what is lacking (a line or a list of lines), not {what!r}",
+                            path, where)
+            out[kind] = tuple(x.strip() for x in items)
+        if runs and set(out) - {"llm"}:
+            raise _fail("a row that runs here needs at most an LLM endpoint ('needs: [llm]'); 'checkpoint' and "
+                        "'data' belong to a row declared for its published figures only", path, where)
+        if not runs and not set(out) - {"llm"}:
+            raise _fail("a row that cannot run here says what it lacks by kind: 'needs: {checkpoint: WHAT}' (a model "
+                        "or API not reachable) and/or 'needs: {data: WHAT}' (data not offline)", path, where)
+        return out
+    raise _fail("'needs' is [llm] (the row runs with --llm URL) or, for a row declared for its published figures "
+                f"only, a mapping {{checkpoint: WHAT, data: WHAT}} of what it lacks; not {v!r}", path, where)
 
 
 def _agreement_spec(a: Any, path: Path, where: str) -> Dict[str, Any]:
@@ -590,6 +675,9 @@ class TableResult:
     llm_usage: Dict[str, Dict[str, int]] = field(default_factory=dict)   # {LLM system run now: calls, unusable, ...}
     cpu_seconds: Optional[float] = None  # CPU time of this process and its finished children (workers): unlike the
     #                                      wall-clock seconds, hardly changed by other jobs on the cores
+    code: Dict[str, str] = field(default_factory=dict)   # {system: its pipeline_key (expression, settings, code)}
+    cpu: Optional[str] = None            # the CPU of recorded figures (recorded_result)
+    trained: List[Dict[str, Any]] = field(default_factory=list)   # models trained by this run (training.trainings)
 
     @property
     def failed(self) -> List[Cell]:
@@ -674,7 +762,8 @@ def _save_root(paper: Paper, table: Table, tier: str) -> Path:
 
 
 def _systems_of(table: Table, tier: str) -> List[System]:
-    return [s for s in table.systems.values() if tier in s.tiers or tier == "full"]
+    """The rows a tier runs: every row in the full tier, the rows marked for it in the others."""
+    return [s for s in table.systems.values() if tier == "full" or tier in s.tiers]
 
 
 def _agreement_pairs(system: System, dsid: str, topics: pd.DataFrame, where: str):
@@ -761,10 +850,46 @@ def _random_runs(system: System, pool: pd.DataFrame) -> List[pd.DataFrame]:
 def _runnable(system: System, llm: Optional[str]) -> Optional[str]:
     """None, or what the system needs that is not given."""
     if not system.runs_here:
-        return "; ".join(system.needs) or "a declaration"
+        return _needs_text(system) or "a declaration"
     if "llm" in system.needs and not llm:
-        return "needs an LLM endpoint (--llm URL: any OpenAI-compatible server)"
+        return "needs " + _LLM_NEED
     return None
+
+
+def _needs_text(system: System) -> str:
+    """What a row lacks, in one line (its ``needs``, every kind)."""
+    return "; ".join(x for kind in NEEDS_KINDS for x in system.needs.get(kind, ()))
+
+
+def _one_line(text: Optional[str]) -> str:
+    """The first sentence of a declared account (a row's ``differs``), for the matrix."""
+    text = " ".join((text or "").split())
+    m = re.search(r"(?<=[a-z0-9)])\. (?=[A-Z(])", text)
+    return text[:m.start()] if m else text.rstrip(".")
+
+
+def cell_status(table: Table, system: System, published: Optional[float], figure: Optional[float],
+                llm: Optional[str]) -> Tuple[str, str]:
+    """``(status, reason)`` of one cell, derived from the declaration and the figure (never typed): a row that
+    cannot run says what it lacks (``needs data``, else ``needs checkpoint``, else ``needs LLM``); an LLM row without
+    ``--llm`` (and no figure) ``needs LLM``; a row without a published figure is ``not in the paper``; a comparable
+    row (``reproduces: true``) is ``reproduced`` within the tolerance, else ``differs``; any other row is the
+    ``stand-in`` or ``other data`` its declaration names, shown with its figure and never compared."""
+    if not system.runs_here:
+        status = STATUS_NEEDS_DATA if "data" in system.needs else \
+            STATUS_NEEDS_CHECKPOINT if "checkpoint" in system.needs else STATUS_NEEDS_LLM
+        return status, _needs_text(system)
+    if "llm" in system.needs and not llm and figure is None:
+        return STATUS_NEEDS_LLM, "needs " + _LLM_NEED
+    if published is None:
+        return STATUS_UNPUBLISHED, _one_line(system.differs)
+    kind, why = table.comparability(system)
+    if kind == "same":
+        tol = system.tolerance if system.tolerance is not None else table.tolerance
+        if figure is not None and abs(figure - published) <= tol + 1e-9:
+            return STATUS_REPRODUCED, _one_line(system.differs)
+        return STATUS_DIFFERS, _one_line(system.differs or table.differs)
+    return kind, why
 
 
 def _topics(table: Table, tier: str, dataset: Mapping[str, Any]):
@@ -783,11 +908,13 @@ def dataset_id(dataset: Mapping[str, Any], tier: str) -> str:
 
 
 def _compute(paper: Paper, table: Table, tier: str, llm: Optional[str], trusted: bool,
-             cfg: PipelineConfig) -> Tuple[Dict[str, Dict[str, Dict[str, float]]], Dict[str, Any], Dict[str, Any],
-                                           Dict[str, bool], Dict[str, List[Any]]]:
+             cfg: PipelineConfig, fresh: bool = False
+             ) -> Tuple[Dict[str, Dict[str, Dict[str, float]]], Dict[str, Any], Dict[str, Any], Dict[str, bool],
+                        Dict[str, List[Any]]]:
     """Runs (or reads back) every runnable system of the table on each dataset; returns the figures
     ``{system: {dataset label: {measure: value in the paper's units}}}``, the built systems, the runs and,
-    per system, whether every one of its runs was read back from an earlier run's saved run."""
+    per system, whether every one of its runs was read back from an earlier run's saved run (never when
+    ``fresh``: every run is computed again and saved anew)."""
     save_root = _save_root(paper, table, tier)
     systems = [s for s in _systems_of(table, tier) if _runnable(s, llm) is None]
     figures: Dict[str, Dict[str, Dict[str, float]]] = {}
@@ -826,7 +953,7 @@ def _compute(paper: Paper, table: Table, tier: str, llm: Optional[str], trusted:
                 # server's saved run is never read back as this one's), as an experiment's saved runs are
                 path = run_path(save_root, dsid, s.name, cfg, s.pipeline, llm_key(system))
                 run_files.setdefault(label, {})[s.name] = str(path)
-                saved = _covering(_saved(path), topics)
+                saved = None if fresh else _covering(_saved(path), topics)
                 read_back[s.name] = read_back.get(s.name, True) and saved is not None
                 built_all.setdefault(s.name, system)
                 every.setdefault(s.name, []).append(system)   # one per dataset: each counts its own LLM calls
@@ -891,32 +1018,30 @@ def _usage(systems: Mapping[str, List[Any]], llm: Optional[str]) -> Dict[str, Di
 
 
 def _cells(paper: Paper, table: Table, tier: str, figures: Mapping[str, Any], llm: Optional[str],
-           llm_model: Optional[str] = None, asked: Optional[Mapping[str, str]] = None) -> List[Cell]:
+           llm_model: Optional[str] = None, asked: Optional[Mapping[str, str]] = None,
+           rows: Optional[str] = None) -> List[Cell]:
+    """The cells of the rows of ``tier`` (of ``rows``, another tier's, when given) against its recorded figures."""
     entry = _recorded_entry(paper, table, tier)
     recorded = entry.get("figures") or {}
     recorded_models = entry.get("llm_models") or {}
     cells = []
-    for s in _systems_of(table, tier):
+    for s in _systems_of(table, rows or tier):
         tol = s.tolerance if s.tolerance is not None else table.tolerance
         drift = s.drift if s.drift is not None else (table.drift if table.drift is not None else tol)
-        missing = _runnable(s, llm)
         for label in table.datasets:
             for m in table.measures:
                 pub = s.published.get(label, {}).get(m)
                 rec = recorded.get(s.name, {}).get(label, {}).get(m)
                 rep = figures.get(s.name, {}).get(label, {}).get(m)
-                if missing is not None:
-                    cells.append(Cell(s.name, label, m, pub, rec, None, tol, drift, STATUS_NOT_RUNNABLE, missing))
+                status, reason = cell_status(table, s, pub, rep, llm)
+                if status in (STATUS_NEEDS_LLM, STATUS_NEEDS_CHECKPOINT, STATUS_NEEDS_DATA):
+                    cells.append(Cell(s.name, label, m, pub, rec, None, tol, drift, status, reason))
                     continue
-                if pub is None:
-                    status, reason = STATUS_UNPUBLISHED, s.differs or ""
-                elif rep is not None and abs(rep - pub) <= tol + 1e-9:
-                    status, reason = STATUS_REPRODUCED, ""
-                else:
-                    status, reason = STATUS_DIFFERS, (s.differs or table.differs)
                 failed = False
                 other = recorded_models.get(s.name)
                 now = (asked or {}).get(s.name, llm_model)
+                if rep is not None and "llm" in s.needs and (now or other):
+                    reason = f"with the LLM {now or other!r}; " + reason
                 if rep is not None and rec is not None and other is not None and other != now:
                     # another LLM's figure: a difference says nothing about the toolkit, so it is not a drift
                     reason = (f"recorded with the LLM {other!r}, this run asked {now!r}: not compared; "
@@ -925,10 +1050,11 @@ def _cells(paper: Paper, table: Table, tier: str, figures: Mapping[str, Any], ll
                 if rep is not None and rec is not None and abs(rep - rec) > drift + 1e-9:
                     failed, reason = True, f"drifted {rep - rec:+.{table.digits}f} from the recorded figure " \
                                            f"(tolerance {drift:g}); " + reason
-                if s.reproduces and pub is not None and status != STATUS_REPRODUCED:
+                if status == STATUS_DIFFERS:
                     failed = True
                     reason = f"declared to reproduce the published figure within {tol:g}; " + reason
-                cells.append(Cell(s.name, label, m, pub, rec, rep, tol, drift, status, reason.strip(), failed))
+                cells.append(Cell(s.name, label, m, pub, rec, rep, tol, drift, status, reason.strip().rstrip(";"),
+                                  failed))
     return cells
 
 
@@ -948,26 +1074,44 @@ def _only(table: Table, systems: Optional[Sequence[str]], paper: Paper) -> Table
 
 
 def run_table(paper: Any, table: Any, tier: str = "full", llm: Optional[str] = None,
-              trusted: bool = False, systems: Optional[Sequence[str]] = None) -> TableResult:
+              trusted: bool = False, systems: Optional[Sequence[str]] = None, verify: bool = False) -> TableResult:
     """Runs one table (``table`` a key or a :class:`Table`) in a tier: reuses saved runs and trained
     models, writes the table's manifest, compares with the published and recorded figures.
-    ``systems`` runs only those systems (their figures are then merged into what is recorded)."""
+    ``systems`` runs only those systems (their figures are then merged into what is recorded).  The medium tier
+    runs the rows marked ``medium`` as the full tier runs them, compared with the full tier's
+    recorded figures.  ``verify`` computes every run again (no saved run is read back; trained models and indexes
+    are reused) and fails a cell whose recorded figure it does not reproduce within the drift bound, or which has
+    no recorded figure to verify."""
     paper = load_paper(paper)
     table = paper.tables[table] if isinstance(table, str) else table
-    partial = bool(systems)
-    table = _only(table, systems, paper)
     if tier not in TIERS:
         raise ReproductionError(f"unknown tier {tier!r} (tiers: {', '.join(TIERS)})")
+    partial = bool(systems)
+    table = _only(table, systems, paper)
+    if tier == "medium":   # a part of the full tier: its settings, queries, saved runs and recorded figures
+        table = replace(table, systems={s.name: s for s in _systems_of(table, "medium")})
+        tier, partial = "full", True
     for ds in table.datasets.values():
         check_dataset(dataset_id(ds, tier), where=f"{paper.path}: table {table.key}")
     cfg = paper.config(tier, llm)
-    start, cpu_start = time.perf_counter(), cpu_time()
+    start, cpu_start, mark = time.perf_counter(), cpu_time(), len(trainings())
     with trusting_urls(llm or ""):   # --llm URL: that URL may get the key; the file's expressions stay untrusted
-        figures, systems, run_files, read_back, every = _compute(paper, table, tier, llm, trusted, cfg)
-    seconds, cpu_seconds = time.perf_counter() - start, cpu_time() - cpu_start
+        figures, systems, run_files, read_back, every = _compute(paper, table, tier, llm, trusted, cfg, fresh=verify) \
+            if table.systems else ({}, {}, {}, {}, {})   # a medium run of a table without medium rows
+    seconds, cpu_seconds, trained = time.perf_counter() - start, cpu_time() - cpu_start, trainings(mark)
     model = _llm_model(cfg) if llm else None
     asked = _asked_models(every, model) if llm else {}
     cells = _cells(paper, table, tier, figures, llm, model, asked)
+    if verify:
+        for c in cells:
+            if c.status in (STATUS_NEEDS_LLM, STATUS_NEEDS_CHECKPOINT, STATUS_NEEDS_DATA) or c.failed:
+                continue
+            if c.recorded is None and "not compared" not in c.reason:
+                c.failed, c.reason = True, f"nothing recorded in the {tier} tier to verify (record it: --record); " \
+                                           + c.reason
+            elif c.reproduced is None:
+                c.failed, c.reason = True, f"recorded {c.recorded}, not reproduced by this run; " + c.reason
+    code = {s.name: pipeline_key(cfg, s.name, s.pipeline) for s in table.systems.values() if s.pipeline}
     m = manifest.pipeline_manifest(systems, cfg, [dataset_id(d, tier) for d in table.datasets.values()],
                                    kind="reproduction",
                                    extra={"reproduction": {"paper": paper.id, "table": table.key, "tier": tier,
@@ -975,7 +1119,8 @@ def run_table(paper: Any, table: Any, tier: str = "full", llm: Optional[str] = N
                                                            "file": str(paper.path), "command": _command(paper, table,
                                                                                                         tier),
                                                            "seconds": round(seconds, 2),
-                                                           "cpu_seconds": round(cpu_seconds, 2), "runs": run_files}})
+                                                           "cpu_seconds": round(cpu_seconds, 2), "runs": run_files,
+                                                           "keys": code, "verify": verify}})
     usage = _usage(every, llm)
     if usage:
         m["llm_usage"] = usage
@@ -991,7 +1136,7 @@ def run_table(paper: Any, table: Any, tier: str = "full", llm: Optional[str] = N
     usage = {n: u for n, u in usage.items() if n in llm_models and n not in read_back_names}
     return TableResult(paper.id, table, tier, cells, seconds, path, command, figures, str(paper.path), partial,
                        read_back_names, tuple(sorted(n for n, back in read_back.items() if not back)), run_files,
-                       llm_models, usage, cpu_seconds)
+                       llm_models, usage, cpu_seconds, code, trained=trained)
 
 
 def cpu_time() -> float:
@@ -1030,15 +1175,18 @@ def _on_ray(jobs: List[Tuple[Paper, Table]], tier: str, llm: Optional[str], addr
 
 def reproduce(spec: Optional[str] = None, tier: str = "quick", llm: Optional[str] = None, on_ray: bool = False,
               ray_address: Optional[str] = None, num_cpus: Optional[int] = None,
-              directory: Optional[Path] = None, systems: Optional[Sequence[str]] = None) -> List[TableResult]:
+              directory: Optional[Path] = None, systems: Optional[Sequence[str]] = None,
+              verify: bool = False) -> List[TableResult]:
     """Runs the tables ``spec`` names (``PAPER[/TABLE]``, all for None) in ``tier`` (only ``systems``
-    of one table when given)."""
+    of one table when given; ``verify``: see :func:`run_table`)."""
     jobs = select(spec, directory)
     if systems and len(jobs) != 1:
         raise ReproductionError("--systems needs one table: PAPER/TABLE")
     if on_ray:
+        if verify:
+            raise ReproductionError("--verify runs on this machine (a Ray task would read back its saved runs)")
         return _on_ray(jobs, tier, llm, ray_address, num_cpus, systems)
-    return [run_table(p, t, tier=tier, llm=llm, systems=systems) for p, t in jobs]
+    return [run_table(p, t, tier=tier, llm=llm, systems=systems, verify=verify) for p, t in jobs]
 
 
 def record(results: Sequence[TableResult]) -> List[Path]:
@@ -1047,6 +1195,8 @@ def record(results: Sequence[TableResult]) -> List[Path]:
     written = []
     by_paper: Dict[str, List[TableResult]] = {}
     for r in results:
+        if r.partial and not r.figures:   # a medium run of a table without medium rows: nothing to record
+            continue
         by_paper.setdefault(r.source_file, []).append(r)
     env = environment()
     for source, rs in by_paper.items():
@@ -1085,6 +1235,11 @@ def record(results: Sequence[TableResult]) -> List[Path]:
                     entry["llm_usage"] = dict(sorted(usage.items()))
                 if r.read_back and before.get("seconds") is None:
                     entry["read_back_untimed"] = True
+                # the models this run trained first, and how long each took (part of its time); a part run keeps
+                # the other parts' (a dry run estimates a run from empty with them)
+                trained = {**({t["model"]: t for t in before.get("trained") or []} if r.partial or r.read_back
+                              else {}), **{t["model"]: t for t in r.trained}}
+                entry["trained"] = sorted(trained.values(), key=lambda t: t["model"])
                 data["tables"].setdefault(r.table.key, {})[r.tier] = jsonable({**entry,
                     "figures": figures, "seconds": seconds, **({"cpu_seconds": cpu} if cpu is not None else {}),
                     "cpu": env["cpu"],
@@ -1142,7 +1297,7 @@ def dry_run_table(paper: Paper, table: Table, tier: str = "quick", llm: Optional
             for s in _systems_of(table, tier):
                 missing = _runnable(s, llm)
                 # an LLM row is built first: its saved run is keyed by the LLMs it asks (llm_key), as a run keys it;
-                # one whose model is not trained yet has no saved run either
+                # one whose model is not trained yet has no saved run either (a row's code keys it unbuilt)
                 system, untrained = None, None
                 if s.pipeline and "llm" in s.needs:
                     try:
@@ -1191,7 +1346,22 @@ def dry_run_table(paper: Paper, table: Table, tier: str = "quick", llm: Optional
               if any(re.search(rf"\b{re.escape(name)}\b", s.pipeline or "") for s in _systems_of(table, tier))}
     rec = _recorded_entry(paper, table, tier)
     return {"rows": rows, "models": models, "llm": reports, "deferred": deferred,
-            "recorded_seconds": rec.get("seconds"), "recorded_cpu": (rec.get("cpu") or {}).get("model")}
+            "recorded_seconds": rec.get("seconds"), "recorded_cpu": (rec.get("cpu") or {}).get("model"),
+            "recorded_trained": rec.get("trained"), "known_trainings": _known_trainings(paper.path.parent)}
+
+
+def _known_trainings(directory: Path) -> Dict[str, Dict[str, Any]]:
+    """``{model folder: {"seconds", "table"}}``: every training a record of the papers in ``directory`` timed."""
+    out: Dict[str, Dict[str, Any]] = {}
+    for pid in paper_files(directory):
+        paper = load_paper(pid, directory)
+        for key, tiers in read_recorded(paper)["tables"].items():
+            for tier, entry in (tiers or {}).items() if isinstance(tiers, dict) else ():
+                for t in (entry or {}).get("trained") or [] if isinstance(entry, dict) else []:
+                    if isinstance(t, dict) and isinstance(t.get("seconds"), (int, float)):
+                        out.setdefault(str(t.get("model")), {"seconds": t["seconds"],
+                                                             "table": f"{pid}/{key} ({tier} tier)"})
+    return out
 
 
 # -------------------------------------------------------------------------------------------- output
@@ -1225,64 +1395,151 @@ def print_results(results: Sequence[TableResult], file: Any = None) -> None:
         print(f"  manifest: {r.manifest_path}", file=out)
 
 
-def _matrix_rows(results: Sequence[TableResult]) -> List[Dict[str, Any]]:
-    rows = []
+_NEEDS = (STATUS_NEEDS_LLM, STATUS_NEEDS_CHECKPOINT, STATUS_NEEDS_DATA)
+_COMPARABLE = (STATUS_REPRODUCED, STATUS_DIFFERS)
+_PAPER_NAMES = {"sciface": "SciFACE", "mir": "MIR", "doris_mae": "DORIS-MAE", "prism": "PRISM", "hlm_cite": "HLM-Cite"}
+
+
+def status_counts(results: Sequence[TableResult]) -> Dict[str, Dict[str, int]]:
+    """``{paper: {status: cells}}`` over the published cells (:data:`STATUSES`, with ``cells``: their number, and
+    ``not in the paper``: the cells of rows the paper does not report), and ``all`` summed over the papers."""
+    out: Dict[str, Dict[str, int]] = {}
     for r in results:
         for c in r.cells:
-            rows.append({"paper": r.paper, "table": f"{r.table.key} (Table {r.table.number})", "system": c.system,
-                         "dataset": c.dataset, "measure": c.measure,
-                         "published": _f(c.published, r.table.digits), "reproduced": _f(c.reproduced, r.table.digits),
-                         "delta": _f(c.delta_published, r.table.digits, True),
-                         "status": ("FAIL: " if c.failed else "") + c.status + (f" ({c.reason})" if c.reason else ""),
-                         "command": r.command, "time": f"{r.seconds:.1f} s" if r.seconds is not None else "-",
-                         "manifest": str(r.manifest_path or "")})
+            for key in (r.paper, "all"):
+                counts = out.setdefault(key, {**{st: 0 for st in STATUSES}, "cells": 0, STATUS_UNPUBLISHED: 0})
+                if c.published is None:
+                    counts[STATUS_UNPUBLISHED] += 1
+                else:
+                    counts["cells"] += 1
+                    counts[c.status] += 1
+    return out
+
+
+def summary_line(counts: Mapping[str, int]) -> str:
+    """One paper's (or all papers') counts in one line."""
+    shown = [f"{counts[st]} {'differ' if st == STATUS_DIFFERS else st}" for st in STATUSES]
+    return (f"{counts['cells']} published cells: " + " / ".join(shown) +
+            f"; {counts[STATUS_UNPUBLISHED]} more cells in rows the paper does not report")
+
+
+def _row_status(cells: Sequence[Cell]) -> str:
+    statuses = [c.status for c in cells]
+    distinct = list(dict.fromkeys(statuses))
+    text = distinct[0] if len(distinct) == 1 else ", ".join(f"{statuses.count(x)} {x}" for x in distinct)
+    return ("FAIL: " if any(c.failed for c in cells) else "") + text
+
+
+def _rerun(r: TableResult, name: str) -> str:
+    """The command that reruns exactly this row (none for a row that cannot run here)."""
+    system = r.table.systems[name]
+    if not system.runs_here:
+        return ""
+    tier = "full" if r.tier == "full" or r.tier not in system.tiers else r.tier
+    return (f"pyterrier-sci reproduce {r.paper}/{r.table.key} --tier {tier} --systems {name}"
+            + (" --llm URL" if "llm" in system.needs else ""))
+
+
+def matrix_rows(r: TableResult) -> List[Dict[str, str]]:
+    """One row per system of a table: its cells' published figures, ours, Δ (comparable cells only: a stand-in's
+    or other data's figure is never compared), the status, the reason in one line and the command that reruns it."""
+    t, rows = r.table, []
+    by_system: Dict[str, List[Cell]] = {}
+    for c in r.cells:
+        by_system.setdefault(c.system, []).append(c)
+    for name, cells in by_system.items():
+        def joined(values: Iterable[Optional[float]], sign: bool = False) -> str:
+            values = list(values)
+            return "-" if all(v is None for v in values) else " · ".join(_f(v, t.digits, sign) for v in values)
+        reasons = list(dict.fromkeys(c.reason for c in cells if c.reason))
+        rows.append({"system": t.systems[name].label or name,
+                     "published": joined(c.published for c in cells),
+                     "ours": joined(c.reproduced for c in cells),
+                     "delta": joined(((c.delta_published if c.status in _COMPARABLE else None) for c in cells), True),
+                     "status": _row_status(cells), "reason": "; ".join(reasons),
+                     "rerun": _rerun(r, name)})
     return rows
 
 
-_MATRIX_COLUMNS = ["paper", "table", "system", "dataset", "measure", "published", "reproduced", "delta", "status",
-                   "command", "time", "manifest"]
+_ROW_COLUMNS = ["system", "published", "ours", "delta", "status", "reason", "rerun"]
+_HEAD = {"delta": "Δ", "ours": "ours"}
 
 
 def _md_cell(s: Any) -> str:
     return str(s).replace("|", "\\|").replace("\n", " ")
 
 
-def markdown_matrix(results: Sequence[TableResult]) -> str:
-    """The matrix paper x table x system x measure as one Markdown table."""
-    lines = ["# Reproductions", "",
-             "Published figures against the figures of this run (`pyterrier-sci reproduce --report`). "
-             "Δ = reproduced − published.", "",
-             "| " + " | ".join("Δ" if c == "delta" else c for c in _MATRIX_COLUMNS) + " |",
-             "|" + "---|" * len(_MATRIX_COLUMNS)]
-    for row in _matrix_rows(results):
-        lines.append("| " + " | ".join(_md_cell(row[c]) for c in _MATRIX_COLUMNS) + " |")
+def _cell_names(t: Table) -> str:
+    return " · ".join(f"{label} {m}" if len(t.datasets) > 1 else m for label in t.datasets for m in t.measures)
+
+
+def _table_heading(r: TableResult) -> str:
+    t = r.table
+    name = _PAPER_NAMES.get(r.paper, r.paper)
+    what = f"Table {t.number}" + (f": {t.title}" if t.title else "")
+    return f"{name} `{r.paper}/{t.key}` ({what})"
+
+
+def markdown_matrix(results: Sequence[TableResult], title: Optional[str] = "# Reproductions",
+                    level: int = 2) -> str:
+    """The matrix as Markdown: the counts per status per paper and overall, then per table one row per system
+    (:func:`matrix_rows`)."""
+    counts = status_counts(results)
+    papers = list(dict.fromkeys(r.paper for r in results))
+    lines = ([title, ""] if title else []) + [
+        "**All papers:** " + summary_line(counts["all"]) + ".", "",
+        "| paper | published cells | " + " | ".join(STATUSES) + f" | {STATUS_UNPUBLISHED} (cells) |",
+        "|---" * (len(STATUSES) + 3) + "|"]
+    for pid in papers + ["all"]:
+        c = counts.get(pid)
+        if c:
+            lines.append(f"| {_PAPER_NAMES.get(pid, pid)} | {c['cells']} | " +
+                         " | ".join(str(c[st]) for st in STATUSES) + f" | {c[STATUS_UNPUBLISHED]} |")
+    for r in results:
+        lines += ["", f"{'#' * level} {_table_heading(r)}", "",
+                  f"Cells: {_cell_names(r.table)}; figures of the {r.tier} tier"
+                  + (f", recorded on {r.cpu}" if r.cpu else "") + ".", "",
+                  "| " + " | ".join(_HEAD.get(c, c) for c in _ROW_COLUMNS) + " |", "|---" * len(_ROW_COLUMNS) + "|"]
+        for row in matrix_rows(r):
+            lines.append("| " + " | ".join(_md_cell(f"`{row[c]}`" if c == "rerun" and row[c] else row[c])
+                                           for c in _ROW_COLUMNS) + " |")
     return "\n".join(lines) + "\n"
 
 
 def html_matrix(results: Sequence[TableResult]) -> str:
     """The same matrix as one self-contained HTML page (statuses coloured)."""
     e = html.escape
-    colour = {STATUS_REPRODUCED: "#d9f2d9", STATUS_DIFFERS: "#fbe8c8", STATUS_UNPUBLISHED: "#eeeeee",
-              STATUS_NOT_RUNNABLE: "#dde6f5"}
-    body = []
-    for row in _matrix_rows(results):
-        status = row["status"]
-        bg = "#f7c5c5" if status.startswith("FAIL") else next((v for k, v in colour.items() if status.startswith(k)),
-                                                               "#ffffff")
-        cells = "".join(f"<td class='{c}'>{e(str(row[c]))}</td>" for c in _MATRIX_COLUMNS)
-        body.append(f"<tr style='background:{bg}'>{cells}</tr>")
-    head = "".join(f"<th>{'Δ' if c == 'delta' else e(c)}</th>" for c in _MATRIX_COLUMNS)
+    colour = {STATUS_REPRODUCED: "#d9f2d9", STATUS_DIFFERS: "#f7c5c5", STATUS_STAND_IN: "#fbe8c8",
+              STATUS_OTHER_DATA: "#fbf3c8", STATUS_UNPUBLISHED: "#eeeeee"}
+    counts = status_counts(results)
+    papers = list(dict.fromkeys(r.paper for r in results))
+    summary = "".join(f"<tr><td>{e(_PAPER_NAMES.get(p, p))}</td><td>{counts[p]['cells']}</td>" +
+                      "".join(f"<td>{counts[p][st]}</td>" for st in STATUSES) +
+                      f"<td>{counts[p][STATUS_UNPUBLISHED]}</td></tr>" for p in papers + ["all"] if p in counts)
+    parts = []
+    for i, r in enumerate(results):
+        body = []
+        for row in matrix_rows(r):
+            status = row["status"]
+            bg = "#f7c5c5" if status.startswith("FAIL") else next(
+                (v for k, v in colour.items() if status.startswith(k)), "#dde6f5")
+            cells = "".join(f"<td class='{c}'>{e(row[c])}</td>" for c in _ROW_COLUMNS)
+            body.append(f"<tr style='background:{bg}'>{cells}</tr>")
+        head = "".join(f"<th>{e(_HEAD.get(c, c))}</th>" for c in _ROW_COLUMNS)
+        parts.append(f"<h2>{e(_table_heading(r))}</h2><p>Cells: {e(_cell_names(r.table))}; the {e(r.tier)} tier.</p>"
+                     f"<table class='matrix' id='matrix-{i}'><thead><tr>{head}</tr></thead>"
+                     f"<tbody>{''.join(body)}</tbody></table>")
     n_fail = sum(len(r.failed) for r in results)
+    c = counts.get("all") or {**{st: 0 for st in STATUSES}, "cells": 0, STATUS_UNPUBLISHED: 0}
     return ("<!DOCTYPE html><html><head><meta charset='utf-8'><title>Reproductions</title><style>"
-            "body{font-family:sans-serif;margin:1em}table{border-collapse:collapse}"
+            "body{font-family:sans-serif;margin:1em}table{border-collapse:collapse;margin-bottom:1em}"
             "td,th{border:1px solid #999;padding:2px 6px;font-size:13px;vertical-align:top}"
-            "td.published,td.reproduced,td.delta{text-align:right;font-family:monospace}"
-            "td.command,td.manifest{font-family:monospace;font-size:11px}</style></head><body>"
-            f"<h1>Reproductions</h1><p id='summary'>{sum(len(r.cells) for r in results)} cells, "
-            f"{sum(c.status == STATUS_REPRODUCED for r in results for c in r.cells)} reproduced within tolerance, "
-            f"{n_fail} failing. Δ = reproduced − published.</p>"
-            f"<table id='matrix'><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
-            "</body></html>\n")
+            "td.published,td.ours,td.delta{text-align:right;font-family:monospace}"
+            "td.rerun{font-family:monospace;font-size:11px}</style></head><body>"
+            f"<h1>Reproductions</h1><p id='summary'>{e(summary_line(c))}; {n_fail} failing.</p>"
+            "<table id='counts'><thead><tr><th>paper</th><th>published cells</th>" +
+            "".join(f"<th>{e(st)}</th>" for st in STATUSES) + f"<th>{e(STATUS_UNPUBLISHED)} (cells)</th></tr></thead>"
+            f"<tbody>{summary}</tbody></table>{''.join(parts)}</body></html>\n")
 
 
 def write_matrix(results: Sequence[TableResult], directory: Any) -> Tuple[Path, Path]:
@@ -1292,6 +1549,18 @@ def write_matrix(results: Sequence[TableResult], directory: Any) -> Tuple[Path, 
     h = artifacts.atomic_write_text(d / "reproductions.html", html_matrix(results), "--report")
     m = artifacts.atomic_write_text(d / "reproductions.md", markdown_matrix(results), "--report")
     return h, m
+
+
+def recorded_result(paper: Paper, table: Table) -> TableResult:
+    """A table as its recorded figures give it (the full tier's when recorded, else the quick tier's): every row,
+    each cell with its status, as :func:`markdown_matrix` shows it."""
+    rec_all = read_recorded(paper)["tables"].get(table.key, {})
+    tier = "full" if isinstance(rec_all, dict) and "full" in rec_all else "quick"
+    entry = _recorded_entry(paper, table, tier)
+    figures = entry.get("figures") or {}
+    cells = _cells(paper, table, tier, figures, None, None, entry.get("llm_models") or {}, rows="full")
+    return TableResult(paper.id, table, tier, cells, entry.get("seconds"), None, _command(paper, table, tier),
+                       figures, str(paper.path), cpu=(entry.get("cpu") or {}).get("model"))
 
 
 # ----------------------------------------------------------------------------------- generated docs
@@ -1338,7 +1607,7 @@ def docs_table(paper: Paper, table: Table, tier: Optional[str] = None) -> str:
         llm = (f"; LLM rows with {', '.join(f'`{m}`' for m in models)}" + (f" ({used})" if used else "")) \
             if models else ""
         cpu_time = f", {rec['cpu_seconds']} s of CPU time" if rec.get("cpu_seconds") is not None else ""
-        how = (f"Recorded by {by} on {rec.get('date')} ({rec.get('seconds')} s on "
+        how = (f"Recorded by {by} ({rec.get('seconds')} s on "
                f"{rec.get('cpu', {}).get('usable_cores', '?')} cores of {cpu}{cpu_time}{load}{back}{llm}); "
                f"in parentheses the paper's Table {table.number}")
     else:
@@ -1346,12 +1615,24 @@ def docs_table(paper: Paper, table: Table, tier: Optional[str] = None) -> str:
     return "\n".join(lines) + f"\n\n{how} ({'tier ' + tier}; generated by `pyterrier-sci reproduce --write-docs`).\n"
 
 
+_MATRIX_MARKER = re.compile(r"(<!-- reproduce:matrix -->\n)(?P<body>.*?)(<!-- reproduce:end -->)", re.S)
+
+
+def recorded_matrix(directory: Optional[Path] = None) -> str:
+    """The matrix of every declared table from its recorded figures (what docs/reproductions.md shows)."""
+    return markdown_matrix([recorded_result(p, t) for p, t in select(None, directory)], title=None, level=3)
+
+
 def _regenerate(text: str, directory: Optional[Path]) -> str:
     def sub(m: "re.Match") -> str:
         pid, _, tkey = m.group("key").partition("/")
         (paper, table), = select(f"{pid}/{tkey}", directory)
         return m.group(1) + docs_table(paper, table, m.group("tier")) + m.group(5)
-    return _MARKER.sub(sub, text)
+    text = _MARKER.sub(sub, text)
+    if _MATRIX_MARKER.search(text):
+        matrix = recorded_matrix(directory)
+        text = _MATRIX_MARKER.sub(lambda m: m.group(1) + matrix + m.group(3), text)
+    return text
 
 
 def _doc_files(root: Path) -> List[Path]:
@@ -1383,7 +1664,12 @@ def add_reproduce_commands(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("reproduce", help="run the papers' tables declared in pipelines/reproduce/ and compare "
                                                 "with the published and recorded figures")
     p.add_argument("target", nargs="?", default=None, help="PAPER or PAPER/TABLE (default: every declared table)")
-    p.add_argument("--tier", choices=TIERS, default="quick", help="quick: the cheapest rows (default); full: all")
+    p.add_argument("--tier", choices=TIERS, default="quick",
+                   help="quick: the cheapest rows (default); medium: the rows marked medium, as the full tier runs "
+                        "them (what CI verifies); full: all")
+    p.add_argument("--verify", action="store_true",
+                   help="compute every run again (no saved run read back) and exit 1 when a recorded figure is not "
+                        "reproduced within its drift bound")
     p.add_argument("--dry-run", action="store_true", help="list what would run, the LLM calls and cost, the time")
     p.add_argument("--on-ray", action="store_true",
                    help="run every system of the tables as a Ray task (local Ray, or --ray-address), then assemble "
@@ -1404,7 +1690,7 @@ def add_reproduce_commands(subparsers) -> argparse.ArgumentParser:
 
 
 def _print_dry_run(jobs: Iterable[Tuple[Paper, Table]], tier: str, llm: Optional[str], out: Any) -> None:
-    total, unknown, reports, waiting = 0.0, [], [], 0
+    total, unknown, untimed, reports, waiting = 0.0, [], [], [], 0
     for paper, table in jobs:
         d = dry_run_table(paper, table, tier, llm)
         print(f"\n{paper.id}/{table.key} (Table {table.number}), tier {tier}:", file=out)
@@ -1423,8 +1709,23 @@ def _print_dry_run(jobs: Iterable[Tuple[Paper, Table]], tier: str, llm: Optional
                   f"({x['path']}), which a dry run does not train or build", file=out)
         if d["recorded_seconds"] is not None:
             total += float(d["recorded_seconds"])
-            print(f"  time: {d['recorded_seconds']} s when recorded on {d['recorded_cpu']} (from empty; saved runs "
-                  "and models make it shorter)", file=out)
+            trained = d["recorded_trained"]
+            if trained:
+                how = (f"from empty, training {len(trained)} model(s) in {sum(t['seconds'] for t in trained):.0f} s "
+                       "of it; saved runs and models make it shorter")
+            elif d["models"]:
+                how = (f"its models ({', '.join(d['models'])}) " +
+                       ("may have been trained before that record, which does not say" if trained is None else
+                        "were trained before that run") + ": a run from empty trains them first")
+                untimed.append(f"{paper.id}/{table.key}")
+            else:
+                how = "from empty; saved runs make it shorter"
+            print(f"  time: {d['recorded_seconds']} s when recorded on {d['recorded_cpu']} ({how})", file=out)
+            for x in d["deferred"]:
+                known = d["known_trainings"].get(Path(x["path"]).name)
+                if known:
+                    print(f"  training {x['model']} first: {known['seconds']} s when {known['table']} trained it",
+                          file=out)
         else:
             unknown.append(f"{paper.id}/{table.key}")
     print("\nLLM calls (no request sent):", file=out)
@@ -1433,7 +1734,8 @@ def _print_dry_run(jobs: Iterable[Tuple[Paper, Table]], tier: str, llm: Optional
     if waiting:
         print(f"not counted: {waiting} LLM row(s) whose first stage needs a model not trained yet (above); a run "
               "trains it once, then a dry run counts their calls", file=out)
-    print(f"\nestimated time: {total:.0f} s" + (f" plus the unrecorded {', '.join(unknown)}" if unknown else ""),
+    print(f"\nestimated time: {total:.0f} s" + (f" plus the unrecorded {', '.join(unknown)}" if unknown else "")
+          + (f" plus the training of {', '.join(untimed)}'s models where they are not trained yet" if untimed else ""),
           file=out)
 
 
@@ -1462,9 +1764,11 @@ def reproduce_main(args: argparse.Namespace) -> int:
     if systems and len(jobs) != 1:
         raise ReproductionError("--systems needs one table: PAPER/TABLE")
     if args.on_ray:
+        if args.verify:
+            raise ReproductionError("--verify runs on this machine (a Ray task would read back its saved runs)")
         results = _on_ray(jobs, args.tier, args.llm, args.ray_address, None)
     else:
-        results = [run_table(p, t, tier=args.tier, llm=args.llm, systems=systems) for p, t in jobs]
+        results = [run_table(p, t, tier=args.tier, llm=args.llm, systems=systems, verify=args.verify) for p, t in jobs]
     print_results(results)
     if args.report:
         for p in write_matrix(results, args.report):

@@ -25,6 +25,7 @@ import json
 import math
 import os
 import random
+import time
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
@@ -44,7 +45,8 @@ from pyterrier_sci.registry import irds_id
 __all__ = ["FoldRouting", "NonFiniteTrainingError", "check_finite_loss", "first_non_finite_parameter", "guard_finite",
            "seed_everything", "trainer_arguments", "run_trainer", "train_summary", "save_model_artifact",
            "PACKAGE_HINT", "freeze_lower_layers", "encoder_layers", "settings_key", "trained_model_dir", "save_model",
-           "query_ids", "refuse_training_on_test_queries", "TrainingDeferred", "no_training", "about_to_train"]
+           "query_ids", "refuse_training_on_test_queries", "TrainingDeferred", "no_training", "about_to_train",
+           "trainings"]
 
 
 def check_finite_loss(value: Any, step: Optional[int] = None, what: str = "the training loss") -> None:
@@ -303,11 +305,29 @@ def no_training():
         _NO_TRAINING.reset(token)
 
 
+#: ``(path, what, monotonic start, wall-clock start)`` of every training this process started (:func:`trainings`)
+_STARTED: List[Tuple[str, str, float, float]] = []
+
+
 def about_to_train(path: Union[str, Path], what: str) -> None:
     """Called by every component that trains a model on first use, right before it trains one at ``path``:
-    inside :func:`no_training` that is :class:`TrainingDeferred`; otherwise nothing."""
+    inside :func:`no_training` that is :class:`TrainingDeferred`; otherwise the start is noted
+    (:func:`trainings`)."""
     if _NO_TRAINING.get():
         raise TrainingDeferred(path, what)
+    _STARTED.append((str(path), what, time.monotonic(), time.time()))
+
+
+def trainings(since: int = 0) -> List[Dict[str, Any]]:
+    """The trainings this process started after the first ``since`` (``len(trainings())`` marks a point):
+    ``{"model": the model's folder name, "what": ..., "seconds": from the start to when its artifact was complete
+    (its ``pt_meta.json`` written; now, when it is not)}``."""
+    out = []
+    for path, what, _, wall in _STARTED[since:]:
+        meta = Path(path) / "pt_meta.json"
+        done = meta.stat().st_mtime if meta.is_file() else time.time()
+        out.append({"model": Path(path).name, "what": what, "seconds": round(max(0.0, done - wall), 1)})
+    return out
 
 
 def trained_model_dir(family: str, train_dataset: str, key: str, work: Union[None, str, Path] = None,

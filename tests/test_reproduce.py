@@ -53,11 +53,11 @@ def _paper(tmp_path, **over):
                             "tiers": ["quick", "full"], "reproduces": True,
                             "published": {"Background": {"NDCG%20": 66.70, "MAP": 43.95},
                                           "Method": {"NDCG%20": 37.41, "MAP": 22.44}}},
-                "BM25": {"pipeline": "counted_pool >> bm25", "tiers": ["quick", "full"],
+                "BM25": {"pipeline": "counted_pool >> bm25", "tiers": ["quick", "full"], "reproduces": True,
                          "published": {"Background": {"NDCG%20": 61.05}}},
                 "BM25_tuned": {"pipeline": "counted_pool >> bm25(k1=1.2, b=0.75)", "tiers": ["quick", "full"]},
                 "Judge": {"pipeline": "counted_pool >> bm25 % 5 >> text >> judge", "needs": ["llm"]},
-                "Ghost": {"needs": ["a checkpoint that is not public"],
+                "Ghost": {"needs": {"checkpoint": "a checkpoint that is not public"},
                           "published": {"Method": {"NDCG%20": 49.06}}},
             }}}}
     for k, v in over.items():
@@ -164,7 +164,7 @@ def test_an_agreement_table_is_the_libraries_statistics_on_the_judgement_sets(ho
     assert got[("Annotators", "Spearman")] != pytest.approx(got[("Pooled", "Spearman")], abs=1e-3)
     sampled = got[("Sampled", "Spearman")]
     assert sampled is not None and -1 <= sampled <= 1
-    assert [c.status for c in res.cells if c.system == "Labeller"] == [R.STATUS_NOT_RUNNABLE] * 2
+    assert [c.status for c in res.cells if c.system == "Labeller"] == [R.STATUS_NEEDS_LLM] * 2
     # a judgement set the dataset does not have: one error naming the sets it has
     table = copy.deepcopy(AGREEMENT_TABLE)
     table["systems"]["Pooled"]["agreement"]["between"][1] = "third_annotator"
@@ -288,9 +288,9 @@ def test_full_tier_marks_what_cannot_run_here(home):
     d = _paper(home)
     (res,) = R.reproduce("toy/t5", tier="full", directory=d)
     judge = [c for c in res.cells if c.system == "Judge"]
-    assert judge and all(c.status == R.STATUS_NOT_RUNNABLE and "LLM endpoint" in c.reason for c in judge)
+    assert judge and all(c.status == R.STATUS_NEEDS_LLM and "LLM endpoint" in c.reason for c in judge)
     ghost = [c for c in res.cells if c.system == "Ghost" and c.dataset == "Method" and c.measure == "NDCG%20"][0]
-    assert ghost.status == R.STATUS_NOT_RUNNABLE and ghost.published == 49.06 and "checkpoint" in ghost.reason
+    assert ghost.status == R.STATUS_NEEDS_CHECKPOINT and ghost.published == 49.06 and "checkpoint" in ghost.reason
     assert not res.failed
 
 
@@ -381,6 +381,43 @@ def test_a_dry_run_trains_nothing_and_says_which_llm_rows_wait_for_a_model(home,
     about_to_train(home / "anything", "a model")      # outside no_training: nothing happens
 
 
+def test_a_dry_run_estimates_the_training_a_run_from_empty_does_first(home, capsys, monkeypatch):
+    """The time estimate says whether the recorded time includes training the table's models: a record that
+    trained them says how long; one made with them already trained says a run from empty trains them first, and
+    a training another table timed is named with its time."""
+    from pyterrier_sci.training import about_to_train, trainings
+
+    model_dir = home / "models" / "sciface" / "toy-model"
+    mark = len(trainings())
+    about_to_train(model_dir, "a toy model")       # what a component calls right before it trains
+    model_dir.mkdir(parents=True)
+    (model_dir / "pt_meta.json").write_text("{}")
+    (done,) = trainings(mark)
+    assert done["model"] == "toy-model" and done["what"] == "a toy model" and 0 <= done["seconds"] < 60
+
+    models = {"facet_ce": {"component": "sciface_rerank", "train": True, "epochs": 1, "triplets_per_seed": 2,
+                           "val_seeds": 0, "max_length": 64}}
+
+    def edit(t):
+        t["systems"]["Judge"]["pipeline"] = "counted_pool >> facet_ce % 5 >> text >> judge"
+
+    def with_record(trained):
+        d = _paper(home, models=models)
+        entry = {"figures": {}, "seconds": 30.0, "cpu": {"model": "a CPU"}, "trained": trained}
+        (d / "recorded").mkdir(exist_ok=True)
+        (d / "recorded" / "toy.json").write_text(json.dumps({"paper": "toy", "tables": {"t5": {"full": entry}}}))
+
+    with_record([])
+    out = _judge_dry_run(home, capsys, monkeypatch, edit, models=models)
+    assert ("30.0 s when recorded on a CPU (its models (facet_ce) were trained before that run: a run from empty "
+            "trains them first)") in out
+    assert "plus the training of toy/t5's models where they are not trained yet" in out
+    with_record([{"model": "m", "what": "facet_ce", "seconds": 12.0}])
+    out = _judge_dry_run(home, capsys, monkeypatch, edit, models=models)
+    assert "(from empty, training 1 model(s) in 12 s of it; saved runs and models make it shorter)" in out
+    assert "plus the training" not in out
+
+
 def _llm_paper(home):
     """The toy paper with an LLM judge row, its full tier on two queries per dataset."""
     d = _paper(home, llm={"mode": "completion", "cache_dir": ""},
@@ -388,6 +425,8 @@ def _llm_paper(home):
                            "judge": {"component": "mir_pointwise", "text_field": "abstract", "on_error": "flag"}})
     doc = yaml.safe_load((d / "toy.yaml").read_text())
     doc["tables"]["t5"]["tiers"] = {"full": {"topics": 2}}
+    bm25 = doc["tables"]["t5"]["systems"]["BM25"]
+    bm25["reproduces"], bm25["other_data"] = False, "two queries per facet, not the paper's 33"
     (d / "toy.yaml").write_text(yaml.safe_dump(doc))
     return d
 
@@ -403,25 +442,49 @@ def test_llm_rows_run_against_an_endpoint(home):
 
 
 def test_matrix_html_and_markdown(home):
+    """--report: the counts per status, then one row per system with published, ours, Δ (comparable cells only),
+    the status, the reason and the command that reruns the row; the HTML rendered in Chromium."""
     d = _paper(home)
+    doc = yaml.safe_load((d / "toy.yaml").read_text())
+    systems = doc["tables"]["t5"]["systems"]
+    systems["BM25"].update(reproduces=False, stand_in="a toy stand-in for the paper's model")
+    systems["Old_BM25"] = {"pipeline": "pool >> bm25(k1=1.2, b=0.75)", "reproduces": True,
+                           "published": {"Method": {"MAP": 99.0}}, "differs": "it should not differ"}
+    (d / "toy.yaml").write_text(yaml.safe_dump(doc))
     results = R.reproduce("toy/t5", tier="full", directory=d)
     h, m = R.write_matrix(results, home / "report")
     md = m.read_text()
-    assert "| toy | t5 (Table 5) | SPECTER | Background | NDCG%20 | 66.70 | 66.70 | +0.00 | reproduced |" in md
-    assert "not runnable here (needs an LLM endpoint" in md
-    assert "pyterrier-sci reproduce toy/t5 --tier full" in md and "manifest.json" in md
+    # 4 SPECTER cells reproduced, one Old_BM25 cell differs, BM25's published cell a stand-in, Judge's cells need
+    # an LLM (no published figure: counted apart), Ghost's one published cell needs a checkpoint
+    counts = R.status_counts(results)["toy"]
+    assert counts["cells"] == 7 and counts[R.STATUS_REPRODUCED] == 4 and counts[R.STATUS_DIFFERS] == 1
+    assert counts[R.STATUS_STAND_IN] == 1 and counts[R.STATUS_NEEDS_CHECKPOINT] == 1
+    assert "7 published cells: 4 reproduced / 1 differ / 1 stand-in / 0 other data" in md
+    assert ("| SPECTER | 66.70 · 43.95 · 37.41 · 22.44 | 66.70 · 43.95 · 37.41 · 22.44 | +0.00 · +0.00 · +0.00 · "
+            "+0.00 | reproduced |  | `pyterrier-sci reproduce toy/t5 --tier full --systems SPECTER` |") in md
+    bm25 = next(line for line in md.splitlines() if line.startswith("| BM25 |"))
+    assert "| 61.05 · - · - · - |" in bm25
+    assert "| - | 1 stand-in, 3 not in the paper | a toy stand-in for the paper's model |" in bm25
+    old = next(line for line in md.splitlines() if line.startswith("| Old_BM25 |"))
+    assert "FAIL: 3 not in the paper, 1 differs" in old and "--systems Old_BM25" in old
+    judge = next(line for line in md.splitlines() if line.startswith("| Judge |"))
+    assert "needs LLM" in judge and "--systems Judge --llm URL" in judge
+    ghost = next(line for line in md.splitlines() if line.startswith("| Ghost |"))
+    assert "needs checkpoint | a checkpoint that is not public |  |" in ghost
     text = h.read_text()
-    assert text.count("<tr style=") == len(results[0].cells)
+    assert text.count("<tr style=") == len(doc["tables"]["t5"]["systems"])
     if CHROMIUM is None:
         pytest.skip("Chromium is not installed")
     out = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
                           f"--user-data-dir={home / 'profile'}", "--dump-dom", h.as_uri()],
                          capture_output=True, text=True, timeout=120)
     dom = out.stdout
-    frame = pd.read_html(io.StringIO(dom), attrs={"id": "matrix"})[0]
-    assert len(frame) == len(results[0].cells)
-    row = frame[(frame["system"] == "SPECTER") & (frame["dataset"] == "Method") & (frame["measure"] == "MAP")]
-    assert float(row["published"].iloc[0]) == 22.44 and row["status"].iloc[0] == "reproduced"
+    frame = pd.read_html(io.StringIO(dom), attrs={"id": "matrix-0"})[0]
+    assert len(frame) == len(doc["tables"]["t5"]["systems"])
+    row = frame[frame["system"] == "SPECTER"]
+    assert row["published"].iloc[0] == "66.70 · 43.95 · 37.41 · 22.44" and row["status"].iloc[0] == "reproduced"
+    summary = pd.read_html(io.StringIO(dom), attrs={"id": "counts"})[0]
+    assert summary[summary["paper"] == "all"]["reproduced"].iloc[0] == 4
 
 
 def test_generated_docs_tables_and_the_staleness_check(home, monkeypatch):
@@ -561,7 +624,7 @@ def test_systems_runs_part_of_a_table_and_record_merges(home, capsys, monkeypatc
     assert after["commands"] == [whole, after["command"]] and after["command"] != whole
     paper = R.load_paper(d / "toy.yaml")
     text = R.docs_table(paper, paper.tables["t5"], "quick")
-    assert f"Recorded by 2 runs of some systems each (`{whole}`; `{after['command']}`), the last on" in text
+    assert f"Recorded by 2 runs of some systems each (`{whole}`; `{after['command']}`), the last (" in text
     assert main(["reproduce", "toy/t5", "--tier", "quick"]) == 0
     with pytest.raises(R.ReproductionError, match="no system 'Nope'"):
         R.reproduce("toy/t5", tier="quick", directory=d, systems=["Nope"])

@@ -25,7 +25,8 @@ def test_quick_tier_keeps_its_recorded_figures(paper, table):
     if not any(s.runs_here for s in declared.systems.values()):
         # a table declared for its published figures only (every row needs what is not offline): nothing runs
         (res,) = R.reproduce(f"{paper}/{table}", tier="full")
-        assert res.cells and all(c.status == R.STATUS_NOT_RUNNABLE and c.reason for c in res.cells)
+        assert res.cells and all(c.status in (R.STATUS_NEEDS_CHECKPOINT, R.STATUS_NEEDS_DATA) and c.reason
+                                 for c in res.cells)
         return
     (res,) = R.reproduce(f"{paper}/{table}", tier="quick")
     ran = [c for c in res.cells if c.reproduced is not None]
@@ -52,7 +53,8 @@ def test_mir_llm_rows_against_the_loopback_server():
         # every paper judged relevant: the first-stage order stays, so do the figures
         assert cells[("Pointwise_ZS", m)].reproduced == pytest.approx(first, abs=1e-6)
         assert cells[("Agent_ZS", m)].reproduced == pytest.approx(first, abs=1e-6)
-        assert cells[("Pointwise_ZS", m)].status in (R.STATUS_DIFFERS, R.STATUS_REPRODUCED)
+        # the loopback server stands in for the paper's LLM: shown, never compared with the published figure
+        assert cells[("Pointwise_ZS", m)].status == R.STATUS_STAND_IN
     assert not [c for c in res.failed if c.system == "MiniLM_FT_top10"]
 
 

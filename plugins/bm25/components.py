@@ -1,5 +1,5 @@
-"""The BM25 plugin's pipeline component: ``bm25`` (PISA or Lucene, over an index or a dataset's
-corpus, indexed on first use)."""
+"""The lexical plugin's pipeline components: ``bm25`` (PISA or Lucene, over an index or a dataset's
+corpus, indexed on first use) and ``tfidf`` (TF-IDF cosine re-ranking of each query's candidates)."""
 from __future__ import annotations
 
 import os
@@ -9,8 +9,9 @@ from pyterrier_sci.corpus import dataset_of
 from pyterrier_sci.registry import DATASET, MAX_RESULTS, PATH, Param, check_artifact, check_fields, params
 
 from .retriever import BACKENDS, BM25, corpus_index, load_index
+from .tfidf import STOP_WORDS, TfidfScorer
 
-__all__ = ["bm25_component"]
+__all__ = ["bm25_component", "tfidf_component"]
 
 
 @params(backend=Param(str, min_len=1), index=Param(PATH, optional=True), dataset=Param(DATASET, optional=True),
@@ -38,3 +39,19 @@ def bm25_component(*, context=None, backend: str = "pisa", index: Optional[str] 
         index_obj = load_index(index, backend)
     return BM25(index_obj, k1=k1, b=b, num_results=num_results, rerank_depth=rerank_depth, threads=threads,
                 verbose=verbose)
+
+
+@params(dataset=Param(DATASET, optional=True), text_field=Param(str, min_len=1),
+        fields=Param(list, item=str, min_len=1, optional=True), lowercase=Param(bool), sublinear_tf=Param(bool),
+        stop_words=Param(str, choices=STOP_WORDS, optional=True), clean=Param(bool))
+def tfidf_component(*, context=None, dataset: Optional[str] = None, text_field: str = "text",
+                    fields: Optional[Sequence[str]] = None, lowercase: bool = True, sublinear_tf: bool = False,
+                    stop_words: Optional[str] = None, clean: bool = True, verbose: bool = False) -> TfidfScorer:
+    """``tfidf``: re-ranks each query's candidates by TF-IDF cosine, the IDF fitted on that query's candidates
+    (scikit-learn's ``TfidfVectorizer`` with the DORIS-MAE authors' settings); the text comes from a
+    ``text_field`` column or the dataset's docstore (``fields``)."""
+    dataset = dataset_of(dataset, context, "tfidf", required=False)
+    if fields:
+        check_fields(dataset or "", fields, "tfidf")
+    return TfidfScorer(dataset=dataset, text_field=text_field, fields=fields, lowercase=lowercase,
+                       sublinear_tf=sublinear_tf, stop_words=stop_words, clean=clean, verbose=verbose)
