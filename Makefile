@@ -21,7 +21,7 @@ $(BIN)/.installed: setup.cfg pyproject.toml constraints.txt
 	@$(PYTHON) -m venv $(VENV)
 	@$(PIP) install -qq --upgrade pip
 	@$(PIP) install -qq torch==2.13.0
-	@$(PIP) install -qq -c constraints.txt -e ".[lucene,llm-server,colbert,scale,report,fast,test]"
+	@$(PIP) install -qq -c constraints.txt -e ".[lucene,llm-server,colbert,scale,report,fast,corpora,test]"
 	@touch $@
 
 install: $(BIN)/.installed

@@ -88,10 +88,29 @@ def corpus_id(dataset: str) -> str:
     return ds_id
 
 
+def corpus_version(dataset: str) -> Optional[str]:
+    """The version of a corpus whose content can change under one id (a local corpus, ``sci/local/NAME``: a hash of
+    its sources), as its documents' ``sci_version()`` gives it; None for a benchmark's fixed corpus."""
+    import ir_datasets
+    try:
+        handler = ir_datasets.load(irds_id(dataset)).docs_handler()
+    except Exception:  # noqa: BLE001 - no such dataset, or one without documents: no version
+        return None
+    version = getattr(handler, "sci_version", None)
+    return version() if callable(version) else None
+
+
+def corpus_key(dataset: str) -> str:
+    """The folder name of a corpus's indexes and saved runs: its :func:`corpus_id` with ``/`` as ``__``, and
+    ``@<version>`` for a corpus with versions (a changed local corpus never shares the old one's indexes)."""
+    version = corpus_version(dataset)
+    return corpus_id(dataset).replace("/", "__") + (f"@{version}" if version else "")
+
+
 def index_path(work_dir: Path, dataset: str, kind: str, fields: Optional[Sequence[str]] = None) -> Path:
-    """``<work>/indexes/<corpus>/<kind>[-<fields>]``: where a corpus index of the toolkit lives."""
+    """``<work>/indexes/<corpus>[@<version>]/<kind>[-<fields>]``: where a corpus index of the toolkit lives."""
     suffix = "" if not fields else "-" + "+".join(fields)
-    return Path(work_dir) / "indexes" / corpus_id(dataset).replace("/", "__") / f"{kind}{suffix}"
+    return Path(work_dir) / "indexes" / corpus_key(dataset) / f"{kind}{suffix}"
 
 
 def sorted_results(df: pd.DataFrame) -> pd.DataFrame:

@@ -21,7 +21,7 @@ __all__ = ["SciError", "PipelineError", "ParameterError", "UnknownComponentError
            "LLMCacheError",
            "LLMBudgetExceeded", "TooLarge", "ServerUnavailable", "LinkReplacedWarning", "DamagedFileWarning",
            "ShortRunWarning", "DeprecatedNameWarning", "warn_deprecated_name", "IndexUpdateError", "ReproductionError",
-           "ServeError",
+           "ServeError", "RecordError",
            "OverloadedError", "DeadlineExceededError", "ShuttingDownError", "one_line", "SHOW_COLUMNS"]
 
 
@@ -159,6 +159,21 @@ class DamagedDataError(SciError, ValueError):
         where = f"{path}, line {line}" if line else f"{path}"
         remedy = remedy or "restore it from the benchmark's release"
         super().__init__(f"damaged data file {where}: {problem}. {remedy[0].upper()}{remedy[1:]}")
+
+
+class RecordError(SciError, ValueError):
+    """A paper collection the researcher gave (a JSONL, CSV, TSV, BibTeX, CSL-JSON or PDF file, a directory of
+    PDFs, a DataFrame) that cannot be read as paper records: bytes that are not text in the encoding, a line that
+    is not JSON, a record without a docno or without any text, a date that is not one, a docno given twice, no
+    record at all, a damaged or encrypted PDF.  ``path`` names the file (``"the DataFrame"`` for one), ``where``
+    the line, entry or row (``""`` for the whole file), ``problem`` what is wrong and what to do."""
+
+    def __init__(self, path: Union[str, Path], problem: str, where: str = ""):
+        self.path, self.problem, self.where = str(path), problem, where
+        super().__init__(f"{path}, {where}: {problem}" if where else f"{path}: {problem}")
+
+    def __reduce__(self):
+        return (type(self), (self.path, self.problem, self.where))
 
 
 class RunFileError(SciError, ValueError):

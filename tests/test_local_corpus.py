@@ -1,0 +1,178 @@
+"""Your own papers as a corpus (pyterrier_sci.local_corpus): a collection registered as ``sci/local/NAME`` is an
+ir_datasets id like a benchmark's (documents, topics, qrels, indexes, ``ps.Experiment``), an artifact keyed by its
+content (the same files: nothing rebuilt; a changed file: a new version, never mixed with the old one's indexes),
+written atomically, with one clear error for bad input.  The collection: 3 of CSFCube's Method queries with up to
+40 papers of each pool (all judged), built from ../shared/data in the test."""
+import gzip
+import json
+import os
+import subprocess
+import sys
+
+import pandas as pd
+import pyterrier as pt
+import pytest
+from conftest import needs_data
+
+import pyterrier_sci as ps
+from pyterrier_sci import local_corpus as L
+from pyterrier_sci.cli import main
+from pyterrier_sci.errors import RecordError
+
+pytestmark = needs_data("csfcube")
+
+
+@pytest.fixture(scope="module")
+def collection(tmp_path_factory):
+    """JSONL papers, TSV topics and TREC qrels made from CSFCube's Method facet."""
+    import ir_datasets
+
+    import pyterrier_sci  # noqa: F401
+    d = tmp_path_factory.mktemp("own")
+    ds = ir_datasets.load("sci/csfcube/method")
+    queries = {q.query_id: q for q in ds.queries_iter()}
+    qrels = pd.DataFrame(ds.qrels_iter())
+    keep = sorted(queries)[:3]
+    judged = qrels[qrels["query_id"].isin(keep)].groupby("query_id").head(40)
+    docnos = set(judged["doc_id"]) | {queries[q].query_id.split("_")[0] for q in keep}
+    store = ir_datasets.load("sci/csfcube").docs_store()
+    papers = [store.get(x) for x in sorted(docnos)]
+    with open(d / "papers.jsonl", "w", encoding="utf-8") as f:
+        for p in papers:
+            f.write(json.dumps({"docno": p.doc_id, "title": p.title, "abstract": p.abstract}) + "\n")
+    topics = {q: f"{store.get(q.split('_')[0]).title}" for q in keep}
+    (d / "topics.tsv").write_text("".join(f"{q}\t{t}\n" for q, t in topics.items()), encoding="utf-8")
+    (d / "qrels.txt").write_text("".join(f"{r.query_id} 0 {r.doc_id} {r.relevance}\n" for r in judged.itertuples()),
+                                 encoding="utf-8")
+    return {"dir": d, "papers": papers, "topics": topics, "judged": judged}
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    monkeypatch.setenv("PYTERRIER_SCI_HOME", str(tmp_path / "work"))
+    return tmp_path / "work"
+
+
+def test_a_registered_collection_is_a_dataset_like_a_benchmark(collection, home):
+    d = collection["dir"]
+    dsid = ps.register_corpus("mine", d / "papers.jsonl", topics=d / "topics.tsv", qrels=d / "qrels.txt")
+    assert dsid == "irds:sci/local/mine"
+    ds = pt.get_dataset(dsid)
+    docs = list(ds.get_corpus_iter(verbose=False))
+    assert [x["docno"] for x in docs] == [p.doc_id for p in collection["papers"]]
+    assert docs[0]["title"] == collection["papers"][0].title and docs[0]["abstract"] == collection["papers"][0].abstract
+    topics, qrels = ds.get_topics(), ds.get_qrels()
+    assert dict(zip(topics["qid"], topics["query"])) == collection["topics"]
+    assert len(qrels) == len(collection["judged"]) and set(qrels["label"]) <= {0, 1, 2, 3}
+    # the same pipelines as on a benchmark, compared with ps.Experiment on the collection's own topics and qrels
+    bm25 = ps.pipeline("bm25", dataset=dsid)
+    dense = ps.pipeline("dense(backend='torch')", dataset=dsid)
+    rrf = ps.pipeline("rrf(bm25, dense(backend='torch'), k=60)", dataset=dsid)
+    res = ps.Experiment([bm25, dense, rrf], topics, qrels, ["nDCG@10", "AP"], names=["bm25", "dense", "rrf"])
+    assert len(res) == 3 and res["nDCG@10"].between(0.1, 1).all()
+    import ir_measures
+    run = bm25(topics).rename(columns={"qid": "query_id", "docno": "doc_id"})
+    want = ir_measures.calc_aggregate([ir_measures.nDCG @ 10], qrels.rename(
+        columns={"qid": "query_id", "docno": "doc_id", "label": "relevance"}), run)[ir_measures.nDCG @ 10]
+    assert res.loc[res["name"] == "bm25", "nDCG@10"].iloc[0] == pytest.approx(want, abs=1e-9)
+    # BM25 over the local corpus is PISA's own BM25 over the same papers (a reference built here, not by us)
+    import pyterrier_pisa
+    ref = pyterrier_pisa.PisaIndex(str(home.parent / "ref"), text_field=["title", "abstract"], threads=1)
+    ref.index({"docno": p.doc_id, "title": p.title, "abstract": p.abstract} for p in collection["papers"])
+    ours = bm25(topics).sort_values(["qid", "rank"]).reset_index(drop=True)
+    theirs = ref.bm25(k1=0.9, b=0.4, num_results=1000)(topics).sort_values(["qid", "rank"]).reset_index(drop=True)
+    assert ours["docno"].tolist()[:30] == theirs["docno"].tolist()[:30]
+    assert ours["score"].tolist()[:30] == pytest.approx(theirs["score"].tolist()[:30], rel=1e-5)
+
+
+def test_the_registration_is_an_artifact_keyed_by_content(collection, home, tmp_path):
+    src = tmp_path / "papers.jsonl"
+    src.write_bytes((collection["dir"] / "papers.jsonl").read_bytes())
+    dsid = ps.register_corpus("versions", src)
+    first = L.corpus_manifest("versions")
+    docs = L.corpora_dir() / "versions" / first["version"] / "docs.jsonl.gz"
+    mtime = docs.stat().st_mtime_ns
+    assert first["documents"] == len(collection["papers"]) and first["sources"][0]["sha256"]
+    assert json.loads((docs.parent / "pt_meta.json").read_text())["type"] == L.ARTIFACT_TYPE
+    # the same bytes: nothing is read or written again
+    assert ps.register_corpus("versions", src) == dsid and docs.stat().st_mtime_ns == mtime
+    bm25 = ps.pipeline("bm25", dataset=dsid)
+    before = bm25.search("sentiment")
+    # a changed file: a new version, its own indexes; the old version's index is not used
+    lines = src.read_text(encoding="utf-8").splitlines()
+    record = json.loads(lines[0])
+    record["title"] = "zyxwvut sentiment sentiment sentiment"
+    src.write_text("\n".join([json.dumps(record)] + lines[1:]) + "\n", encoding="utf-8")
+    ps.register_corpus("versions", src)
+    second = L.corpus_manifest("versions")
+    assert second["version"] != first["version"] and len(list((home / "indexes").glob("sci__local__versions@*"))) == 1
+    after = ps.pipeline("bm25", dataset=dsid).search("zyxwvut")
+    assert after["docno"].tolist()[:1] == [record["docno"]] and len(before) > 0
+    assert sorted(p.name for p in (home / "indexes").glob("sci__local__versions@*")) == \
+        sorted(f"sci__local__versions@{v}" for v in (first["version"], second["version"]))
+
+
+def test_a_fresh_process_finds_the_registered_collection(collection, home):
+    d = collection["dir"]
+    ps.register_corpus("shared", d / "papers.jsonl", topics=d / "topics.tsv", qrels=d / "qrels.txt")
+    script = ("import pyterrier as pt, pyterrier_sci\n"
+              "ds = pt.get_dataset('irds:sci/local/shared')\n"
+              "print(len(ds.get_topics()), len(ds.get_qrels()), sum(1 for _ in ds.get_corpus_iter(verbose=False)))")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
+                         env={**os.environ, "PYTERRIER_SCI_HOME": str(home)})
+    assert out.stdout.split() == [str(len(collection["topics"])), str(len(collection["judged"])),
+                                  str(len(collection["papers"]))]
+
+
+def test_bad_input_is_one_error_naming_the_file_and_nothing_is_registered(collection, home, tmp_path):
+    d = collection["dir"]
+    with pytest.raises(RecordError, match="not a corpus name"):
+        ps.register_corpus("../escape", d / "papers.jsonl")
+    with pytest.raises(RecordError, match="no such file"):
+        ps.register_corpus("x", tmp_path / "missing.jsonl")
+    bad_qrels = tmp_path / "qrels.txt"
+    bad_qrels.write_text(f"{next(iter(collection['topics']))} 0 not-a-paper 1\n")
+    with pytest.raises(RecordError, match=r"qrels.txt: judges document 'not-a-paper', which is not a paper"):
+        ps.register_corpus("x", d / "papers.jsonl", topics=d / "topics.tsv", qrels=bad_qrels)
+    bad_topics = tmp_path / "topics.tsv"
+    bad_topics.write_text("q1\tone\nq1\ttwo\n")
+    with pytest.raises(RecordError, match="topics.tsv: query id 'q1' is given twice"):
+        ps.register_corpus("x", d / "papers.jsonl", topics=bad_topics)
+    assert not (L.corpora_dir() / "x").exists() or not list((L.corpora_dir() / "x").glob("[0-9a-f]*"))
+    # a good version, then a source that fails half-way: the good version stays current, nothing partial is left
+    good = tmp_path / "good.jsonl"
+    good.write_bytes((d / "papers.jsonl").read_bytes())
+    ps.register_corpus("y", good)
+    kept = L.corpus_manifest("y")["version"]
+    with open(good, "a", encoding="utf-8") as f:
+        f.write('{"docno": "broken", "title": \n')
+    with pytest.raises(RecordError, match=r"good.jsonl, line \d+"):
+        ps.register_corpus("y", good)
+    assert L.corpus_manifest("y")["version"] == kept
+    assert sorted(p.name for p in (L.corpora_dir() / "y").iterdir()) == sorted([kept, "current.json",
+                                                                                  "current.json.lock"]) or \
+        sorted(p.name for p in (L.corpora_dir() / "y").iterdir() if not p.name.endswith(".lock")) == \
+        sorted([kept, "current.json"])
+    with gzip.open(L.corpora_dir() / "y" / kept / "docs.jsonl.gz", "rt") as f:
+        assert sum(1 for _ in f) == len(collection["papers"])
+    # a corpus without topics says so when its topics are asked for
+    with pytest.raises(RecordError, match="registered without topics"):
+        pt.get_dataset("irds:sci/local/y").get_topics()
+
+
+def test_the_command_line(collection, home, capsys):
+    d = collection["dir"]
+    assert main(["corpus", "add", "cli", str(d / "papers.jsonl"), "--topics", str(d / "topics.tsv"),
+                 "--qrels", str(d / "qrels.txt")]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"irds:sci/local/cli: {len(collection['papers'])} papers, 3 topics, "
+                          f"{len(collection['judged'])} judgements (version ")
+    assert main(["corpus", "list"]) == 0 and "irds:sci/local/cli" in capsys.readouterr().out
+    assert main(["corpus", "show", "cli"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["documents"] == len(collection["papers"]) and shown["sources"][0]["path"].endswith("papers.jsonl")
+    assert main(["run", "bm25", "--dataset", "irds:sci/local/cli", "--output", str(home.parent / "run.res")]) == 0
+    capsys.readouterr()
+    assert main(["corpus", "remove", "cli"]) == 0 and not (L.corpora_dir() / "cli").exists()
+    assert main(["corpus", "add", "bad name", str(d / "papers.jsonl")]) == 2
+    assert "not a corpus name" in capsys.readouterr().err
