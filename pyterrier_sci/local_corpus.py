@@ -32,10 +32,11 @@ from pyterrier_sci.data import work_dir
 from pyterrier_sci.errors import RecordError
 from pyterrier_sci.irds import FnDocs, FnQrels, FnQueries, register
 from pyterrier_sci.records import detect_format, read_records
+from pyterrier_sci.text import STANDARD_UNITS, ChunkDoc, chunk_corpus_id, chunk_documents
 
-__all__ = ["ID_PREFIX", "LocalPaper", "LocalQuery", "LocalDocs", "register_corpus", "corpora_dir", "local_corpora",
-           "corpus_manifest", "remove_corpus", "register_local_datasets", "register_local_dataset", "local_name",
-           "add_corpus_commands"]
+__all__ = ["ID_PREFIX", "LocalPaper", "LocalQuery", "LocalDocs", "LocalChunkDocs", "Section", "register_corpus",
+           "corpora_dir", "local_corpora", "corpus_manifest", "remove_corpus", "register_local_datasets",
+           "register_local_dataset", "local_name", "add_corpus_commands"]
 
 #: the ir_datasets ids of local corpora: ``sci/local/NAME``
 ID_PREFIX = "sci/local/"
@@ -46,21 +47,27 @@ _CURRENT = "current.json"
 _CHUNK = 1 << 20
 
 
+class Section(NamedTuple):
+    heading: str
+    text: str
+
+
 class LocalPaper(NamedTuple):
-    """A paper of a local corpus (the fields of :data:`pyterrier_sci.records.RECORD_FIELDS`; ``sections`` as
-    ``((title, text), ...)``)."""
+    """A paper of a local corpus, shaped as the toolkit's full-paper corpora are (``sci/acl-fulltext``): ``text``
+    is the title and abstract (the full text when a paper has neither), ``full_text`` the body where the source has
+    one (a PDF's text), ``sections`` its ``(heading, text)`` sections, ``date`` ISO 8601, ``citations`` the docnos
+    it cites."""
     doc_id: str
+    text: str
     title: str
     abstract: str
-    text: str
+    full_text: str
+    sections: Tuple[Section, ...]
     date: str
     citations: Tuple[str, ...]
-    sections: Tuple[Tuple[str, str], ...]
 
     def default_text(self) -> str:
-        """Title and abstract; the full text when the paper has neither."""
-        head = " ".join(x for x in (self.title, self.abstract) if x)
-        return head or self.text
+        return self.text
 
 
 class LocalQuery(NamedTuple):
@@ -358,9 +365,11 @@ class LocalDocs(FnDocs):
         with gzip.open(self._directory() / "docs.jsonl.gz", "rt", encoding="utf-8") as f:
             for line in f:
                 r = json.loads(line)
-                yield LocalPaper(r["docno"], r.get("title", ""), r.get("abstract", ""), r.get("text", ""),
-                                 r.get("date", ""), tuple(r.get("citations") or ()),
-                                 tuple((s.get("title", ""), s.get("text", "")) for s in r.get("sections") or ()))
+                title, abstract, body = r.get("title", ""), r.get("abstract", ""), r.get("text", "")
+                yield LocalPaper(r["docno"], " ".join(x for x in (title, abstract) if x) or body, title, abstract,
+                                 body, tuple(Section(x.get("title", ""), x.get("text", "")) for x in
+                                             r.get("sections") or ()), r.get("date", ""),
+                                 tuple(r.get("citations") or ()))
 
     def docs_count(self):
         try:
@@ -399,14 +408,72 @@ def _qrels_of(name: str) -> Iterator[ir_datasets.formats.TrecQrel]:
             yield ir_datasets.formats.TrecQrel(qid, docno, int(grade), "0")
 
 
+class LocalChunkDocs(FnDocs):
+    """``sci/local/NAME/chunks-<unit>``: the chunks of a local corpus's current version (of each paper's full text,
+    else its title and abstract), keyed by that version as the corpus is."""
+
+    def __init__(self, name: str, unit: int, stride: Optional[int]):
+        chunk_id = chunk_corpus_id(f"{ID_PREFIX}{name}", unit)
+        super().__init__(chunk_id, self._chunks, ChunkDoc)
+        self._corpus, self._unit, self._stride = name, unit, stride
+
+    def sci_version(self) -> Optional[str]:
+        return (_current(self._corpus) or {}).get("version")
+
+    def _chunks(self) -> Iterator[ChunkDoc]:
+        papers = (p._replace(full_text=p.full_text or p.text) for p in LocalDocs(self._corpus).docs_iter())
+        return chunk_documents(papers, unit=self._unit, stride=self._stride, text_field="full_text",
+                               title_field="title")
+
+    def _store_path(self) -> Path:
+        return Path(work_dir()) / "irds" / self._name / (self.sci_version() or "none") / "docs.pklz4"
+
+
+class LocalQueries(FnQueries):
+    """The topics of a local corpus's current version; a version registered without topics has none (ir_datasets'
+    ``has_queries()`` is false, as for a corpus that never had any)."""
+
+    def __init__(self, name: str):
+        super().__init__(f"{ID_PREFIX}{name}", lambda: _topics_of(name), LocalQuery)
+        self._corpus = name
+
+    @property
+    def queries_handler(self):   # what ir_datasets looks up to know whether a dataset has queries
+        if not _has_file(self._corpus, "topics.tsv"):
+            raise AttributeError("queries_handler")
+        return lambda: self
+
+
+class LocalQrels(FnQrels):
+    """The qrels of a local corpus's current version (none when it was registered without them)."""
+
+    def __init__(self, name: str):
+        super().__init__(lambda: _qrels_of(name), {0: "not relevant", 1: "relevant", 2: "highly relevant"},
+                         ir_datasets.formats.TrecQrel)
+        self._corpus = name
+
+    @property
+    def qrels_handler(self):
+        if not _has_file(self._corpus, "qrels.txt"):
+            raise AttributeError("qrels_handler")
+        return lambda: self
+
+
+def _has_file(name: str, filename: str) -> bool:
+    d = _version_dir(name)
+    return d is not None and (d / filename).is_file()
+
+
 def register_local_dataset(name: str) -> str:
     """Registers ``sci/local/NAME`` with ir_datasets (once per process; the version is looked up on use)."""
     _check_name(name)
     dsid = f"{ID_PREFIX}{name}"
-    register(dsid, LocalDocs(name), FnQueries(dsid, lambda: _topics_of(name), LocalQuery),
-             FnQrels(lambda: _qrels_of(name), {0: "not relevant", 1: "relevant", 2: "highly relevant"},
-                     ir_datasets.formats.TrecQrel),
+    register(dsid, LocalDocs(name), LocalQueries(name), LocalQrels(name),
              documentation={"desc": f"a local collection registered with pyterrier-sci corpus add ({name})"})
+    for unit, stride in STANDARD_UNITS.items():   # its papers cut into windows, for PRISM's chunk retrievers
+        chunks = LocalChunkDocs(name, unit, stride)
+        register(chunks.docs_namespace(), chunks, documentation={
+            "desc": f"{dsid} cut into windows of {unit} tokens (docno <paper>%p<i>; pyterrier_sci.text)"})
     return dsid
 
 

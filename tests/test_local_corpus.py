@@ -155,8 +155,9 @@ def test_bad_input_is_one_error_naming_the_file_and_nothing_is_registered(collec
         sorted([kept, "current.json"])
     with gzip.open(L.corpora_dir() / "y" / kept / "docs.jsonl.gz", "rt") as f:
         assert sum(1 for _ in f) == len(collection["papers"])
-    # a corpus without topics says so when its topics are asked for
-    with pytest.raises(RecordError, match="registered without topics"):
+    # a corpus without topics has none, as a benchmark without topics (PyTerrier's own message)
+    assert not pt.get_dataset("irds:sci/local/y").irds_ref().has_queries()
+    with pytest.raises(NotImplementedError, match="sci/local/y doesn't support get_topics"):
         pt.get_dataset("irds:sci/local/y").get_topics()
 
 
@@ -176,3 +177,65 @@ def test_the_command_line(collection, home, capsys):
     assert main(["corpus", "remove", "cli"]) == 0 and not (L.corpora_dir() / "cli").exists()
     assert main(["corpus", "add", "bad name", str(d / "papers.jsonl")]) == 2
     assert "not a corpus name" in capsys.readouterr().err
+
+
+def _pdf(path, title, sections):
+    from fpdf import FPDF
+    pdf = FPDF()
+    pdf.set_title(title)
+    pdf.add_page()
+
+    def para(text, size=11):
+        pdf.set_font("Helvetica", size=size)
+        pdf.multi_cell(0, 6, text, new_x="LMARGIN", new_y="NEXT")
+    para(title, 16)
+    for heading, body in sections:
+        para(heading, 12)
+        para(body)
+    pdf.output(str(path))
+
+
+PRISM_COMPONENTS = {
+    "A": {"component": "prism_query_field", "field": "text"},
+    "R": {"component": "prism_query_field", "field": "research_question_query"},
+    "M": {"component": "prism_query_field", "field": "method_query"},
+    "E": {"component": "prism_query_field", "field": "experiment_query"},
+    "papers": {"component": "prism_chunks_to_papers", "agg": "max"},
+    "exclude": {"component": "prism_exclude_query_paper"},
+    "sections": {"component": "prism_sections", "max_words": 256},
+}
+
+
+def test_prism_aspect_queries_run_on_a_folder_of_pdfs_and_abstracts(collection, home, tmp_path):
+    """PDFs with sections beside abstracts: PRISM's LLM-free aspect queries come from the PDF's own sections, its
+    chunk retrievers search the collection's registered chunks, and the fused ranking is of papers."""
+    pytest.importorskip("fpdf")
+    pytest.importorskip("pypdf")
+    pdfs = tmp_path / "pdfs"
+    pdfs.mkdir()
+    topics = {"parsing": "dependency parsing with neural networks", "sentiment": "sentiment of movie reviews",
+              "retrieval": "retrieval of scientific papers"}
+    for name, topic in topics.items():
+        _pdf(pdfs / f"{name}.pdf", f"A study of {topic}",
+             [("Abstract", f"We study {topic} and report what we find."),
+              ("1 Introduction", f"The research question is how {topic} behaves. " * 8),
+              ("2 Method", f"Our method for {topic} trains a model on annotated data. " * 6),
+              ("3 Experiments", f"Experiments on {topic} show gains over strong baselines. " * 6)])
+    dsid = ps.register_corpus("library", [pdfs, collection["dir"] / "papers.jsonl"])
+    paper = pt.get_dataset(dsid).irds_ref().docs_store().get("parsing")
+    assert [s.heading for s in paper.sections] == ["Abstract", "1 Introduction", "2 Method", "3 Experiments"]
+    assert "trains a model" in paper.full_text and paper.title == "A study of dependency parsing with neural networks"
+    cfg = ps.PipelineConfig.from_dict({"components": {
+        **PRISM_COMPONENTS, "bm25_A": {"component": "bm25", "dataset": dsid},
+        "bm25_C": {"component": "bm25", "dataset": "irds:sci/local/library/chunks-256", "num_results": 3000}}})
+    prism = ps.pipeline("prism_paper_fields >> sections >> rrf(A >> bm25_A >> exclude, R >> bm25_C >> papers >> "
+                        "exclude, M >> bm25_C >> papers >> exclude, E >> bm25_C >> papers >> exclude, k=60)",
+                        config=cfg, dataset=dsid)
+    queries = pd.DataFrame({"qid": list(topics), "query": [""] * len(topics)})
+    fields = ps.pipeline("prism_paper_fields >> sections", config=cfg, dataset=dsid)(queries)
+    assert fields.set_index("qid").loc["parsing", "method_query"].startswith("Our method for dependency parsing")
+    res = prism(queries)
+    assert set(res["qid"]) == set(topics) and not res["docno"].str.contains("%p").any()
+    assert not (res["qid"] == res["docno"]).any()        # the query paper is excluded
+    top = res.sort_values(["qid", "rank"]).groupby("qid").head(1).set_index("qid")["docno"]
+    assert top["parsing"] != top["sentiment"]
