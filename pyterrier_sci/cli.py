@@ -38,6 +38,7 @@ from pyterrier_sci.experiment import (
     write_run,
 )
 from pyterrier_sci.llm.cli import add_llm_commands
+from pyterrier_sci.local_corpus import as_dataset
 from pyterrier_sci.manifest import diff_manifests, format_changes, read_manifest
 from pyterrier_sci.pipeline import pipeline
 from pyterrier_sci.registry import CLI_GROUP, REGISTRY, check_dataset, load_group
@@ -431,7 +432,8 @@ def _main(argv: Optional[List[str]]) -> int:
     try:
         dataset = getattr(args, "dataset", None)
         if isinstance(dataset, str) and args.command in ("run", "evaluate"):
-            check_dataset(dataset, where="--dataset")  # before anything is downloaded
+            args.dataset = as_dataset(dataset)   # a file or folder of your own papers: registered first
+            check_dataset(args.dataset, where="--dataset")  # before anything is downloaded
         rc = args.fn(args) or 0
         sys.stdout.flush()   # a closed pipe fails here, inside the handler below, not at exit
         return rc

@@ -27,6 +27,7 @@ from pyterrier_sci.llm.budget import new_ledger_id, with_ledger_id
 from pyterrier_sci.llm.dryrun import COLUMNS as DRY_RUN_COLUMNS
 from pyterrier_sci.llm.dryrun import DryRunReport, budget_notes, concat_reports, dry_run
 from pyterrier_sci.llm.settings import answer_settings
+from pyterrier_sci.local_corpus import local_name
 from pyterrier_sci.manifest import Replay, replay_against
 from pyterrier_sci.pipeline import PipelineConfig, PipelineError, build_all, load_config, make_context, pipeline
 from pyterrier_sci.registry import REGISTRY, check_dataset
@@ -42,6 +43,11 @@ def _slug(s: str) -> str:
 
 def topics_and_qrels(dataset: str, variant: Optional[str] = None):
     ds = pt.get_dataset(pt_dataset_id(dataset))
+    irds = ds.irds_ref() if hasattr(ds, "irds_ref") else None
+    if irds is not None and not irds.has_queries():
+        hint = (" (a corpus of your own: register it with topics, e.g. pyterrier-sci corpus add NAME PATH --topics "
+                "topics.tsv --qrels qrels.txt)" if local_name(dataset) else "")
+        raise PipelineError(f"dataset {dataset} has no topics to run or evaluate{hint}")
     topics = ds.get_topics(variant) if variant else ds.get_topics()
     if "query" not in topics.columns:
         raise PipelineError(f"dataset {dataset} has several query fields; set topics_variant to one of "

@@ -31,12 +31,12 @@ from pyterrier_sci.artifacts import atomic_write_text, build_atomically, lock, w
 from pyterrier_sci.data import work_dir
 from pyterrier_sci.errors import RecordError
 from pyterrier_sci.irds import FnDocs, FnQrels, FnQueries, register
-from pyterrier_sci.records import detect_format, read_records
+from pyterrier_sci.records import SUFFIXES, detect_format, read_records
 from pyterrier_sci.text import STANDARD_UNITS, ChunkDoc, chunk_corpus_id, chunk_documents
 
 __all__ = ["ID_PREFIX", "LocalPaper", "LocalQuery", "LocalDocs", "LocalChunkDocs", "Section", "register_corpus",
            "corpora_dir", "local_corpora", "corpus_manifest", "remove_corpus", "register_local_datasets",
-           "register_local_dataset", "local_name", "add_corpus_commands"]
+           "register_local_dataset", "local_name", "add_corpus_commands", "as_dataset"]
 
 #: the ir_datasets ids of local corpora: ``sci/local/NAME``
 ID_PREFIX = "sci/local/"
@@ -327,6 +327,26 @@ def register_corpus(name: str, source: Union[str, os.PathLike, pd.DataFrame, Seq
                               "the corpus's current version")
     register_local_dataset(name)
     return f"irds:{ID_PREFIX}{name}"
+
+
+def as_dataset(dataset: Any) -> Any:
+    """A dataset argument as an id: a DataFrame of papers, or the path of a file (JSONL[.gz], CSV, TSV, BibTeX,
+    CSL-JSON, PDF) or folder of PDFs, is registered first (:func:`register_corpus`, as ``sci/local/<stem>-<hash>``,
+    the hash of the DataFrame's content or the path's location, so two files called ``papers.jsonl`` are two
+    corpora) and its id returned; anything else is returned as it is."""
+    if isinstance(dataset, pd.DataFrame):
+        digest = _describe(dataset)[0]["sha256"][:10]
+        return register_corpus(f"dataframe-{digest}", dataset)
+    if not isinstance(dataset, (str, os.PathLike)) or str(dataset).startswith("irds:"):
+        return dataset
+    p = Path(dataset).expanduser()
+    suffixes = "".join(p.suffixes[-2:]).lower()
+    if not (p.is_dir() or p.is_file() and (p.suffix.lower() in SUFFIXES or suffixes.endswith((".jsonl.gz",
+                                                                                             ".ndjson.gz")))):
+        return dataset
+    stem = re.sub(r"[^A-Za-z0-9_.-]+", "-", p.name.split(".")[0]).strip("-.") or "papers"
+    where = hashlib.sha256(str(p.resolve()).encode("utf-8")).hexdigest()[:8]
+    return register_corpus(f"{stem[:80]}-{where}", p)
 
 
 def remove_corpus(name: str) -> Path:

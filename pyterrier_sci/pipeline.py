@@ -19,6 +19,7 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 import pyterrier as pt
 import yaml
 
+from pyterrier_sci.local_corpus import as_dataset
 from pyterrier_sci.registry import (  # noqa: F401 (re-exported)
     MAX_RESULTS,
     REGISTRY,
@@ -633,6 +634,7 @@ def _describe(inputs, params) -> str:
 
 def make_context(config: PipelineConfig, dataset: Optional[str] = None, context: Optional[Context] = None,
                  trusted: bool = False) -> Context:
+    dataset = as_dataset(dataset)   # a DataFrame or file of papers: registered as a local corpus first
     if context is not None:
         if dataset and not context.dataset:
             context.dataset = dataset
@@ -649,7 +651,8 @@ def pipeline(expr: str, config: Union[None, str, os.PathLike, Dict[str, Any], Pi
     Args:
         expr: the expression, e.g. ``"pool >> bm25(k1=0.9) % 10"``, or the name of a pipeline of the config.
         config: a YAML path, a dict or a :class:`PipelineConfig` naming components and pipelines.
-        dataset: the dataset for components that need a corpus (overrides the config's ``dataset``).
+        dataset: the dataset for components that need a corpus (overrides the config's ``dataset``): an id, or a
+            DataFrame, file or folder of your own papers (registered first as ``sci/local/...``: docs/corpora.md).
         context: a full :class:`~pyterrier_sci.registry.Context` (overrides ``dataset``'s default).
         trusted: trust the expression and the config: an LLM ``base_url`` they set receives the API key,
             their file paths may lie anywhere (docs/llm.md, "Trust"). Only for configs you wrote.

@@ -175,6 +175,11 @@ def test_the_command_line(collection, home, capsys):
     assert main(["run", "bm25", "--dataset", "irds:sci/local/cli", "--output", str(home.parent / "run.res")]) == 0
     capsys.readouterr()
     assert main(["corpus", "remove", "cli"]) == 0 and not (L.corpora_dir() / "cli").exists()
+    # a file of papers as --dataset is registered first; without topics there is nothing to run, and it says so
+    assert main(["run", "bm25", "--dataset", str(d / "papers.jsonl"), "--output", str(home.parent / "f.res")]) == 2
+    err = capsys.readouterr().err
+    assert "has no topics to run or evaluate" in err and "--topics topics.tsv" in err and "internal error" not in err
+    assert any(n.startswith("papers-") for n in L.local_corpora())
     assert main(["corpus", "add", "bad name", str(d / "papers.jsonl")]) == 2
     assert "not a corpus name" in capsys.readouterr().err
 
@@ -239,3 +244,28 @@ def test_prism_aspect_queries_run_on_a_folder_of_pdfs_and_abstracts(collection, 
     assert not (res["qid"] == res["docno"]).any()        # the query paper is excluded
     top = res.sort_values(["qid", "rank"]).groupby("qid").head(1).set_index("qid")["docno"]
     assert top["parsing"] != top["sentiment"]
+
+
+def test_a_file_or_dataframe_of_papers_is_a_dataset_argument(collection, home):
+    """ps.pipeline(..., dataset=FILE or DataFrame) registers the papers first (sci/local/<stem>-<hash>): two files
+    of one name are two corpora; the same file again is the same corpus, not read again."""
+    d = collection["dir"]
+    bm25 = ps.pipeline("bm25", dataset=str(d / "papers.jsonl"))
+    res = bm25.search("sentiment analysis")
+    assert len(res) > 0 and set(res["docno"]) <= {p.doc_id for p in collection["papers"]}
+    names = list(L.local_corpora())
+    assert len(names) == 1 and names[0].startswith("papers-")
+    ps.pipeline("bm25", dataset=d / "papers.jsonl")
+    assert list(L.local_corpora()) == names
+    other = d / "other"
+    other.mkdir(exist_ok=True)
+    (other / "papers.jsonl").write_bytes((d / "papers.jsonl").read_bytes())
+    ps.pipeline("bm25", dataset=other / "papers.jsonl")
+    assert len(L.local_corpora()) == 2
+    df = pd.DataFrame([{"docno": p.doc_id, "title": p.title, "abstract": p.abstract} for p in collection["papers"]])
+    dense = ps.pipeline("dense(backend='torch')", dataset=df)
+    assert dense.search("sentiment analysis")["docno"].iloc[0] in set(df["docno"])
+    assert any(n.startswith("dataframe-") for n in L.local_corpora())
+    # an id that is neither registered nor a file is still an unknown dataset
+    with pytest.raises(Exception, match="unknown dataset|no-such"):
+        ps.pipeline("bm25", dataset="no-such.jsonl").search("x")
