@@ -269,3 +269,27 @@ def test_a_file_or_dataframe_of_papers_is_a_dataset_argument(collection, home):
     # an id that is neither registered nor a file is still an unknown dataset
     with pytest.raises(Exception, match="unknown dataset|no-such"):
         ps.pipeline("bm25", dataset="no-such.jsonl").search("x")
+
+
+def test_a_local_corpus_is_served(collection, home, tmp_path):
+    """pyterrier-sci serve on a local corpus: its search API answers as the pipeline in-process, with the papers'
+    titles from the corpus."""
+    import signal
+
+    from serve_helpers import request, start_cli
+    dsid = ps.register_corpus("served", collection["dir"] / "papers.jsonl")
+    config = tmp_path / "served.yaml"
+    config.write_text(f"dataset: {dsid}\ncomponents:\n  bm25: {{component: bm25}}\npipelines:\n  BM25: bm25\n")
+    want = ps.pipeline("bm25", dataset=dsid).search("sentiment analysis of movie reviews")
+    proc, url = start_cli(str(config), "--pipelines", "BM25", "--log-level", "warning",
+                          env={"PYTERRIER_SCI_HOME": str(home)})
+    try:
+        status, _, got = request(url + "/v1/search", "POST", {"query": "sentiment analysis of movie reviews", "k": 5,
+                                                               "pipeline": "BM25"})
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(60)
+    assert status == 200, got
+    assert [h["docno"] for h in got["results"]] == want["docno"].tolist()[:5]
+    titles = {p.doc_id: p.title for p in collection["papers"]}
+    assert [h["title"] for h in got["results"]] == [titles[d] for d in want["docno"].tolist()[:5]]
