@@ -65,7 +65,11 @@ def Experiment(retr_systems: List[Any], topics: pd.DataFrame, qrels: pd.DataFram
     per_q["measure"] = per_q["measure"].map(dict(zip(map(str, objs), shown))).fillna(per_q["measure"])
     if perquery is True:
         return per_q
-    table = summarise(per_q, dict(zip(shown, objs)), names, baseline=baseline, test=test, correction=correction,
+    # a topic without any judgement does not count (pt.Experiment warns, backfills NaN and leaves it out of its
+    # means): the averages here leave it out too, whatever the measure's own averaging
+    judged = set(qrels["qid"].astype(str)) if "qid" in qrels.columns else None
+    counted = per_q if judged is None else per_q[per_q["qid"].astype(str).isin(judged)]
+    table = summarise(counted, dict(zip(shown, objs)), names, baseline=baseline, test=test, correction=correction,
                       correction_alpha=correction_alpha, round=round)
     if perquery == "both":
         return table, per_q

@@ -134,3 +134,21 @@ def test_experiment_refuses_an_unknown_dataset_before_running(tmp_path):
            "experiments": {"e": {"datasets": ["irds:sci/csfcube/methd"], "measures": ["NDCG%20"]}}}
     with pytest.raises(ps.PipelineError, match="unknown dataset 'irds:sci/csfcube/methd'; did you mean"):
         run_experiment(cfg)
+
+
+@needs_data("csfcube", "sample_ranked_pools")
+def test_a_topic_without_judgements_is_left_out_as_pt_experiment_leaves_it_out(csfcube):
+    """pt.Experiment backfills a topic that has no judgement with NaN and leaves it out of its means; ps.Experiment
+    gave NaN means instead (a local corpus whose qrels judge only some of its topics)."""
+    import ir_measures
+    run = specter_run(["method"])
+    qrels = pt.get_dataset("irds:sci/csfcube/method").get_qrels()
+    qids = sorted(run["qid"].unique())
+    topics = pd.DataFrame({"qid": qids, "query": ["x"] * len(qids)})
+    partial = qrels[qrels["qid"] != qids[0]]     # the first topic has no judgement left
+    system = pt.Transformer.from_df(run, uniform=False)
+    ours = ps.Experiment([system], topics, partial, ["nDCG@10", "AP"], names=["SPECTER"])
+    theirs = pt.Experiment([system], topics, partial, [ir_measures.nDCG @ 10, ir_measures.AP], names=["SPECTER"])
+    assert ours["nDCG@10"].iloc[0] == pytest.approx(theirs["nDCG@10"].iloc[0], abs=1e-12)
+    assert ours["AP"].iloc[0] == pytest.approx(theirs["AP"].iloc[0], abs=1e-12)
+    assert not math.isnan(ours["AP"].iloc[0])
