@@ -1,5 +1,6 @@
 """Shared by the serve tests: the CSFCube service of pipelines/csfcube.yaml, a live uvicorn server in a
 thread, the CLI server in a subprocess, and a small HTTP client on the standard library."""
+import contextlib
 import json
 import os
 import re
@@ -107,3 +108,34 @@ def start_cli(*args, env=None):
 def _drain(stream, lines):
     for line in stream:
         lines.append(line)
+
+
+@contextlib.contextmanager
+def devtools_chromium(chromium, profile, url="about:blank", extra_args=(), page_url=None):
+    """Headless Chromium with its DevTools port open on ``url``; yields the DevTools page (its ``webSocketDebuggerUrl``)
+    whose URL starts with ``page_url`` (any page when None), and ends Chromium afterwards."""
+    proc = subprocess.Popen([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                             "--disable-component-update", "--disable-sync", "--no-first-run", *extra_args,
+                             f"--user-data-dir={profile}", "--remote-debugging-port=0", "--window-size=1280,900",
+                             url], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        port_file = Path(profile) / "DevToolsActivePort"
+        deadline = time.monotonic() + 60
+        while not (port_file.exists() and port_file.read_text().strip()):
+            assert time.monotonic() < deadline and proc.poll() is None, "Chromium did not start"
+            time.sleep(0.1)
+        port = int(port_file.read_text().split()[0])
+        while True:
+            targets = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=10).read())
+            pages = [t for t in targets if t["type"] == "page" and t["url"].startswith(page_url or "")]
+            if pages:
+                break
+            assert time.monotonic() < deadline, "Chromium opened no page"
+            time.sleep(0.1)
+        yield pages[0]
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()

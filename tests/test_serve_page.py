@@ -3,13 +3,11 @@ driven from the keyboard through the DevTools protocol: "/" focuses the query bo
 search, Tab and the arrow keys choose a pipeline; the page shows the same results the API gives."""
 import json
 import shutil
-import subprocess
 import time
-import urllib.request
 
 import pytest
 from conftest import needs_data
-from serve_helpers import LiveServer, csfcube_service, request
+from serve_helpers import LiveServer, csfcube_service, devtools_chromium, request
 
 from pyterrier_sci.serve import SearchAPI
 
@@ -74,36 +72,12 @@ def server():
 
 @pytest.fixture()
 def page(server, tmp_path):
-    profile = tmp_path / "profile"
-    proc = subprocess.Popen([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                             "--disable-component-update", "--disable-sync", "--no-first-run",
-                             f"--user-data-dir={profile}", "--remote-debugging-port=0", "--window-size=1280,900",
-                             server.url + "/"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        port_file = profile / "DevToolsActivePort"
-        deadline = time.monotonic() + 60
-        while not (port_file.exists() and port_file.read_text().strip()):
-            assert time.monotonic() < deadline and proc.poll() is None, "Chromium did not start"
-            time.sleep(0.1)
-        port = int(port_file.read_text().split()[0])
-        while True:
-            targets = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=10).read())
-            pages = [t for t in targets if t["type"] == "page" and t["url"].startswith(server.url)]
-            if pages:
-                break
-            assert time.monotonic() < deadline
-            time.sleep(0.1)
-        from websockets.sync.client import connect
-        with connect(pages[0]["webSocketDebuggerUrl"], max_size=2 ** 24) as ws:
+    from websockets.sync.client import connect
+    with devtools_chromium(CHROMIUM, tmp_path / "profile", server.url + "/", page_url=server.url) as target:
+        with connect(target["webSocketDebuggerUrl"], max_size=2 ** 24) as ws:
             p = Page(ws)
             p.wait("document.body.dataset.ready === '1'")
             yield p
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
 
 
 def api_results(server, query, pipeline, k=10):

@@ -4,9 +4,10 @@ a :class:`~.api.SearchAPI`.
 Routes (JSON): ``GET /health``, ``GET /ready``, ``GET /v1/pipelines``, ``GET|POST /v1/search``,
 ``POST /v1/batch_search``, ``GET /v1/papers/{docno}``, ``GET|POST /v1/similar``,
 ``POST /v1/suggest_citations``, ``GET /v1/stats``, ``GET /openapi.json``; MCP over streamable HTTP at
-``/mcp``; the search page at ``/``.  Every error is ``{"error": {"code", "message"}}`` with a 4xx/5xx
-status, never a traceback.  In front of the routes, one ASGI guard: a per-client rate limit (429),
-the bearer token (401), the body's size (413) and read time (408).
+``/mcp``; the search page at ``/``; Swagger UI at ``/docs``, its files served by the server itself
+(docs_page.py).  Every error is ``{"error": {"code", "message"}}`` with a 4xx/5xx status, never a traceback.
+In front of the routes, one ASGI guard: a per-client rate limit (429), the bearer token (401), the body's
+size (413) and read time (408).
 """
 
 import asyncio
@@ -26,15 +27,17 @@ from pyterrier_sci.llm.trust import API_KEY_ENV, REDACTED, redact
 
 from .api import SearchAPI, ServeSettings
 from .batching import DeadlineExceededError, OverloadedError, ShuttingDownError
+from .docs_page import ASSETS_PREFIX, add_docs_routes
 from .mcp_server import create_mcp
 from .service import ServeError
 
 __all__ = ["create_app", "Guard", "RedactingFilter", "install_log_redaction", "LOGGER", "page_dir", "error_body"]
 
 LOGGER = logging.getLogger("pyterrier_sci.serve")
-#: paths answered without the bearer token (probes and the page's static files, which hold no data)
+#: paths answered without the bearer token (probes, and the static files of the search page and of /docs,
+#: which hold no data; /docs itself, like /openapi.json, needs the token)
 OPEN_PATHS = ("/health", "/ready", "/", "/favicon.ico")
-OPEN_PREFIXES = ("/page/",)
+OPEN_PREFIXES = ("/page/", ASSETS_PREFIX)
 #: paths without a rate limit (probes)
 UNLIMITED_PATHS = ("/health", "/ready")
 #: clients the rate limiter remembers at most (the least recently seen are forgotten first)
@@ -285,7 +288,7 @@ def create_app(api: SearchAPI, mcp_host: str = "127.0.0.1"):
 
     app = FastAPI(title="pyterrier-sci search API", version="1", lifespan=lifespan,
                   description="Search the papers of a dataset with the pipelines of a pyterrier-sci config.",
-                  docs_url="/docs", redoc_url=None)
+                  docs_url=None, redoc_url=None, swagger_ui_oauth2_redirect_url=None)
 
     def err(status: int, code: str, message: str, headers: Optional[dict] = None):
         return JSONResponse({"error": {"code": code, "message": redact(message)}}, status_code=status,
@@ -422,6 +425,8 @@ def create_app(api: SearchAPI, mcp_host: str = "127.0.0.1"):
     @app.get("/v1/stats", summary="batching counters")
     async def stats():
         return {"batching": api.batcher.stats.as_dict(), "waiting": api.batcher.waiting}
+
+    add_docs_routes(app)   # /docs without a CDN
 
     if settings.page:
         pages = page_dir()
