@@ -363,7 +363,7 @@ def describe_error(e: BaseException) -> str:
     if isinstance(e, RecursionError):
         return "the input nests too deeply (Python's recursion limit was reached)"
     if isinstance(e, ImportError):
-        return one_line(f"{e} (an optional part may not be installed: see the README's extras)")
+        return one_line(f"{e} (an optional part may not be installed: see the README's extras and docs/guide.md)")
     text = one_line(e) or type(e).__name__
     return text if isinstance(e, ValueError) else f"{type(e).__name__}: {text}"
 

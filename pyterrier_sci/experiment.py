@@ -2,7 +2,7 @@
 :func:`pyterrier_sci.evaluation.Experiment`; each finished run is written to ``save_dir`` atomically
 and read back by a rerun, so an interrupted experiment resumes where it stopped; each experiment
 writes a manifest (:mod:`pyterrier_sci.manifest`) and :func:`replay_outcome` recomputes its table
-from the saved runs.  See README, "Pipeline files (YAML)", and docs/reproducibility.md.
+from the saved runs.  See docs/guide.md, "Pipeline files (YAML)", and docs/reproducibility.md.
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The pipeline language: PyTerrier's operators (``>>``, ``%``, ``+``, ``*``, ``|``, ``&``, ``**``,
 ``^``) over registered component names, parsed with :mod:`ast` and checked node by node (never
 ``eval``), errors underlined in the expression; and pipeline configs (YAML ``dataset``,
-``components``, ``pipelines``, ``experiments``, other sections as settings).  See README.
+``components``, ``pipelines``, ``experiments``, other sections as settings).  See docs/guide.md.
 """
 from __future__ import annotations
 

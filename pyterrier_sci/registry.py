@@ -1,7 +1,7 @@
 """The component registry: pipeline-language names mapped to factories
 ``factory(*inputs, context=None, **params) -> pt.Transformer``, filled from the entry-point group
 ``pyterrier_sci.components`` or with :func:`register` / :func:`component`, and the parameter checks
-(:class:`Param`, :func:`params`) run when a pipeline is built.  See README, "The pipeline language".
+(:class:`Param`, :func:`params`) run when a pipeline is built.  See docs/guide.md, "The pipeline language".
 """
 from __future__ import annotations
 
