@@ -41,6 +41,7 @@ from pyterrier_sci.llm.cli import add_llm_commands
 from pyterrier_sci.local_corpus import as_dataset
 from pyterrier_sci.manifest import diff_manifests, format_changes, read_manifest
 from pyterrier_sci.pipeline import pipeline
+from pyterrier_sci.reference import components_markdown, dataset_rows, datasets_markdown
 from pyterrier_sci.registry import CLI_GROUP, REGISTRY, check_dataset, load_group
 from pyterrier_sci.report import check_target, write_report
 
@@ -61,13 +62,21 @@ def _print_table(df: pd.DataFrame, as_json: bool) -> None:
 
 
 def cmd_datasets(args) -> int:
+    if args.markdown:
+        print(datasets_markdown(), end="")
+        return 0
     rows = registry_status()
+    about = {r["id"]: r for r in dataset_rows()}
+    for r in rows:
+        r.update({k: about.get(r["id"], {}).get(k, "") for k in ("description", "holds")})
     if args.json:
         print(json.dumps(rows, indent=2))
     else:
+        width = max(60, min(160, shutil.get_terminal_size((120, 24)).columns))
         for r in rows:
             state = "present" if r["present"] else "MISSING: " + ", ".join(r["missing"])
-            print(f"{r['id']:<40} {state}")
+            line = f"{r['id']:<44} {state:<8} {r['description']}"
+            print(line if len(line) <= width else line[:width - 1] + "…")
     return 0
 
 
@@ -75,6 +84,9 @@ def cmd_components(args) -> int:
     """Each component's name and the first sentence of its description, wrapped to the terminal; with names,
     each of those components' parameters: what it takes and its default."""
 
+    if args.markdown:
+        print(components_markdown(), end="")
+        return 0
     width = max(60, min(120, shutil.get_terminal_size((100, 24)).columns))
     if args.names:
         return _component_params(args.names, width)
@@ -240,13 +252,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = p.add_subparsers(dest="command", required=True)
 
-    s = sub.add_parser("datasets", help="registered dataset ids and whether their data is present")
+    s = sub.add_parser("datasets", help="registered dataset ids, what each is, and whether their data is present")
     s.add_argument("--json", action="store_true")
+    s.add_argument("--markdown", action="store_true", help="the reference page docs/reference/datasets.md")
     s.set_defaults(fn=cmd_datasets)
 
     s = sub.add_parser("components", help="component names of the pipeline language; with names, their "
                                           "parameters and defaults")
     s.add_argument("names", nargs="*", help="components whose parameters to list (e.g. dense bm25)")
+    s.add_argument("--markdown", action="store_true",
+                   help="every component with its parameters: the reference page docs/reference/components.md")
     s.set_defaults(fn=cmd_components)
 
     s = sub.add_parser("irds", help="ir_datasets' own command line with the sci/ datasets registered, e.g. "
