@@ -32,3 +32,15 @@ def test_the_tutorial_runs_as_written(page, tmp_path, monkeypatch):
         except Exception as e:  # noqa: BLE001 - name the page and block
             raise AssertionError(f"{page.relative_to(ROOT)}, code block {i} fails: {type(e).__name__}: {e}") from e
     assert os.listdir(tmp_path)
+
+
+@needs_data("csfcube")
+def test_the_readme_example_runs_as_written():
+    """The README's first example, as written (in the suite's work directory: the indexes it builds are shared)."""
+    (code,) = blocks(ROOT / "README.md")[:1]
+    namespace = {"__name__": "readme_example"}
+    exec(compile(code, "README.md (the first example)", "exec"), namespace)  # noqa: S102
+    table = namespace["ps"].Experiment([namespace["bm25"], namespace["hybrid"]], namespace["ds"].get_topics(),
+                                       namespace["ds"].get_qrels(), ["NDCG%20"], dataset="sci/csfcube/method",
+                                       names=["BM25", "RRF"])
+    assert list(table["name"]) == ["BM25", "RRF"] and table["NDCG%20"].between(0.3, 0.7).all()
