@@ -2,7 +2,6 @@
 a function run on first use (so registering a dataset reads no file)."""
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import pickle
@@ -19,6 +18,7 @@ from ir_datasets.indices import PickleLz4FullStore
 from pyterrier_sci.artifacts import DamagedFileWarning, build_atomically
 from pyterrier_sci.data import DamagedDataError, work_dir
 from pyterrier_sci.filesums import damaged_file, record_files
+from pyterrier_sci.quiet import lowered_logger
 
 
 class FnDocs(BaseDocs):
@@ -142,16 +142,10 @@ class CheckedLz4Store(PickleLz4FullStore):
             raise self._damaged(e) from e
 
 
-@contextlib.contextmanager
 def _irds_quiet():
     """ir_datasets' INFO lines ("Opening .../bin with direct file access") off; its warnings stay."""
-    logger = ir_datasets.log.easy().logger()  # created (at INFO) first, so that the level set here holds
-    level = logger.level
-    logger.setLevel(logging.WARNING)
-    try:
-        yield
-    finally:
-        logger.setLevel(level)
+    # the logger is created (at INFO) first, so that the level set here holds
+    return lowered_logger(ir_datasets.log.easy().logger(), logging.WARNING)
 
 
 #: what reading a damaged lz4 docstore raises (lz4's errors are RuntimeError; a cut pickle EOFError,

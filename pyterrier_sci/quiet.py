@@ -3,10 +3,11 @@ straight to the process's stdout/stderr file descriptors, which Python's own red
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import sys
 
-__all__ = ["quiet_native"]
+__all__ = ["quiet_native", "lowered_logger"]
 
 
 @contextlib.contextmanager
@@ -29,3 +30,14 @@ def quiet_native(enabled: bool = True):
         os.dup2(saved[1], 2)
         for fd in saved + [devnull]:
             os.close(fd)
+
+
+@contextlib.contextmanager
+def lowered_logger(logger: logging.Logger, level: int):
+    """Within it, ``logger`` lets through only records of ``level`` and above (its own level restored after)."""
+    before = logger.level
+    logger.setLevel(level)
+    try:
+        yield
+    finally:
+        logger.setLevel(before)

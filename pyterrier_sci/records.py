@@ -38,7 +38,6 @@ import os
 import re
 import sys
 import zlib
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
@@ -47,6 +46,7 @@ import pandas as pd
 
 from pyterrier_sci.dates import PaperDate, parse_date
 from pyterrier_sci.errors import ParameterError, RecordError
+from pyterrier_sci.quiet import lowered_logger
 
 __all__ = ["FORMATS", "RECORD_FIELDS", "DEFAULT_FIELDS", "SUFFIXES", "NO_DATE", "detect_format", "read_records",
            "read_citations", "pdf_sections"]
@@ -782,17 +782,10 @@ def pdf_sections(text: str) -> Tuple[List[Dict[str, str]], str]:
 _PLACEHOLDER_TITLE = re.compile(r"(microsoft word\s*-|untitled|^\s*$)|\.(docx?|pdf|dvi|tex|ps|rtf)\s*$", re.I)
 
 
-@contextmanager
 def _quiet_logger(name: str):
     """A library's log lines silenced: pypdf logs what it repairs (``EOF marker not found``), bibtexparser the
     blocks it skips; what fails is one RecordError, and a reader that succeeds says nothing."""
-    logger = logging.getLogger(name)
-    level = logger.level
-    logger.setLevel(logging.CRITICAL)
-    try:
-        yield
-    finally:
-        logger.setLevel(level)
+    return lowered_logger(logging.getLogger(name), logging.CRITICAL)
 
 
 def _pdf_raw(path: Path, docno: str) -> dict:
