@@ -31,7 +31,7 @@ from pyterrier_sci.artifacts import atomic_write_text, build_atomically, lock, w
 from pyterrier_sci.data import work_dir
 from pyterrier_sci.errors import RecordError
 from pyterrier_sci.irds import FnDocs, FnQrels, FnQueries, register
-from pyterrier_sci.records import SUFFIXES, detect_format, read_records
+from pyterrier_sci.records import SUFFIXES, detect_format, json_lines, read_lines, read_records
 from pyterrier_sci.text import STANDARD_UNITS, ChunkDoc, chunk_corpus_id, chunk_documents
 
 __all__ = ["ID_PREFIX", "LocalPaper", "LocalQuery", "LocalDocs", "LocalChunkDocs", "Section", "register_corpus",
@@ -194,50 +194,41 @@ def _line_error(path: str, n: int, problem: str) -> RecordError:
     return RecordError(path, problem, f"line {n}")
 
 
+def _topic_rows(path: Path, encoding: str) -> Iterator[Tuple[int, Any, Any]]:
+    """``(line number, qid, query)`` of each topic line, as the file gives them."""
+    if path.suffix.lower() in (".jsonl", ".json"):
+        for n, obj in json_lines(path, encoding):
+            topic = obj if isinstance(obj, dict) else {}
+            yield n, topic.get("qid", topic.get("query_id")), topic.get("query", topic.get("text"))
+    else:
+        for n, line, _ in read_lines(path, encoding):
+            if line.strip():
+                qid, _, query = line.rstrip("\r\n").partition("\t")
+                yield n, qid, query
+
+
 def _read_topics(path: Path, encoding: str) -> Iterator[Tuple[str, str]]:
     """``(qid, query)`` from a TSV (``qid<TAB>query``) or JSONL (``{"qid"|"query_id", "query"|"text"}``) file."""
-    jsonl = path.suffix.lower() in (".jsonl", ".json")
-    with open(path, "rb") as f:
-        for n, raw in enumerate(f, 1):
-            try:
-                line = raw.decode(encoding).rstrip("\r\n")
-            except UnicodeDecodeError as e:
-                raise _line_error(str(path), n, f"not {encoding} text (byte {e.start})") from None
-            if not line.strip():
-                continue
-            if jsonl:
-                try:
-                    obj = json.loads(line)
-                except ValueError as e:
-                    raise _line_error(str(path), n, f"not JSON ({e})") from None
-                qid = obj.get("qid", obj.get("query_id")) if isinstance(obj, dict) else None
-                query = obj.get("query", obj.get("text")) if isinstance(obj, dict) else None
-            else:
-                qid, _, query = line.partition("\t")
-            if qid in (None, "") or not isinstance(query, str) or not query.strip():
-                raise _line_error(str(path), n, "a topic is a query id and a query text (TSV: "
-                                  "qid<TAB>query; JSONL: {\"qid\", \"query\"})")
-            yield str(qid).strip(), " ".join(query.split())
+    for n, qid, query in _topic_rows(path, encoding):
+        if qid in (None, "") or not isinstance(query, str) or not query.strip():
+            raise _line_error(str(path), n, "a topic is a query id and a query text (TSV: qid<TAB>query; JSONL: "
+                              "{\"qid\", \"query\"})")
+        yield str(qid).strip(), " ".join(query.split())
 
 
 def _read_qrels(path: Path, encoding: str) -> Iterator[Tuple[str, str, int]]:
     """``(qid, docno, grade)`` from TREC qrels (``qid 0 docno grade``) or ``qid<TAB>docno<TAB>grade``."""
-    with open(path, "rb") as f:
-        for n, raw in enumerate(f, 1):
-            try:
-                parts = raw.decode(encoding).split()
-            except UnicodeDecodeError as e:
-                raise _line_error(str(path), n, f"not {encoding} text (byte {e.start})") from None
-            if not parts:
-                continue
-            if len(parts) not in (3, 4):
-                raise _line_error(str(path), n, "a judgement is 'qid 0 docno grade' (TREC qrels) or "
-                                  "'qid docno grade'")
-            qid, docno, grade = parts[0], parts[-2], parts[-1]
-            try:
-                yield qid, docno, int(grade)
-            except ValueError:
-                raise _line_error(str(path), n, f"the grade {grade!r} is not a whole number") from None
+    for n, line, _ in read_lines(path, encoding):
+        parts = line.split()
+        if not parts:
+            continue
+        if len(parts) not in (3, 4):
+            raise _line_error(str(path), n, "a judgement is 'qid 0 docno grade' (TREC qrels) or 'qid docno grade'")
+        qid, docno, grade = parts[0], parts[-2], parts[-1]
+        try:
+            yield qid, docno, int(grade)
+        except ValueError:
+            raise _line_error(str(path), n, f"the grade {grade!r} is not a whole number") from None
 
 
 # ------------------------------------------------------------------------------------------- building

@@ -533,7 +533,7 @@ def _line_safe(encoding: str) -> bool:
         return False
 
 
-def _lines(path: Path, encoding: str) -> Iterator[Tuple[int, str, bool]]:
+def read_lines(path: Path, encoding: str) -> Iterator[Tuple[int, str, bool]]:
     """``(line number, decoded line, whether it ended with a line break)`` of a (gzipped) text file, one line in
     memory at a time; bytes that are not text in ``encoding`` and a damaged gzip stream are a RecordError."""
     lineno = 0
@@ -571,15 +571,21 @@ def _json_type(v: Any) -> str:
     return {dict: "an object", list: "a list", str: "a string"}.get(type(v), type(v).__name__)
 
 
-def _read_jsonl(path: Path, mapper: _Mapper, encoding: str) -> Iterator[dict]:
-    for lineno, line, ended in _lines(path, encoding):
+def json_lines(path: Path, encoding: str = "utf-8") -> Iterator[Tuple[int, Any]]:
+    """``(line number, parsed value)`` of each non-blank line of a (gzipped) JSONL file (:func:`read_lines`); a
+    line that is not JSON is a RecordError naming it (and saying so when it is cut short)."""
+    for lineno, line, ended in read_lines(path, encoding):
         if not line.strip():
             continue
         try:
-            obj = json.loads(line.rstrip("\r\n"))
+            yield lineno, json.loads(line.rstrip("\r\n"))
         except json.JSONDecodeError as e:
             cut = " (the line is cut short: is the file truncated?)" if not ended else ""
             raise RecordError(path, f"not valid JSON ({e.msg}, column {e.colno}){cut}", f"line {lineno}") from None
+
+
+def _read_jsonl(path: Path, mapper: _Mapper, encoding: str) -> Iterator[dict]:
+    for lineno, obj in json_lines(path, encoding):
         if not isinstance(obj, dict):
             raise RecordError(path, f"expected a JSON object per line, found {_json_type(obj)}", f"line {lineno}")
         yield mapper.build(obj, path, f"line {lineno}")
@@ -599,7 +605,7 @@ def _raise_field_size_limit() -> None:
 def _read_table(path: Path, mapper: _Mapper, encoding: str, delimiter: str) -> Iterator[dict]:
     _raise_field_size_limit()
     current = [0]
-    lines = _lines(path, encoding)
+    lines = read_lines(path, encoding)
 
     def text_lines():
         for lineno, line, _ in lines:
@@ -903,13 +909,7 @@ def read_citations(source: Union[str, os.PathLike, Mapping[str, Any]], encoding:
         raise RecordError(path, "no such citations file")
     name = path.name.lower().removesuffix(".gz")
     if name.endswith((".jsonl", ".ndjson")):
-        for lineno, line, _ in _lines(path, encoding):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line.rstrip("\r\n"))
-            except json.JSONDecodeError as e:
-                raise RecordError(path, f"not valid JSON ({e.msg}, column {e.colno})", f"line {lineno}") from None
+        for lineno, obj in json_lines(path, encoding):
             citing = obj.get("docno", obj.get("doc_id", obj.get("id"))) if isinstance(obj, dict) else None
             if _empty(citing):
                 raise RecordError(path, "expected an object with a docno and its citations, e.g. "
@@ -918,7 +918,7 @@ def read_citations(source: Union[str, os.PathLike, Mapping[str, Any]], encoding:
             out.setdefault(_docno(citing), []).extend(_docnos(cited))
     else:
         sep = "," if name.endswith(".csv") else "\t"
-        for lineno, line, _ in _lines(path, encoding):
+        for lineno, line, _ in read_lines(path, encoding):
             s = line.rstrip("\r\n")
             if not s.strip() or s.lstrip().startswith("#"):
                 continue
