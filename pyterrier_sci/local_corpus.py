@@ -352,17 +352,27 @@ def remove_corpus(name: str) -> Path:
 
 
 # ---------------------------------------------------------------------------------------- ir_datasets
-class LocalDocs(FnDocs):
-    """The papers of a local corpus's current version; its docstore lives under the version
-    (``<work dir>/irds/sci/local/NAME/<version>/``)."""
+class _VersionedDocs(FnDocs):
+    """Documents made from a local corpus's current version: their docstore lives under that version
+    (``<work dir>/irds/<id>/<version>/``), and ``sci_version()`` keys their indexes and saved runs by it."""
 
-    def __init__(self, name: str):
-        super().__init__(f"{ID_PREFIX}{name}", self._papers, LocalPaper)
-        self._corpus = name
+    def __init__(self, name: str, corpus: str, iter_fn, cls):
+        super().__init__(name, iter_fn, cls)
+        self._corpus = corpus
 
     def sci_version(self) -> Optional[str]:
         """The current version of the corpus (what its indexes, docstore and saved runs are keyed by)."""
         return (_current(self._corpus) or {}).get("version")
+
+    def _store_path(self) -> Path:
+        return Path(work_dir()) / "irds" / self._name / (self.sci_version() or "none") / "docs.pklz4"
+
+
+class LocalDocs(_VersionedDocs):
+    """The papers of a local corpus's current version."""
+
+    def __init__(self, name: str):
+        super().__init__(f"{ID_PREFIX}{name}", name, self._papers, LocalPaper)
 
     def _directory(self) -> Path:
         d = _version_dir(self._corpus)
@@ -391,9 +401,6 @@ class LocalDocs(FnDocs):
     def known_count(self) -> Optional[int]:
         return self.docs_count()
 
-    def _store_path(self) -> Path:
-        return Path(work_dir()) / "irds" / self._name / (self.sci_version() or "none") / "docs.pklz4"
-
 
 def _version_file(name: str, filename: str, what: str) -> Path:
     """A file of a corpus's current version; one error saying how to register it with ``what`` when absent."""
@@ -419,25 +426,18 @@ def _qrels_of(name: str) -> Iterator[ir_datasets.formats.TrecQrel]:
             yield ir_datasets.formats.TrecQrel(qid, docno, int(grade), "0")
 
 
-class LocalChunkDocs(FnDocs):
+class LocalChunkDocs(_VersionedDocs):
     """``sci/local/NAME/chunks-<unit>``: the chunks of a local corpus's current version (of each paper's full text,
     else its title and abstract), keyed by that version as the corpus is."""
 
     def __init__(self, name: str, unit: int, stride: Optional[int]):
-        chunk_id = chunk_corpus_id(f"{ID_PREFIX}{name}", unit)
-        super().__init__(chunk_id, self._chunks, ChunkDoc)
-        self._corpus, self._unit, self._stride = name, unit, stride
-
-    def sci_version(self) -> Optional[str]:
-        return (_current(self._corpus) or {}).get("version")
+        super().__init__(chunk_corpus_id(f"{ID_PREFIX}{name}", unit), name, self._chunks, ChunkDoc)
+        self._unit, self._stride = unit, stride
 
     def _chunks(self) -> Iterator[ChunkDoc]:
         papers = (p._replace(full_text=p.full_text or p.text) for p in LocalDocs(self._corpus).docs_iter())
         return chunk_documents(papers, unit=self._unit, stride=self._stride, text_field="full_text",
                                title_field="title")
-
-    def _store_path(self) -> Path:
-        return Path(work_dir()) / "irds" / self._name / (self.sci_version() or "none") / "docs.pklz4"
 
 
 class LocalQueries(FnQueries):
