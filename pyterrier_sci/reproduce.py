@@ -52,7 +52,7 @@ from pyterrier_sci.errors import (
     TrainingDeferred,
 )
 from pyterrier_sci.evaluation import Experiment
-from pyterrier_sci.experiment import llm_key, pipeline_key, run_path, topics_and_qrels, write_run
+from pyterrier_sci.experiment import llm_key, run_path, topics_and_qrels, write_run
 from pyterrier_sci.llm import llm_components
 from pyterrier_sci.llm.accounting import usage_report
 from pyterrier_sci.llm.dryrun import concat_reports, dry_run
@@ -86,6 +86,8 @@ STATUS_UNPUBLISHED = "not in the paper"
 #: the statuses of a published cell, in the order the matrix counts them
 STATUSES = (STATUS_REPRODUCED, STATUS_DIFFERS, STATUS_STAND_IN, STATUS_OTHER_DATA, STATUS_NEEDS_LLM,
             STATUS_NEEDS_CHECKPOINT, STATUS_NEEDS_DATA)
+#: the statuses of a cell that has no figure because its row lacks something here
+_NEEDS = (STATUS_NEEDS_LLM, STATUS_NEEDS_CHECKPOINT, STATUS_NEEDS_DATA)
 #: what a row that cannot run here lacks (``needs:``): an LLM endpoint, a model (a checkpoint or an API), data
 NEEDS_KINDS = ("llm", "checkpoint", "data")
 _LLM_NEED = "an LLM endpoint (--llm URL: any OpenAI-compatible server)"
@@ -675,7 +677,6 @@ class TableResult:
     llm_usage: Dict[str, Dict[str, int]] = field(default_factory=dict)   # {LLM system run now: calls, unusable, ...}
     cpu_seconds: Optional[float] = None  # CPU time of this process and its finished children (workers): unlike the
     #                                      wall-clock seconds, hardly changed by other jobs on the cores
-    code: Dict[str, str] = field(default_factory=dict)   # {system: its pipeline_key (expression, settings, code)}
     cpu: Optional[str] = None            # the CPU of recorded figures (recorded_result)
     trained: List[Dict[str, Any]] = field(default_factory=list)   # models trained by this run (training.trainings)
 
@@ -1034,7 +1035,7 @@ def _cells(paper: Paper, table: Table, tier: str, figures: Mapping[str, Any], ll
                 rec = recorded.get(s.name, {}).get(label, {}).get(m)
                 rep = figures.get(s.name, {}).get(label, {}).get(m)
                 status, reason = cell_status(table, s, pub, rep, llm)
-                if status in (STATUS_NEEDS_LLM, STATUS_NEEDS_CHECKPOINT, STATUS_NEEDS_DATA):
+                if status in _NEEDS:
                     cells.append(Cell(s.name, label, m, pub, rec, None, tol, drift, status, reason))
                     continue
                 failed = False
@@ -1104,14 +1105,13 @@ def run_table(paper: Any, table: Any, tier: str = "full", llm: Optional[str] = N
     cells = _cells(paper, table, tier, figures, llm, model, asked)
     if verify:
         for c in cells:
-            if c.status in (STATUS_NEEDS_LLM, STATUS_NEEDS_CHECKPOINT, STATUS_NEEDS_DATA) or c.failed:
+            if c.status in _NEEDS or c.failed:
                 continue
             if c.recorded is None and "not compared" not in c.reason:
                 c.failed, c.reason = True, f"nothing recorded in the {tier} tier to verify (record it: --record); " \
                                            + c.reason
             elif c.reproduced is None:
                 c.failed, c.reason = True, f"recorded {c.recorded}, not reproduced by this run; " + c.reason
-    code = {s.name: pipeline_key(cfg, s.name, s.pipeline) for s in table.systems.values() if s.pipeline}
     m = manifest.pipeline_manifest(systems, cfg, [dataset_id(d, tier) for d in table.datasets.values()],
                                    kind="reproduction",
                                    extra={"reproduction": {"paper": paper.id, "table": table.key, "tier": tier,
@@ -1120,7 +1120,7 @@ def run_table(paper: Any, table: Any, tier: str = "full", llm: Optional[str] = N
                                                                                                         tier),
                                                            "seconds": round(seconds, 2),
                                                            "cpu_seconds": round(cpu_seconds, 2), "runs": run_files,
-                                                           "keys": code, "verify": verify}})
+                                                           "verify": verify}})
     usage = _usage(every, llm)
     if usage:
         m["llm_usage"] = usage
@@ -1136,7 +1136,7 @@ def run_table(paper: Any, table: Any, tier: str = "full", llm: Optional[str] = N
     usage = {n: u for n, u in usage.items() if n in llm_models and n not in read_back_names}
     return TableResult(paper.id, table, tier, cells, seconds, path, command, figures, str(paper.path), partial,
                        read_back_names, tuple(sorted(n for n, back in read_back.items() if not back)), run_files,
-                       llm_models, usage, cpu_seconds, code, trained=trained)
+                       llm_models, usage, cpu_seconds, trained=trained)
 
 
 def cpu_time() -> float:
@@ -1347,7 +1347,7 @@ def dry_run_table(paper: Paper, table: Table, tier: str = "quick", llm: Optional
     rec = _recorded_entry(paper, table, tier)
     return {"rows": rows, "models": models, "llm": reports, "deferred": deferred,
             "recorded_seconds": rec.get("seconds"), "recorded_cpu": (rec.get("cpu") or {}).get("model"),
-            "recorded_trained": rec.get("trained"), "known_trainings": _known_trainings(paper.path.parent)}
+            "recorded_trained": rec.get("trained")}
 
 
 def _known_trainings(directory: Path) -> Dict[str, Dict[str, Any]]:
@@ -1395,7 +1395,6 @@ def print_results(results: Sequence[TableResult], file: Any = None) -> None:
         print(f"  manifest: {r.manifest_path}", file=out)
 
 
-_NEEDS = (STATUS_NEEDS_LLM, STATUS_NEEDS_CHECKPOINT, STATUS_NEEDS_DATA)
 _COMPARABLE = (STATUS_REPRODUCED, STATUS_DIFFERS)
 _PAPER_NAMES = {"sciface": "SciFACE", "mir": "MIR", "doris_mae": "DORIS-MAE", "prism": "PRISM", "hlm_cite": "HLM-Cite"}
 
@@ -1691,6 +1690,7 @@ def add_reproduce_commands(subparsers) -> argparse.ArgumentParser:
 
 def _print_dry_run(jobs: Iterable[Tuple[Paper, Table]], tier: str, llm: Optional[str], out: Any) -> None:
     total, unknown, untimed, reports, waiting = 0.0, [], [], [], 0
+    known: Dict[Path, Dict[str, Dict[str, Any]]] = {}   # per papers' folder: the trainings their records timed
     for paper, table in jobs:
         d = dry_run_table(paper, table, tier, llm)
         print(f"\n{paper.id}/{table.key} (Table {table.number}), tier {tier}:", file=out)
@@ -1722,9 +1722,11 @@ def _print_dry_run(jobs: Iterable[Tuple[Paper, Table]], tier: str, llm: Optional
                 how = "from empty; saved runs make it shorter"
             print(f"  time: {d['recorded_seconds']} s when recorded on {d['recorded_cpu']} ({how})", file=out)
             for x in d["deferred"]:
-                known = d["known_trainings"].get(Path(x["path"]).name)
-                if known:
-                    print(f"  training {x['model']} first: {known['seconds']} s when {known['table']} trained it",
+                if paper.path.parent not in known:
+                    known[paper.path.parent] = _known_trainings(paper.path.parent)
+                timed = known[paper.path.parent].get(Path(x["path"]).name)
+                if timed:
+                    print(f"  training {x['model']} first: {timed['seconds']} s when {timed['table']} trained it",
                           file=out)
         else:
             unknown.append(f"{paper.id}/{table.key}")
