@@ -266,7 +266,14 @@ def register_corpus(name: str, source: Union[str, os.PathLike, pd.DataFrame, Seq
     _check_name(name)
     if qrels is not None and topics is None:
         raise RecordError(str(qrels), "qrels judge topics: give topics= too")
-    described = _describe(source)
+    return _register(name, source, _describe(source), format=format, fields=fields, date=date, citations=citations,
+                     topics=topics, qrels=qrels, encoding=encoding)
+
+
+def _register(name: str, source: Any, described: List[Dict[str, Any]], *, format: Optional[str],  # noqa: A002
+              fields: Optional[Dict[str, Any]], date: Any, citations: Any, topics: Any, qrels: Any,
+              encoding: str) -> str:
+    """:func:`register_corpus` once its sources are described (:func:`_describe`: their SHA-256s)."""
     settings = {"format": format, "fields": fields, "date": None if date is None else str(date),
                 "encoding": encoding, "citations": _aux(citations, "citations"), "topics": _aux(topics, "topics"),
                 "qrels": _aux(qrels, "qrels")}
@@ -326,8 +333,9 @@ def as_dataset(dataset: Any) -> Any:
     the hash of the DataFrame's content or the path's location, so two files called ``papers.jsonl`` are two
     corpora) and its id returned; anything else is returned as it is."""
     if isinstance(dataset, pd.DataFrame):
-        digest = _describe(dataset)[0]["sha256"][:10]
-        return register_corpus(f"dataframe-{digest}", dataset)
+        described = _describe(dataset)   # hashed once: it names the corpus and keys its version
+        return _register(f"dataframe-{described[0]['sha256'][:10]}", dataset, described, format=None, fields=None,
+                         date=None, citations=None, topics=None, qrels=None, encoding="utf-8")
     if not isinstance(dataset, (str, os.PathLike)) or str(dataset).startswith("irds:"):
         return dataset
     p = Path(dataset).expanduser()
