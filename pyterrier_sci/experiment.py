@@ -12,7 +12,7 @@ import re
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple, Union
+from typing import Any, Dict, Iterable, List, Optional, Tuple, Union
 
 import pandas as pd
 import pyterrier as pt
@@ -334,19 +334,18 @@ def pipeline_key(config: Optional[PipelineConfig], pipeline_name: str, expressio
                 todo.append(pipelines[ident])
             if ident in components:
                 used.setdefault("components", {})[ident] = components[ident]
-    used["code"] = pipeline_code(config, used)["code"]
+    used["code"] = pipeline_code(seen, used.get("components") or {})["code"]
     blob = json.dumps(used, sort_keys=True, default=str, ensure_ascii=False)
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:12]
 
 
-def pipeline_code(config: Optional[PipelineConfig], used: Dict[str, Any]) -> Dict[str, Any]:
+def pipeline_code(identifiers: Iterable[str], components: Dict[str, Any]) -> Dict[str, Any]:
     """The :func:`~pyterrier_sci.code_identity.code_identity` of what a pipeline runs: the factories of the
-    components its expression names (``used``: what :func:`pipeline_key` collected), directly or through the
-    config's components, and the modules they reach."""
-    names = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", " ".join(
-        [str(used.get("expression", ""))] + [str(x) for x in (used.get("pipelines") or {}).values()])))
-    names |= {str(spec.get("component", spec.get("type", name)))
-              for name, spec in (used.get("components") or {}).items() if isinstance(spec, dict)}
+    components it names (``identifiers``: the names its expression and named pipelines use, as
+    :func:`pipeline_key` collects them), directly or through the config's ``components`` it uses, and the modules
+    they reach."""
+    names = set(identifiers) | {str(spec.get("component", spec.get("type", name)))
+                                for name, spec in components.items() if isinstance(spec, dict)}
     factories = []
     for name in sorted(names):
         if name in REGISTRY:
