@@ -23,7 +23,7 @@ _os.environ.setdefault("RAY_DISABLE_FAILURE_SIGNAL_HANDLER", "1")
 from pyterrier_sci import data, measures, registry  # noqa: E402, F401
 from pyterrier_sci.data import MissingDataError, data_dir
 from pyterrier_sci.evaluation import Experiment
-from pyterrier_sci.local_corpus import register_corpus
+from pyterrier_sci.local_corpus import corpus_manifest, register_corpus
 from pyterrier_sci.pipeline import PipelineConfig, PipelineError, load_config, pipeline
 from pyterrier_sci.registry import DATASETS_GROUP, Context, component, load_group, register
 
@@ -31,4 +31,5 @@ load_group(DATASETS_GROUP)  # the benchmark modules register the sci/... ids
 
 __all__ = ["pipeline", "Experiment", "PipelineError", "PipelineConfig", "load_config", "measures", "registry",
            "register",
-           "component", "Context", "data_dir", "MissingDataError", "data", "register_corpus"]
+           "component", "Context", "data_dir", "MissingDataError", "data", "register_corpus",
+           "corpus_manifest"]

@@ -26,9 +26,13 @@ from pyterrier_sci.artifacts import lock
 from pyterrier_sci.errors import IndexUpdateError  # noqa: F401 - defined there, re-exported
 from pyterrier_sci.protocol import ModelRef
 
-__all__ = ["IndexUpdateError", "DocSet", "HASH_PREFIX", "generation_of", "docs_record", "history_entry",
-           "next_generation_meta", "already_applied", "update_lock", "read_docnos", "read_docs", "jsonl_record",
-           "describe_generation", "index_ref", "APPEND", "RETRACT", "MODES"]
+__all__ = ["UPDATES_GROUP", "IndexUpdateError", "DocSet", "HASH_PREFIX", "generation_of", "docs_record",
+           "history_entry", "next_generation_meta", "already_applied", "update_lock", "read_docnos", "read_docs",
+           "jsonl_record", "describe_generation", "index_ref", "APPEND", "RETRACT", "MODES"]
+
+#: the entry-point group naming, per ``<type>.<format>`` of an index's ``pt_meta.json``, the function that appends
+#: to and retracts from it: ``update(path, append=DOCS, retract=IDS, fields=..., verbose=...) -> pt_meta``
+UPDATES_GROUP = "pyterrier_sci.index_updates"
 
 HASH_PREFIX = "sumsha256:"
 _MOD = 1 << 256

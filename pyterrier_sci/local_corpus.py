@@ -20,18 +20,22 @@ import json
 import os
 import re
 import shutil
+import tempfile
 import time
+import typing
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import ir_datasets
 import pandas as pd
 
-from pyterrier_sci.artifacts import atomic_write_text, build_atomically, lock, write_pt_meta
+from pyterrier_sci.artifacts import MANIFEST_NAME, atomic_write_text, build_atomically, lock, write_pt_meta
 from pyterrier_sci.data import work_dir
 from pyterrier_sci.errors import RecordError
+from pyterrier_sci.generations import UPDATES_GROUP
 from pyterrier_sci.irds import FnDocs, FnQrels, FnQueries, register
 from pyterrier_sci.records import SUFFIXES, detect_format, json_lines, read_lines, read_records
+from pyterrier_sci.registry import load_group
 from pyterrier_sci.text import STANDARD_UNITS, ChunkDoc, chunk_corpus_id, chunk_documents
 
 __all__ = ["ID_PREFIX", "LocalPaper", "LocalQuery", "LocalDocs", "LocalChunkDocs", "Section", "register_corpus",
@@ -76,6 +80,12 @@ class LocalQuery(NamedTuple):
 
     def default_text(self) -> str:
         return self.text
+
+
+# the fields' types, not their names as strings (this module's annotations are postponed): PyTerrier's text
+# loader (pt.text.get_text) offers the fields whose annotation is ``str``
+for _cls in (Section, LocalPaper, LocalQuery):
+    _cls.__annotations__ = typing.get_type_hints(_cls)
 
 
 def corpora_dir() -> Path:
@@ -248,7 +258,8 @@ def _write_docs(records: Iterator[dict], tmp: Path) -> Dict[str, Any]:
 def register_corpus(name: str, source: Union[str, os.PathLike, pd.DataFrame, Sequence[Any]], *,
                     format: Optional[str] = None, fields: Optional[Dict[str, Any]] = None,  # noqa: A002
                     date: Any = None, citations: Any = None, topics: Union[None, str, os.PathLike] = None,
-                    qrels: Union[None, str, os.PathLike] = None, encoding: str = "utf-8") -> str:
+                    qrels: Union[None, str, os.PathLike] = None, encoding: str = "utf-8", append: bool = False,
+                    retract: Union[None, str, os.PathLike, Sequence[str]] = None, grow: bool = True) -> str:
     """Registers a collection of papers as ``sci/local/NAME`` and returns its PyTerrier id
     (``"irds:sci/local/NAME"``).
 
@@ -260,32 +271,117 @@ def register_corpus(name: str, source: Union[str, os.PathLike, pd.DataFrame, Seq
         topics: a TSV (``qid<TAB>query``) or JSONL (``{"qid", "query"}``) file of queries for experiments.
         qrels: TREC qrels (``qid 0 docno grade``) of those topics; every docno must be a paper of the corpus.
 
+        append: the papers of ``source`` are added to the corpus's current version (a docno it holds is an error:
+            retract it first to replace it); its topics and qrels are kept unless new ones are given.
+        retract: docnos (a list, or a file with one a line) removed from the current version (with ``append``, or
+            alone with ``source=None``); their judgements are dropped.
+        grow: when the new version replaces another, the indexes of that version whose update equals a rebuild
+            (Lucene BM25, flat and sharded dense: docs/indexes.md) are carried over to the new one by appending and
+            retracting the papers that differ (when they are at most half of the new collection), instead of being
+            rebuilt on first use.
+
     A source that has not changed (same bytes, same settings) is not read again; a changed one is a new version
     that ``sci/local/NAME`` then means.  Raises :class:`~pyterrier_sci.errors.RecordError` naming the file and
     line for anything that cannot be read (nothing is registered then)."""
     _check_name(name)
-    if qrels is not None and topics is None:
+    if qrels is not None and topics is None and not append:
         raise RecordError(str(qrels), "qrels judge topics: give topics= too")
-    return _register(name, source, _describe(source), format=format, fields=fields, date=date, citations=citations,
-                     topics=topics, qrels=qrels, encoding=encoding)
+    base = None
+    if append or retract is not None:
+        base = (_current(name) or {}).get("version")
+        if base is None:
+            raise RecordError(str(corpora_dir() / name), f"no corpus {name!r} is registered to "
+                              f"{'append to' if append else 'retract from'}: register it first")
+    if source is None and not (retract is not None and not append):
+        raise RecordError("the corpus source", "give the papers to register (a file, folder, DataFrame or list)")
+    if source is not None and base is not None and not append:
+        raise RecordError("the corpus source", "retract= alone removes papers from the current version; to add "
+                          "papers as well, give append=True")
+    return _register(name, source, [] if source is None else _describe(source), format=format, fields=fields,
+                     date=date, citations=citations, topics=topics, qrels=qrels, encoding=encoding, base=base,
+                     retract=_retracted(retract), grow=grow)
+
+
+def _retracted(retract: Union[None, str, os.PathLike, Sequence[str]]) -> Optional[List[str]]:
+    """The docnos to retract: a list, or a file (one a line, ``#`` comments); each once."""
+    if retract is None:
+        return None
+    if isinstance(retract, (str, os.PathLike)):
+        path = Path(retract)
+        if not path.is_file():
+            raise RecordError(str(path), "no such file of docnos to retract")
+        ids = [line.strip() for _, line, _ in read_lines(path, "utf-8") if line.strip() and not line.startswith("#")]
+        where = str(path)
+    else:
+        ids, where = [str(x) for x in retract], "retract="
+    seen = set()
+    for d in ids:
+        if d in seen:
+            raise RecordError(where, f"docno {d!r} is given twice")
+        seen.add(d)
+    if not ids:
+        raise RecordError(where, "no docno to retract")
+    return ids
+
+
+def _stored(version_dir: Path) -> Iterator[Dict[str, Any]]:
+    """The records of a registered version, as stored."""
+    with gzip.open(version_dir / "docs.jsonl.gz", "rt", encoding="utf-8") as f:
+        for line in f:
+            yield json.loads(line)
+
+
+def _combined(base_dir: Optional[Path], retract: Optional[List[str]], new: Optional[Iterator[dict]],
+              counts: Dict[str, int]) -> Iterator[dict]:
+    """The records of a new version: the base version's (less those retracted), then the new ones (a docno the base
+    holds is an error); ``counts`` gets ``appended`` and ``retracted``."""
+    held = set()
+    gone = set(retract or ())
+    if base_dir is not None:
+        for r in _stored(base_dir):
+            held.add(r["docno"])
+            if r["docno"] not in gone:
+                yield r
+        missing = sorted(gone - held)
+        if missing:
+            raise RecordError("retract=", f"{len(missing)} docno(s) to retract are not in the corpus, e.g. "
+                              f"{missing[:3]}")
+        counts["retracted"] = len(gone)
+    for r in new or ():
+        if r["docno"] in held and r["docno"] not in gone:
+            raise RecordError("the appended papers", f"docno {r['docno']!r} is already in the corpus: retract it "
+                              "first to replace it (retract=[...] with append=True)")
+        counts["appended"] = counts.get("appended", 0) + 1
+        yield r
 
 
 def _register(name: str, source: Any, described: List[Dict[str, Any]], *, format: Optional[str],  # noqa: A002
               fields: Optional[Dict[str, Any]], date: Any, citations: Any, topics: Any, qrels: Any,
-              encoding: str) -> str:
-    """:func:`register_corpus` once its sources are described (:func:`_describe`: their SHA-256s)."""
+              encoding: str, base: Optional[str] = None, retract: Optional[List[str]] = None,
+              grow: bool = True) -> str:
+    """:func:`register_corpus` once its sources are described (:func:`_describe`: their SHA-256s); ``base``: the
+    version ``source`` is appended to (and ``retract`` removed from)."""
     settings = {"format": format, "fields": fields, "date": None if date is None else str(date),
                 "encoding": encoding, "citations": _aux(citations, "citations"), "topics": _aux(topics, "topics"),
                 "qrels": _aux(qrels, "qrels")}
+    change = None if base is None else {"base": base, "retract": sorted(retract or ())}
     identity = json.dumps({"sources": [{k: v for k, v in d.items() if k != "path"} for d in described],
-                           "settings": settings}, sort_keys=True, default=str)
+                           "settings": settings, **({"change": change} if change else {})},
+                          sort_keys=True, default=str)
     version = hashlib.sha256(identity.encode("utf-8")).hexdigest()[:12]
     target = corpora_dir() / name / version
+    base_dir = _version_dir(name, base) if base else None
+    base_manifest = json.loads((base_dir / "manifest.json").read_text(encoding="utf-8")) if base_dir else {}
 
     def build(tmp: Path) -> None:
         tmp.mkdir(parents=True)
-        counts = _write_docs(read_records(source, format=format, fields=fields, date=date, citations=citations,
-                                          encoding=encoding), tmp)
+        new = None if source is None else read_records(source, format=format, fields=fields, date=date,
+                                                       citations=citations, encoding=encoding)
+        change_counts: Dict[str, int] = {}
+        counts = _write_docs(_combined(base_dir, retract, new, change_counts) if base_dir else new, tmp)
+        if counts["documents"] == 0:
+            raise RecordError(str(corpora_dir() / name), "retracting them would leave the corpus empty")
+        docnos = None
         if topics is not None:
             seen = {}
             for qid, query in _read_topics(Path(topics), encoding):
@@ -296,35 +392,119 @@ def _register(name: str, source: Any, described: List[Dict[str, Any]], *, format
                 raise RecordError(str(topics), "no topic")
             (tmp / "topics.tsv").write_text("".join(f"{q}\t{t}\n" for q, t in seen.items()), encoding="utf-8")
             counts["topics"] = len(seen)
-        if qrels is not None:
-            docnos = set()
-            with gzip.open(tmp / "docs.jsonl.gz", "rt", encoding="utf-8") as f:
-                for line in f:
-                    docnos.add(json.loads(line)["docno"])
-            rows = []
-            for qid, docno, grade in _read_qrels(Path(qrels), encoding):
+        elif base_dir is not None and (base_dir / "topics.tsv").is_file():   # kept from the base version
+            shutil.copyfile(base_dir / "topics.tsv", tmp / "topics.tsv")
+            counts["topics"] = base_manifest.get("topics")
+            seen = dict(_read_topics(tmp / "topics.tsv", "utf-8"))
+        if qrels is not None or base_dir is not None and (base_dir / "qrels.txt").is_file() and topics is None:
+            docnos = {r["docno"] for r in _stored(tmp)}
+            rows, dropped = [], 0
+            given = qrels is not None
+            path = Path(qrels) if given else base_dir / "qrels.txt"
+            for qid, docno, grade in _read_qrels(path, encoding if given else "utf-8"):
                 if qid not in seen:
-                    raise RecordError(str(qrels), f"judges query {qid!r}, which is not one of the topics")
+                    raise RecordError(str(path), f"judges query {qid!r}, which is not one of the topics")
                 if docno not in docnos:
-                    raise RecordError(str(qrels), f"judges document {docno!r}, which is not a paper of the corpus")
+                    if given:
+                        raise RecordError(str(path), f"judges document {docno!r}, which is not a paper of the corpus")
+                    dropped += 1    # a retracted paper's judgement
+                    continue
                 rows.append(f"{qid} 0 {docno} {grade}\n")
             (tmp / "qrels.txt").write_text("".join(rows), encoding="utf-8")
             counts["judgements"] = len(rows)
-        formats = sorted({"dataframe" if isinstance(s, pd.DataFrame) else (format or detect_format(s))
-                          for s in (source if isinstance(source, (list, tuple)) else [source])})
+            if dropped:
+                counts["judgements_dropped"] = dropped
+        sources = [] if source is None else (source if isinstance(source, (list, tuple)) else [source])
+        formats = sorted(set(base_manifest.get("formats", [])) | {
+            "dataframe" if isinstance(x, pd.DataFrame) else (format or detect_format(x)) for x in sources})
         write_pt_meta(tmp, type=ARTIFACT_TYPE, format=ARTIFACT_FORMAT, name=name, version=version)
+        grown = {"grown_from": {"version": base, **change_counts}} if base else {}
         atomic_write_text(tmp / "manifest.json", json.dumps(
             {"name": name, "dataset": f"irds:{ID_PREFIX}{name}", "version": version, "formats": formats,
-             "sources": described, "settings": settings, **counts}, indent=1, sort_keys=True) + "\n",
-            "the corpus manifest")
+             "sources": base_manifest.get("sources", []) + described, "settings": settings, **grown, **counts},
+            indent=1, sort_keys=True) + "\n", "the corpus manifest")
 
     build_atomically(target, build, what=f"the local corpus {name}")
     with lock(corpora_dir() / name / _CURRENT, "the corpus's current version"):
-        if (_current(name) or {}).get("version") != version:
+        previous = (_current(name) or {}).get("version")
+        if previous != version:
             atomic_write_text(corpora_dir() / name / _CURRENT, json.dumps({"version": version}) + "\n",
                               "the corpus's current version")
     register_local_dataset(name)
+    if grow and previous and previous != version and (corpora_dir() / name / previous / "docs.jsonl.gz").is_file():
+        carry_indexes(name, previous, version)
     return f"irds:{ID_PREFIX}{name}"
+
+
+#: the index kinds (``<type>.<format>`` of their ``pt_meta.json``) whose update equals a rebuild of the final
+#: collection (Lucene's BM25 statistics are the collection's; a flat or sharded dense index holds each document's
+#: vector): carried over to a corpus's new version.  PISA's update is a rebuild, and a ColBERT index grown by a
+#: partition is not its rebuild: those are built for the new version on first use.
+CARRIED_INDEXES = ("sparse_index.lucene", "dense_index.flex", "dense_index.sharded_flex")
+
+
+def _record_hash(r: Dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(r, sort_keys=True, ensure_ascii=False).encode("utf-8")).hexdigest()
+
+
+def carry_indexes(name: str, old: str, new: str, max_share: float = 0.5) -> List[Path]:
+    """Carries the indexes of version ``old`` of a local corpus over to version ``new`` (:data:`CARRIED_INDEXES`):
+    each is copied and the papers that differ are retracted and appended (one generation each), atomically, so
+    ``new``'s index equals the one a rebuild would give.  Nothing is carried when more than ``max_share`` of the
+    new collection differs (a rebuild on first use is cheaper).  Returns the indexes made."""
+    _check_name(name)
+    old_dir, new_dir = corpora_dir() / name / old, corpora_dir() / name / new
+    root = work_dir() / "indexes"
+    src_root = root / (f"{ID_PREFIX}{name}".replace("/", "__") + f"@{old}")
+    dst_root = root / (f"{ID_PREFIX}{name}".replace("/", "__") + f"@{new}")
+    if not src_root.is_dir() or src_root.is_symlink():
+        return []
+    updates = load_group(UPDATES_GROUP)
+    kinds = {}
+    for index in sorted(src_root.iterdir()):
+        meta = index / "pt_meta.json"
+        if index.is_symlink() or not meta.is_file() or (dst_root / index.name).exists():
+            continue
+        try:
+            m = json.loads(meta.read_text(encoding="utf-8"))
+        except ValueError:
+            continue
+        kind = f"{m.get('type')}.{m.get('format')}"
+        if kind in CARRIED_INDEXES and kind in updates:
+            kinds[index] = updates[kind]
+    if not kinds:
+        return []
+    old_hash = {r["docno"]: _record_hash(r) for r in _stored(old_dir)}
+    made: List[Path] = []
+    with tempfile.TemporaryDirectory(prefix="carry-", dir=root) as scratch:
+        appended, n_new, n_appended = Path(scratch) / "appended.jsonl", 0, 0
+        seen, changed = set(), set()
+        with open(appended, "w", encoding="utf-8") as out:
+            for r in _stored(new_dir):
+                n_new += 1
+                seen.add(r["docno"])
+                before = old_hash.get(r["docno"])
+                if before != _record_hash(r):
+                    if before is not None:
+                        changed.add(r["docno"])
+                    paper = _paper(r)
+                    out.write(json.dumps({"docno": paper.doc_id, "text": paper.text, "title": paper.title,
+                                          "abstract": paper.abstract, "date": paper.date}, ensure_ascii=False) + "\n")
+                    n_appended += 1
+        gone = sorted((set(old_hash) - seen) | changed)   # a changed paper is retracted, then appended
+        if n_appended + len(gone) > max_share * n_new:
+            return []
+        retracted = Path(scratch) / "retracted.txt"
+        retracted.write_text("".join(d + "\n" for d in gone), encoding="utf-8")
+        for index, update in kinds.items():
+            def build(tmp: Path, index=index, update=update) -> None:
+                shutil.copytree(index, tmp, symlinks=True)
+                (tmp / MANIFEST_NAME).unlink(missing_ok=True)
+                update(tmp, append=appended if n_appended else None, retract=retracted if gone else None,
+                       verbose=False)
+            made.append(build_atomically(dst_root / index.name, build,
+                                         what=f"the {index.name} index of {ID_PREFIX}{name} version {new}"))
+    return made
 
 
 def as_dataset(dataset: Any) -> Any:
@@ -393,12 +573,7 @@ class LocalDocs(_VersionedDocs):
     def _papers(self) -> Iterator[LocalPaper]:
         with gzip.open(self._directory() / "docs.jsonl.gz", "rt", encoding="utf-8") as f:
             for line in f:
-                r = json.loads(line)
-                title, abstract, body = r.get("title", ""), r.get("abstract", ""), r.get("text", "")
-                yield LocalPaper(r["docno"], " ".join(x for x in (title, abstract) if x) or body, title, abstract,
-                                 body, tuple(Section(x.get("title", ""), x.get("text", "")) for x in
-                                             r.get("sections") or ()), r.get("date", ""),
-                                 tuple(r.get("citations") or ()))
+                yield _paper(json.loads(line))
 
     def docs_count(self):
         try:
@@ -408,6 +583,14 @@ class LocalDocs(_VersionedDocs):
 
     def known_count(self) -> Optional[int]:
         return self.docs_count()
+
+
+def _paper(r: Dict[str, Any]) -> LocalPaper:
+    """A stored record (a line of ``docs.jsonl.gz``) as the corpus's document."""
+    title, abstract, body = r.get("title", ""), r.get("abstract", ""), r.get("text", "")
+    return LocalPaper(r["docno"], " ".join(x for x in (title, abstract) if x) or body, title, abstract, body,
+                      tuple(Section(x.get("title", ""), x.get("text", "")) for x in r.get("sections") or ()),
+                      r.get("date", ""), tuple(r.get("citations") or ()))
 
 
 def _version_file(name: str, filename: str, what: str) -> Path:
@@ -526,7 +709,8 @@ def add_corpus_commands(subparsers) -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="corpus_command", required=True)
     a = sub.add_parser("add", help="register (or update) a collection: pyterrier-sci corpus add NAME PATH...")
     a.add_argument("name", help="the corpus name: its dataset id is irds:sci/local/NAME")
-    a.add_argument("paths", nargs="+", help="files (JSONL[.gz], CSV, TSV, BibTeX, CSL-JSON, PDF) or folders of PDFs")
+    a.add_argument("paths", nargs="*", help="files (JSONL[.gz], CSV, TSV, BibTeX, CSL-JSON, PDF) or folders of PDFs "
+                                            "(none with --retract alone)")
     a.add_argument("--format", default=None, help="the format of every path (default: from each file's suffix)")
     a.add_argument("--field", action="append", metavar="OURS=THEIRS",
                    help="map a field to your column or key, e.g. --field 'abstract=Abstract Note' (repeatable)")
@@ -535,6 +719,10 @@ def add_corpus_commands(subparsers) -> argparse.ArgumentParser:
     a.add_argument("--topics", default=None, help="queries for experiments: qid<TAB>query, or JSONL")
     a.add_argument("--qrels", default=None, help="TREC qrels of those topics")
     a.add_argument("--encoding", default="utf-8", help="of text files (default utf-8)")
+    a.add_argument("--append", action="store_true", help="add the papers of PATHS to the corpus's current version")
+    a.add_argument("--retract", metavar="IDS", help="remove the docnos of IDS (one a line) from the current version")
+    a.add_argument("--no-grow", dest="grow", action="store_false",
+                   help="do not carry the previous version's indexes over (they are built on first use instead)")
     sub.add_parser("list", help="the registered corpora")
     s = sub.add_parser("show", help="a corpus's manifest: sources and their SHA-256, counts, fields")
     s.add_argument("name")
@@ -548,11 +736,16 @@ def corpus_main(args: argparse.Namespace) -> int:
     """Runs ``pyterrier-sci corpus ...``; returns the exit status."""
     if args.corpus_command == "add":
         start = time.perf_counter()
-        dsid = register_corpus(args.name, list(args.paths) if len(args.paths) > 1 else args.paths[0],
-                               format=args.format, fields=_field_mapping(args.field), date=args.date,
-                               citations=args.citations, topics=args.topics, qrels=args.qrels, encoding=args.encoding)
+        paths = list(args.paths) if len(args.paths) > 1 else (args.paths[0] if args.paths else None)
+        dsid = register_corpus(args.name, paths, format=args.format, fields=_field_mapping(args.field),
+                               date=args.date, citations=args.citations, topics=args.topics, qrels=args.qrels,
+                               encoding=args.encoding, append=args.append, retract=args.retract, grow=args.grow)
         m = corpus_manifest(args.name)
         extra = "".join(f", {m[k]} {k}" for k in ("topics", "judgements") if m.get(k))
+        grown = m.get("grown_from")
+        if grown:
+            extra += (f"; from version {grown['version']}: {grown.get('appended', 0)} appended, "
+                      f"{grown.get('retracted', 0)} retracted")
         print(f"{dsid}: {m['documents']} papers{extra} (version {m['version']}; {time.perf_counter() - start:.1f} s)")
         return 0
     if args.corpus_command == "list":

@@ -8,7 +8,9 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pyterrier as pt
 import pytest
@@ -293,3 +295,151 @@ def test_a_local_corpus_is_served(collection, home, tmp_path):
     assert [h["docno"] for h in got["results"]] == want["docno"].tolist()[:5]
     titles = {p.doc_id: p.title for p in collection["papers"]}
     assert [h["title"] for h in got["results"]] == [titles[d] for d in want["docno"].tolist()[:5]]
+
+
+@needs_data("mir-multicite")
+def test_models_trained_on_a_benchmark_apply_to_a_local_corpus(collection, home):
+    """SciFACE's facet cross-encoder trained on all of CSFCube's Method judgements and MIR's encoder trained on
+    MIR-MultiCite's earlier proposals re-rank / retrieve a local corpus; each is an artifact in the work directory,
+    trained once, that applies to any collection by its path; the comparison runs in ps.Experiment."""
+    from pyterrier_sci.plugins.sciface import FacetCrossEncoder
+    from pyterrier_sci.training import trainings
+    d = collection["dir"]
+    dsid = ps.register_corpus("mine", d / "papers.jsonl", topics=d / "topics.tsv", qrels=d / "qrels.txt")
+    ds = pt.get_dataset(dsid)
+    topics = ds.get_topics()
+    facet = ("sciface_rerank(train=True, train_dataset='irds:sci/csfcube/method', epochs=1, triplets_per_seed=2, "
+             "max_length=64, val_seeds=0, seed=0)")
+    mir = ("mir_dense(train=True, train_dataset='irds:sci/mir-multicite/dev/chrono-train', max_steps=1, batch_size=2, "
+           "sampling=False, triplets='T1', max_seq_length=32)")
+    since = len(trainings())
+    sciface = ps.pipeline(f"bm25 % 30 >> {facet}", dataset=dsid)
+    trained = trainings(since)
+    assert [t["model"].split("-all-")[0] for t in trained] == ["sci__csfcube__method"]
+    path = home / "models" / "sciface" / trained[0]["model"]
+    model = FacetCrossEncoder(path)
+    assert model.facet == "method"
+    res = sciface(topics)
+    assert set(res["qid"]) == set(topics["qid"]) and res.groupby("qid").size().max() == 30
+    # the seed is the query's paper (CSFCube's qid convention) and the score is the model's on (seed, candidate)
+    row = res.sort_values(["qid", "rank"]).iloc[0]
+    store = ds.irds_ref().docs_store()
+    seed, cand = store.get(row["qid"].split("_")[0]), store.get(row["docno"])
+    direct = model.score([(seed.title, seed.abstract)], [(cand.title, cand.abstract)])
+    assert abs(float(direct[0]) - row["score"]) < 1e-4
+    # built again: the artifact is reused, not trained again; by its path it re-ranks the same way
+    ps.pipeline(f"bm25 % 30 >> {facet}", dataset=dsid)
+    assert len(trainings(since)) == 1
+    by_path = ps.pipeline(f"bm25 % 30 >> sciface_rerank(model='{path}')", dataset=dsid)(topics)
+    pd.testing.assert_frame_equal(by_path[["qid", "docno", "rank"]], res[["qid", "docno", "rank"]])
+    # trained on every CSFCube Method query, it cannot re-rank them
+    with pytest.raises(ps.PipelineError, match="cross-fits them"):
+        ps.pipeline(f"bm25 % 30 >> {facet}", dataset="irds:sci/csfcube/method")
+    with pytest.raises(ps.PipelineError, match="train_dataset need train=True"):
+        ps.pipeline("sciface_rerank(train_dataset='irds:sci/csfcube/method')", dataset=dsid)
+    with pytest.raises(ps.PipelineError, match="CSFCube facet's judgements"):
+        ps.pipeline("sciface_rerank(train=True, train_dataset='irds:sci/doris-mae')", dataset=dsid)
+
+    dense_mir = ps.pipeline(mir, dataset=dsid)
+    got = dense_mir(topics)
+    assert set(got["docno"]) <= {p.doc_id for p in collection["papers"]} and got.groupby("qid").size().min() > 0
+    mir_path = [t for t in trainings(since) if "mir" in t["what"].lower()]
+    assert len(mir_path) == 1
+    again = ps.pipeline(f"mir_dense(model='{home / 'models' / 'mir' / mir_path[0]['model']}')", dataset=dsid)(topics)
+    pd.testing.assert_frame_equal(again[["qid", "docno", "rank"]], got[["qid", "docno", "rank"]])
+    table = ps.Experiment([ps.pipeline("bm25", dataset=dsid), sciface, dense_mir], topics, ds.get_qrels(),
+                          ["nDCG@10"], names=["BM25", "SciFACE", "MIR"])
+    assert list(table["name"]) == ["BM25", "SciFACE", "MIR"] and table["nDCG@10"].between(0, 1).all()
+
+
+def _scores(res):
+    return {(r.qid, r.docno): r.score for r in res.itertuples()}
+
+
+def test_appending_and_retracting_papers_carries_the_indexes_over(collection, home, tmp_path, capsys):
+    """A corpus grows by a new version (append=True, retract=...): the previous version's Lucene and dense indexes
+    are carried over by appending and retracting the papers that differ, equal to the indexes of the same papers
+    registered afresh; topics and qrels are kept, a retracted paper's judgements dropped."""
+    d = collection["dir"]
+    lines = (d / "papers.jsonl").read_text(encoding="utf-8").splitlines(keepends=True)
+    (tmp_path / "first.jsonl").write_text("".join(lines[:-5]), encoding="utf-8")
+    (tmp_path / "more.jsonl").write_text("".join(lines[-5:]), encoding="utf-8")
+    dsid = ps.register_corpus("growing", tmp_path / "first.jsonl")
+    systems = ["bm25(backend='lucene')", "dense(backend='torch')"]
+    topics = pd.DataFrame({"qid": ["q1", "q2"], "query": ["sentiment of online arguments", "neural parsing"]})
+    for s in systems:
+        ps.pipeline(s, dataset=dsid)(topics)
+    first = L.corpus_manifest("growing")["version"]
+
+    dsid = ps.register_corpus("growing", tmp_path / "more.jsonl", append=True)
+    m = L.corpus_manifest("growing")
+    assert m["version"] != first and m["documents"] == len(lines)
+    assert m["grown_from"] == {"version": first, "appended": 5, "retracted": 0}
+    carried = home / "indexes" / f"sci__local__growing@{m['version']}"
+    metas = {p.name: json.loads((p / "pt_meta.json").read_text()) for p in carried.iterdir() if p.is_dir()}
+    assert len(metas) == 2 and all(x["generation"] == 1 and x["history"][-1]["op"] == "append"
+                                   and x["docs"]["count"] == len(lines) for x in metas.values())
+    fresh = ps.register_corpus("fresh", d / "papers.jsonl")
+    for s in systems:
+        got, want = ps.pipeline(s, dataset=dsid)(topics), ps.pipeline(s, dataset=fresh)(topics)
+        assert list(got["docno"]) == list(want["docno"]), s
+        assert all(abs(a - want_s) < 1e-4 for a, want_s in zip(got["score"], want["score"])), s
+    # the same docnos' hash as the fresh corpus's indexes: the carried index holds the same collection
+    fresh_dir = home / "indexes" / f"sci__local__fresh@{L.corpus_manifest('fresh')['version']}"
+    for name, meta in metas.items():
+        assert meta["docs"]["hash"] == json.loads((fresh_dir / name / "pt_meta.json").read_text())["docs"]["hash"]
+
+    # retract two papers from the command line: a third version, its indexes carried over again
+    gone = [json.loads(x)["docno"] for x in lines[:2]]
+    (tmp_path / "gone.txt").write_text("\n".join(gone) + "\n", encoding="utf-8")
+    assert main(["corpus", "add", "growing", "--retract", str(tmp_path / "gone.txt")]) == 0
+    assert "2 retracted" in capsys.readouterr().out
+    m3 = L.corpus_manifest("growing")
+    again = home / "indexes" / f"sci__local__growing@{m3['version']}"
+    for s in systems:
+        res = ps.pipeline(s, dataset=dsid)(topics)
+        assert not set(gone) & set(res["docno"]) and len(res) > 0
+    assert all(json.loads((p / "pt_meta.json").read_text())["docs"]["count"] == len(lines) - 2
+               for p in again.iterdir() if p.is_dir())
+    # errors: appending a docno the corpus holds; retracting one it does not; nothing registered then
+    with pytest.raises(RecordError, match="already in the corpus"):
+        ps.register_corpus("growing", tmp_path / "more.jsonl", append=True)
+    with pytest.raises(RecordError, match="not in the corpus"):
+        ps.register_corpus("growing", None, retract=["no-such-paper"])
+    with pytest.raises(RecordError, match="no corpus 'nothing' is registered"):
+        ps.register_corpus("nothing", tmp_path / "more.jsonl", append=True)
+    assert L.corpus_manifest("growing")["version"] == m3["version"]
+
+
+def test_judgements_of_a_retracted_paper_are_dropped(collection, home):
+    d = collection["dir"]
+    dsid = ps.register_corpus("judged", d / "papers.jsonl", topics=d / "topics.tsv", qrels=d / "qrels.txt")
+    judged = collection["judged"]
+    gone = judged["doc_id"].iloc[0]
+    ps.register_corpus("judged", None, retract=[gone])
+    m = L.corpus_manifest("judged")
+    assert m["judgements_dropped"] == (judged["doc_id"] == gone).sum() and m["topics"] == 3
+    qrels = pt.get_dataset(dsid).get_qrels()
+    assert len(qrels) == len(judged) - m["judgements_dropped"] and gone not in set(qrels["docno"])
+
+
+def test_the_sharded_ray_index_takes_a_local_corpus(collection, home, capsys):
+    """pyterrier-sci index irds:sci/local/NAME --shards 2: Ray's workers find the corpus (registered in the work
+    directory they are given), and the sharded index answers as the flat index of the same papers."""
+    pytest.importorskip("ray")
+    import ray
+    dsid = ps.register_corpus("sharded", collection["dir"] / "papers.jsonl")
+    try:
+        assert main(["index", dsid, "--shards", "2", "--workers", "2", "--quiet"]) == 0
+    finally:
+        if ray.is_initialized():
+            ray.shutdown()
+    path = capsys.readouterr().out.strip().splitlines()[-1]
+    meta = json.loads((Path(path) / "pt_meta.json").read_text())
+    assert sum(s["end"] - s["start"] for s in meta["shards"]) == len(collection["papers"])
+    assert f"sci__local__sharded@{L.corpus_manifest('sharded')['version']}" in path
+    query = "sentiment of online arguments"
+    got = ps.pipeline(f"dense(index='{path}')", dataset=dsid).search(query)
+    want = ps.pipeline("dense(backend='torch')", dataset=dsid).search(query)
+    assert list(got["docno"][:10]) == list(want["docno"][:10])
+    assert np.allclose(got["score"][:10], want["score"][:10], atol=1e-5)

@@ -35,7 +35,7 @@ from pyterrier_sci.artifacts import DamagedFileWarning, build_atomically, write_
 from pyterrier_sci.corpus import corpus_id, index_path, irds_id
 from pyterrier_sci.data import work_dir
 from pyterrier_sci.filesums import damaged_file, record_files
-from pyterrier_sci.generations import IndexUpdateError, jsonl_record
+from pyterrier_sci.generations import UPDATES_GROUP, IndexUpdateError, jsonl_record
 from pyterrier_sci.models import (
     BACKENDS,
     PRECISIONS,
@@ -639,11 +639,6 @@ def add_index_commands(subparsers) -> argparse.ArgumentParser:
                            "an --append in the same command)")
     p.set_defaults(func=index_main)
     return p
-
-
-#: the entry-point group naming, per ``<type>.<format>`` of an index's ``pt_meta.json``, the function that appends
-#: to and retracts from it: ``update(path, append=DOCS, retract=IDS, fields=..., verbose=...) -> pt_meta``
-UPDATES_GROUP = "pyterrier_sci.index_updates"
 
 
 def update_main(args) -> int:

@@ -14,7 +14,7 @@ from pyterrier_sci.models import BACKENDS, PRECISIONS, BackendError, check_backe
 from pyterrier_sci.registry import DATASET, PATH, Param, params
 
 from .cross_encoder import FacetReranker
-from .folds import FoldRouted, FoldSettings, csfcube_facet_of, fold_models
+from .folds import FoldRouted, FoldSettings, csfcube_facet_of, fold_models, transfer_model
 from .labels import FacetLabeller
 from .rerank import FacetControl, SeedText
 from .triplets import FACETS
@@ -26,7 +26,7 @@ __all__ = ["facet_rerank_component", "facet_label_component"]
 @params(facet=Param(str, choices=FACETS, optional=True), model=Param(PATH, optional=True),
         background_model=Param(PATH, optional=True), method_model=Param(PATH, optional=True),
         weights=Param(str, dict, item=Param(float, min=-1e6, max=1e6), optional=True),
-        dataset=Param(DATASET, optional=True),
+        dataset=Param(DATASET, optional=True), train_dataset=Param(DATASET, optional=True),
         batch_size=Param(int, min=1, max=65536),
         backend=Param(str, choices=BACKENDS), precision=Param(str, choices=PRECISIONS),
         train=Param(bool), base_model=Param(str, optional=True), epochs=Param(int, min=0, max=1000, optional=True),
@@ -43,7 +43,8 @@ def facet_rerank_component(*inputs, context=None, facet: Optional[str] = None, m
                            weights: Union[None, str, Mapping[str, float]] = None, normalise: str = "zscore",
                            dataset: Optional[str] = None, add_text: bool = True, batch_size: int = 32,
                            verbose: bool = False, backend: str = "torch", precision: str = "fp32",
-                           train: bool = False, base_model: Optional[str] = None, epochs: Optional[int] = None,
+                           train: bool = False, train_dataset: Optional[str] = None,
+                           base_model: Optional[str] = None, epochs: Optional[int] = None,
                            triplets_per_seed: Optional[int] = None, learning_rate: Optional[float] = None,
                            max_length: Optional[int] = None, val_seeds: Optional[int] = None,
                            seed: Optional[int] = None, collapse: Optional[bool] = None,
@@ -72,7 +73,12 @@ def facet_rerank_component(*inputs, context=None, facet: Optional[str] = None, m
     ``warm_corpus`` (``acl``, or ``csfcube`` without its query papers), ``warm_epochs`` (1) and
     ``warm_docs`` (the corpus's first N papers only; all when unset); ``base_model`` and ``max_length``
     are the distillation's too.  ``epochs=0`` with ``warm_loss``: no facet training, the distilled student
-    alone re-ranks both folds (it has seen no CSFCube label)."""
+    alone re-ranks both folds (it has seen no CSFCube label).
+
+    ``train=True, train_dataset='irds:sci/csfcube/method'`` (or ``.../background``): one cross-encoder of that
+    facet trained on all of CSFCube's judgements of it (both folds; the same settings), kept in the work
+    directory, re-ranks any other collection (a registered corpus of your own papers, docs/corpora.md); CSFCube's
+    own facet queries, which it has seen, are refused (``train=True`` alone cross-fits them)."""
     check_backend(backend, precision)
     dataset = dataset_of(dataset, context, "sciface_rerank", required=False)
     given = dict(base_model=base_model, epochs=epochs, triplets_per_seed=triplets_per_seed,
@@ -91,12 +97,16 @@ def facet_rerank_component(*inputs, context=None, facet: Optional[str] = None, m
         raise ParameterError("sciface_rerank: epochs=0 re-ranks with the starting model untrained, which only a "
                              "warm start (warm_loss=...) makes a scorer; a fresh head is random",
                              component="sciface_rerank", param="epochs")
-    if training and not train:
-        raise ParameterError(f"sciface_rerank: {', '.join(sorted(training))} need train=True",
-                             component="sciface_rerank", param=sorted(training)[0])
+    if (training or train_dataset) and not train:
+        named = sorted(training) or ["train_dataset"]
+        raise ParameterError(f"sciface_rerank: {', '.join(named)} need train=True",
+                             component="sciface_rerank", param=named[0])
     engine = dict(backend=backend, precision=precision, calibration=dataset if precision == "int8" else None,
                   work=context.workdir() if context is not None else None)
-    if train:
+    if train and train_dataset:
+        rr = _transfer_trained(facet, dataset, train_dataset, model, background_model, method_model, weights,
+                               training, context, batch_size, verbose, engine)
+    elif train:
         rr = _fold_trained(facet, dataset, model, background_model, method_model, weights, training, context,
                            batch_size, verbose, engine)
     else:
@@ -142,6 +152,37 @@ def _trained_elsewhere(facet, model, background_model, method_model, weights, no
     return rr
 
 
+def _no_models_given(model, background_model, method_model, weights) -> None:
+    given = [n for n, v in (("model", model), ("background_model", background_model),
+                            ("method_model", method_model), ("weights", weights)) if v is not None]
+    if given:
+        raise ParameterError(f"sciface_rerank(train=True) trains its own models: {', '.join(given)} cannot be "
+                             "given with it", component="sciface_rerank", param=given[0])
+
+
+def _transfer_trained(facet, dataset, train_dataset, model, background_model, method_model, weights, training,
+                      context, batch_size, verbose, engine) -> pt.Transformer:
+    """``sciface_rerank(train=True, train_dataset=CSFCube facet)``: the facet's model trained on all of CSFCube's
+    judgements of it, re-ranking another collection."""
+    own = csfcube_facet_of(train_dataset)
+    if own is None:
+        raise ParameterError(f"sciface_rerank(train_dataset=...) trains on a CSFCube facet's judgements "
+                             f"(irds:sci/csfcube/method or .../background), not {train_dataset}",
+                             component="sciface_rerank", param="train_dataset")
+    if facet is not None and facet != own:
+        raise ParameterError(f"sciface_rerank: facet={facet!r} with train_dataset={train_dataset}, whose "
+                             f"judgements are {own} judgements", component="sciface_rerank", param="facet")
+    if csfcube_facet_of(dataset) is not None:
+        raise ParameterError(f"sciface_rerank(train_dataset={train_dataset}) is trained on every CSFCube "
+                             f"{own} query, so it cannot re-rank {dataset}'s queries; train=True without "
+                             "train_dataset cross-fits them on the official folds",
+                             component="sciface_rerank", param="train_dataset")
+    _no_models_given(model, background_model, method_model, weights)
+    settings = FoldSettings(facet=own, **training)
+    return FacetReranker(transfer_model(settings, engine["work"], verbose=verbose), batch_size=batch_size,
+                         verbose=verbose, **engine)
+
+
 def _fold_trained(facet, dataset, model, background_model, method_model, weights, training, context, batch_size,
                   verbose, engine) -> pt.Transformer:
     """``sciface_rerank(train=True)``: the fold models of the dataset's facet, each query routed to the one
@@ -154,11 +195,7 @@ def _fold_trained(facet, dataset, model, background_model, method_model, weights
     if facet is not None and facet != own:
         raise ParameterError(f"sciface_rerank: facet={facet!r} on {dataset}, whose queries are {own} queries",
                              component="sciface_rerank", param="facet")
-    given = [n for n, v in (("model", model), ("background_model", background_model),
-                            ("method_model", method_model), ("weights", weights)) if v is not None]
-    if given:
-        raise ParameterError(f"sciface_rerank(train=True) trains its own models: {', '.join(given)} cannot be "
-                             "given with it", component="sciface_rerank", param=given[0])
+    _no_models_given(model, background_model, method_model, weights)
     settings = FoldSettings(facet=own, **training)
     models = fold_models(settings, engine["work"], verbose=verbose)
     return FoldRouted({fold: FacetReranker(m, batch_size=batch_size, verbose=verbose, **engine)

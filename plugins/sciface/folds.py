@@ -31,7 +31,8 @@ from .training import train_facet_cross_encoder
 from .triplets import FACETS, csfcube_pairs, split_seeds
 from .warm_start import WarmStartSettings, warm_start_model
 
-__all__ = ["FOLDS", "FoldSettings", "csfcube_facet_of", "fold_model_path", "fold_models", "FoldRouted"]
+__all__ = ["FOLDS", "FoldSettings", "csfcube_facet_of", "fold_model_path", "fold_models", "FoldRouted",
+           "transfer_model_path", "transfer_model"]
 
 #: CSFCube's official test folds; the model for one is trained on the other's test queries
 FOLDS = ("fold1", "fold2")
@@ -93,6 +94,13 @@ def _train_fold(fold: str, settings: FoldSettings, path: Path, work: Union[None,
     leaked = sorted(set(pairs["seed_id"]) & tested)
     if leaked:  # the official folds are disjoint: this guards the data files
         raise ValueError(f"CSFCube's {train} queries include {fold}'s test queries {leaked[:3]}: a damaged split file")
+    return _train_on(pairs, settings, path, work, verbose, train)
+
+
+def _train_on(pairs, settings: FoldSettings, path: Path, work: Union[None, str, Path], verbose: bool,
+              train: str) -> FacetCrossEncoder:
+    """Trains ``settings``' cross-encoder on CSFCube ``pairs`` into ``path`` (``val_seeds`` of the pairs' query
+    papers held out for the per-epoch validation)."""
     n_seeds = pairs["seed_id"].nunique()
     if settings.val_seeds >= n_seeds:
         raise ParameterError(f"sciface_rerank: val_seeds={settings.val_seeds} leaves no training query of the "
@@ -109,6 +117,31 @@ def _train_fold(fold: str, settings: FoldSettings, path: Path, work: Union[None,
         pairs[part == "train"], path, settings.facet, val_pairs=val, base_model=base,
         collapse=settings.collapse, epochs=settings.epochs, triplets_per_seed=settings.triplets_per_seed,
         learning_rate=settings.learning_rate, max_length=settings.max_length, seed=settings.seed, verbose=verbose)
+
+
+def transfer_model_path(settings: FoldSettings, work: Union[None, str, Path] = None) -> Path:
+    """Where the facet's cross-encoder trained on every CSFCube query of the facet (both folds) is kept:
+    ``<work>/models/sciface/sci__csfcube__<facet>-all-<settings key>``."""
+    return trained_model_dir("sciface", f"sci/csfcube/{settings.facet}", f"all-{settings.key('all')}", work)
+
+
+def transfer_model(settings: FoldSettings, work: Union[None, str, Path] = None,
+                   verbose: bool = False) -> FacetCrossEncoder:
+    """The facet's cross-encoder trained on all of CSFCube's judgements of the facet, for re-ranking another
+    collection (``sciface_rerank(train=True, train_dataset='irds:sci/csfcube/method')``): trained on first use
+    (atomically, under the model's lock) and read back afterwards.  It has seen every CSFCube query of the
+    facet, so it never re-ranks CSFCube's own facet queries (the folds' models do)."""
+    path = transfer_model_path(settings, work)
+    if (path / "pt_meta.json").exists():
+        return FacetCrossEncoder(path)
+    about_to_train(path, f"the SciFACE {settings.facet} cross-encoder on all CSFCube {settings.facet} queries")
+    if verbose:
+        print(f"sciface_rerank: training the {settings.facet} cross-encoder on all of CSFCube's "
+              f"{settings.facet} queries into {path} (once)", flush=True)
+    try:
+        return _train_on(csfcube_pairs([settings.facet]), settings, path, work, verbose, "CSFCube")
+    except FileExistsError:  # another process finished it between the check and the build
+        return FacetCrossEncoder(path)
 
 
 def fold_models(settings: FoldSettings, work: Union[None, str, Path] = None,

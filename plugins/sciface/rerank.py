@@ -108,8 +108,9 @@ class FacetControl(pt.Transformer):
 class SeedText(pt.Transformer):
     """Adds the seed paper's ``query_title`` and ``query_abstract`` from a dataset's docstore.
 
-    The seed's docno is the ``seed_docno`` column when present, else ``seed_id(qid)`` (default:
-    CSFCube's convention, ``"10014168_method"`` -> ``"10014168"``).  Unknown seeds raise."""
+    The seed's docno is the ``seed_docno`` column when present, else ``seed_id(qid)``; by default the
+    ``qid`` itself when the corpus holds a paper of that docno (a collection of your own whose topics are
+    its papers), else CSFCube's convention (``"10014168_method"`` -> ``"10014168"``).  Unknown seeds raise."""
 
     def __init__(self, dataset: str, seed_id=None, title_field: str = "title", abstract_field: str = "abstract"):
         self.dataset = dataset
@@ -127,9 +128,17 @@ class SeedText(pt.Transformer):
             added = [c for c in ("query_title", "query_abstract") if c not in inp.columns]
             return pd.DataFrame(columns=list(inp.columns) + added)
         ds = ir_datasets.load(irds_id(self.dataset))
-        ids = inp["seed_docno"] if "seed_docno" in inp.columns else inp["qid"].map(self._seed)
+        store = ds.docs_store()
+        if "seed_docno" in inp.columns:
+            ids = inp["seed_docno"]
+        elif self.seed_id is not None:
+            ids = inp["qid"].map(self.seed_id)
+        else:   # the qid when it is a paper of the corpus, else CSFCube's convention
+            qids = sorted(set(map(str, inp["qid"])))
+            held = store.get_many(qids)
+            ids = inp["qid"].map(lambda q: str(q) if str(q) in held else self._seed(q))
         wanted = sorted(set(map(str, ids)))
-        docs = ds.docs_store().get_many(wanted)
+        docs = store.get_many(wanted)
         missing = [d for d in wanted if d not in docs]
         if missing:
             raise KeyError(f"seed papers {missing[:5]} are not in {self.dataset}'s corpus")
