@@ -9,7 +9,7 @@ export PYTERRIER_SCI_DATA ?= $(abspath ../shared/data)
 export PYTHONSAFEPATH := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install install-locked run test lint bench clean
+.PHONY: install install-locked run test lint docs bench clean
 
 # Installing prints nothing but real errors (pip -qq; make does not echo the commands). The project's own
 # build is kept free of warnings by setup.cfg, which tests/test_architecture.py checks
@@ -21,7 +21,7 @@ $(BIN)/.installed: setup.cfg pyproject.toml constraints.txt
 	@$(PYTHON) -m venv $(VENV)
 	@$(PIP) install -qq --upgrade pip
 	@$(PIP) install -qq torch==2.13.0
-	@$(PIP) install -qq -c constraints.txt -e ".[lucene,llm-server,colbert,scale,report,fast,corpora,test]"
+	@$(PIP) install -qq -c constraints.txt -e ".[lucene,llm-server,colbert,scale,report,fast,corpora,docs,test]"
 	@touch $@
 
 install: $(BIN)/.installed
@@ -48,8 +48,13 @@ test: install
 lint: install
 	$(BIN)/ruff check .
 
+# the documentation site (Sphinx and MyST, docs/conf.py) into docs/_build/html: offline, every warning an error;
+# .ci/run builds it after the linter.  docs/reference/ is generated from the code: pyterrier-sci reference --write
+docs: install
+	$(BIN)/sphinx-build -W --keep-going -b html docs docs/_build/html
+
 bench: install
 	$(BIN)/python benchmarks/bench_retrieval.py
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache
+	rm -rf $(VENV) runs .pytest_cache docs/_build

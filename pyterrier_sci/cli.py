@@ -1,4 +1,4 @@
-"""The ``pyterrier-sci`` command line (``datasets``, ``components``, ``measures``, ``run``,
+"""The ``pyterrier-sci`` command line (``datasets``, ``components``, ``measures``, ``reference``, ``run``,
 ``evaluate``, ``experiment`` (``--replay``), ``manifest diff``, plus the commands of the
 ``pyterrier_sci.cli`` entry-point group).
 Every failure is one line on stderr and exit status 2; ``--debug`` shows the traceback.
@@ -41,7 +41,15 @@ from pyterrier_sci.llm.cli import add_llm_commands
 from pyterrier_sci.local_corpus import as_dataset
 from pyterrier_sci.manifest import diff_manifests, format_changes, read_manifest
 from pyterrier_sci.pipeline import pipeline
-from pyterrier_sci.reference import components_markdown, dataset_rows, datasets_markdown
+from pyterrier_sci.reference import (
+    components_markdown,
+    dataset_rows,
+    datasets_markdown,
+    measures_markdown,
+    reference_pages,
+    stale_pages,
+    write_pages,
+)
 from pyterrier_sci.registry import CLI_GROUP, REGISTRY, check_dataset, load_group
 from pyterrier_sci.report import check_target, write_report
 
@@ -140,10 +148,33 @@ def cmd_irds(args) -> int:
 
 
 def cmd_measures(args) -> int:
+    if args.markdown:
+        print(measures_markdown(), end="")
+        return 0
     for name in measures.names():
         m = measures.get(name)
         print(f"{name:<20} {getattr(m, 'description', '')}")
     print("(and any ir_measures name: nDCG@10, R@100, AP(rel=2), RR@10, ...)")
+    return 0
+
+
+def cmd_reference(args) -> int:
+    """``pyterrier-sci reference``: the generated reference pages (docs/reference/): written into a folder
+    (``--write``), checked against one (``--check``: exit status 1 naming each stale page), or one printed."""
+    parser = build_parser()
+    if args.write:
+        for path in write_pages(args.write, parser):
+            print(f"wrote {path}")
+        return 0
+    if args.check:
+        stale = stale_pages(args.check, parser)
+        for path in stale:
+            print(f"stale: {path} (pyterrier-sci reference --write {args.check})")
+        return 1 if stale else 0
+    pages = reference_pages(parser)
+    if args.page not in pages:
+        raise SciError(f"name a page to print ({', '.join(pages)}), or give --write DIR or --check DIR")
+    print(pages[args.page], end="")
     return 0
 
 
@@ -270,7 +301,17 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(fn=cmd_irds)
 
     s = sub.add_parser("measures", help="the toolkit's measure names")
+    s.add_argument("--markdown", action="store_true",
+                   help="every measure, each dataset's short names: the reference page docs/reference/measures.md")
     s.set_defaults(fn=cmd_measures)
+
+    s = sub.add_parser("reference", help="the reference pages generated from the code (docs/reference/)")
+    s.add_argument("page", nargs="?", help="a page to print: components.md, datasets.md, measures.md, cli.md or "
+                                           "http-api.md")
+    s.add_argument("--write", metavar="DIR", help="write every page into DIR (e.g. docs/reference)")
+    s.add_argument("--check", metavar="DIR", help="exit status 1 when a page of DIR differs from what the code "
+                                                  "generates now")
+    s.set_defaults(fn=cmd_reference)
 
     s = sub.add_parser("run", help="run a pipeline expression on a dataset's topics, write a TREC run")
     s.add_argument("expr", help="pipeline expression or the name of a pipeline of --config")

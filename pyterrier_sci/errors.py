@@ -57,7 +57,18 @@ class PipelineError(SciError, ValueError):
     ``str(e)`` is the message on one line, then - when there is an expression - the expression
     (elided around the offending part when longer than :data:`SHOW_COLUMNS` columns) and a caret
     line under the offending part, aligned by display width (wide CJK characters count two columns,
-    combining marks none)."""
+    combining marks none).
+
+    Example:
+        >>> import pyterrier_sci as ps
+        >>> try:
+        ...     ps.pipeline("bm25(k1=-1)")
+        ... except ps.PipelineError as e:
+        ...     print(e)
+        component 'bm25': parameter 'k1' got -1 (a whole number): out of range; it takes a number from 0 to 100
+          bm25(k1=-1)
+                  ^^
+    """
 
     def __init__(self, message: str, expr: Optional[str] = None, span: Optional[Tuple[int, int]] = None,
                  where: Optional[str] = None):
@@ -146,7 +157,19 @@ class DamagedFileWarning(UserWarning):
 
 
 class MissingDataError(SciError, FileNotFoundError):
-    """A benchmark file is not in the data directory (and could not be downloaded)."""
+    """A benchmark file is not in the data directory (and could not be downloaded).  Its message names the file,
+    where it was looked for and where to get it; ``pyterrier-sci datasets`` lists what is present.
+
+    Example:
+        ::
+
+            import pyterrier as pt
+            import pyterrier_sci as ps
+            try:
+                topics = pt.get_dataset("irds:sci/doris-mae").get_topics()
+            except ps.MissingDataError as e:
+                print(e)   # which file is missing, and from where to fetch it into ps.data_dir()
+    """
 
 
 class DamagedDataError(SciError, ValueError):

@@ -48,6 +48,17 @@ def Experiment(retr_systems: List[Any], topics: pd.DataFrame, qrels: pd.DataFram
 
     ``perquery=True`` returns PyTerrier's per-query frame (``name``, ``qid``, ``measure``, ``value``)
     of true values, NaN where a query does not count; ``"both"`` returns ``(averages, perquery)``.
+
+    Example:
+        CSFCube's own NDCG%20 and MAP (per-fold means) and nDCG@10, with paired t-tests against BM25::
+
+            import pyterrier as pt
+            import pyterrier_sci as ps
+            ds = pt.get_dataset("irds:sci/csfcube/method")
+            bm25 = ps.pipeline("pool >> bm25", dataset="irds:sci/csfcube")
+            dense = ps.pipeline("pool >> dense", dataset="irds:sci/csfcube")
+            ps.Experiment([bm25, dense], ds.get_topics(), ds.get_qrels(), ["NDCG%20", "MAP", "nDCG@10"],
+                          dataset="sci/csfcube/method", names=["BM25", "MiniLM"], baseline=0)
     """
     if not isinstance(retr_systems, list):
         raise TypeError(f"expected a list of systems, got {type(retr_systems).__name__}")

@@ -48,6 +48,7 @@ __all__ = [
     "dcg", "ndcg_at_k", "average_precision", "reciprocal_rank", "r_precision_last_relevant",
     "precision_at_k", "recall_at_k", "RankListMeasure", "recall_of", "average_precision_of", "RankingMeasure",
     "register", "register_old_name", "old_names", "get", "parse", "split_names", "home_datasets", "names",
+    "dataset_aliases",
     "aggregate", "calc_aggregate", "counts",
     "ShortRunWarning",
 ]
@@ -160,6 +161,18 @@ class RankListMeasure(Measure):
 
     Queries of the qrels that the run does not answer score 0 (the papers' scripts would fail on
     them; a missing query must not raise the mean).
+
+    Example:
+        >>> import pandas as pd
+        >>> from pyterrier_sci.measures import RankListMeasure, precision_at_k
+        >>> p2 = RankListMeasure("my.P@2", lambda grades, judged: precision_at_k([g >= 1 for g in grades], 2),
+        ...                      description="precision at 2, grade >= 1")
+        >>> qrels = pd.DataFrame({"query_id": ["q1", "q1"], "doc_id": ["d1", "d2"], "relevance": [1, 0]})
+        >>> run = pd.DataFrame({"query_id": ["q1", "q1"], "doc_id": ["d2", "d1"], "score": [2.0, 1.0]})
+        >>> p2.per_query(qrels, run)
+        {'q1': 0.5}
+
+        ``ps.measures.register("my.P@2", p2)`` makes the name usable in ``ps.Experiment`` and on the command line.
     """
     SUPPORTED_PARAMS: Dict = {}
 
@@ -247,7 +260,26 @@ class RankingMeasure(Measure):
 
     Subclasses implement :meth:`values` (``ir_measures`` frames in, ``{query_id: value}`` out).
     Per-query values are the queries' own values, NaN for a left-out query; :meth:`aggregate` (and
-    the ``ir_measures`` aggregator) is the mean over the queries that count."""
+    the ``ir_measures`` aggregator) is the mean over the queries that count.
+
+    Example:
+        >>> import math
+        >>> import pandas as pd
+        >>> from pyterrier_sci.measures import RankingMeasure
+        >>> class Hit5(RankingMeasure):
+        ...     def values(self, qrels, run):
+        ...         relevant = {q: set(g.doc_id[g.relevance > 0]) for q, g in qrels.groupby("query_id")}
+        ...         return {q: float(bool(relevant[q] & set(g.doc_id[:5]))) if relevant.get(q) else math.nan
+        ...                 for q, g in run.groupby("query_id", sort=False)}
+        >>> hit5 = Hit5("my.Hit@5", "a relevant paper in the top 5; queries without one left out")
+        >>> qrels = pd.DataFrame({"qid": ["q1", "q2"], "docno": ["d1", "d3"], "label": [1, 0]})
+        >>> run = pd.DataFrame({"qid": ["q1", "q1", "q2"], "docno": ["d2", "d1", "d3"], "score": [2.0, 1.0, 1.0]})
+        >>> values = hit5.per_query(qrels, run)
+        >>> values
+        {'q1': 1.0, 'q2': nan}
+        >>> hit5.aggregate(values)       # q2 has no relevant paper: left out of the mean
+        1.0
+    """
     SUPPORTED_PARAMS: Dict = {}
 
     def __init__(self, name: str, description: str = ""):
@@ -373,8 +405,16 @@ def old_names() -> Dict[str, str]:
 
 
 def names() -> List[str]:
+    """The names of the toolkit's own measures (the papers' measures, ``sciface.NDCG%20``, ...), sorted."""
     _load_plugin_measures()
     return sorted(_REGISTRY)
+
+
+def dataset_aliases() -> Dict[str, Dict[str, str]]:
+    """``{dataset prefix: {short name: measure}}``: what each short name means in experiments on that dataset
+    (``MAP`` on ``sci/csfcube`` is ``sciface.MAP``), in the order the papers registered them."""
+    _load_plugin_measures()
+    return {prefix: dict(aliases) for prefix, aliases in _DATASET_ALIASES.items()}
 
 
 _PLUGINS_LOADED = False
@@ -416,7 +456,15 @@ def get(name: str, dataset: Optional[str] = None) -> Measure:
 
     A name has one meaning: a paper's short name (``NDCG%20``, ``PREC@3``) that only a dataset gives a meaning
     to is an error without ``dataset`` (naming the measure to write instead); a paper's measure (``doris.MAP``)
-    on another paper's dataset is an error naming the datasets that define its averaging."""
+    on another paper's dataset is an error naming the datasets that define its averaging.
+
+    Example:
+        >>> from pyterrier_sci import measures
+        >>> measures.get("NDCG%20", dataset="sci/csfcube/method")
+        sciface.NDCG%20
+        >>> measures.get("nDCG@10")
+        nDCG@10
+    """
     _load_plugin_measures()
     if not isinstance(name, str) or not name.strip():
         raise ValueError(f"a measure name is a non-empty string, not {name!r}")

@@ -245,7 +245,21 @@ def refs(node: Node) -> List[Ref]:
 
 @dataclass
 class PipelineConfig:
-    """The parsed contents of a pipeline YAML file."""
+    """The parsed contents of a pipeline YAML file: named components (a registered component and its
+    parameters), named pipelines (expressions over them), experiments, the dataset, and the other sections
+    (``llm:``, ...) as ``settings``.  :func:`load_config` reads one from a file or a dict.
+
+    Example:
+        >>> import pyterrier_sci as ps
+        >>> cfg = ps.PipelineConfig.from_dict({
+        ...     "dataset": "irds:sci/csfcube",
+        ...     "components": {"bm25_tuned": {"component": "bm25", "k1": 1.2}},
+        ...     "pipelines": {"BM25": "pool >> bm25_tuned % 100"}})
+        >>> cfg.pipelines["BM25"], cfg.components["bm25_tuned"]["k1"]
+        ('pool >> bm25_tuned % 100', 1.2)
+
+        ``ps.pipeline("BM25", config=cfg)`` then builds the pipeline the config names.
+    """
     components: Dict[str, Dict[str, Any]] = field(default_factory=dict)
     pipelines: Dict[str, str] = field(default_factory=dict)
     experiments: Dict[str, Dict[str, Any]] = field(default_factory=dict)
@@ -415,7 +429,14 @@ def load_config(config: Union[None, str, os.PathLike, Dict[str, Any], PipelineCo
 
     A YAML file must be a regular UTF-8 file of at most :data:`MAX_CONFIG_BYTES` bytes, nest at most
     :data:`MAX_YAML_DEPTH` levels, use at most :data:`MAX_YAML_ALIASES` aliases and expand to at
-    most :data:`MAX_YAML_NODES` values."""
+    most :data:`MAX_YAML_NODES` values.
+
+    Example:
+        >>> import pyterrier_sci as ps
+        >>> cfg = ps.load_config("csfcube.yaml")        # the package's pipelines/csfcube.yaml
+        >>> cfg.dataset
+        'irds:sci/csfcube'
+    """
     if config is None:
         return PipelineConfig()
     if isinstance(config, PipelineConfig):
@@ -656,6 +677,14 @@ def pipeline(expr: str, config: Union[None, str, os.PathLike, Dict[str, Any], Pi
         context: a full :class:`~pyterrier_sci.registry.Context` (overrides ``dataset``'s default).
         trusted: trust the expression and the config: an LLM ``base_url`` they set receives the API key,
             their file paths may lie anywhere (docs/llm.md, "Trust"). Only for configs you wrote.
+
+    Example:
+        BM25 over CSFCube's pools, and MiniLM re-ranking its top 50, fused::
+
+            import pyterrier_sci as ps
+            bm25 = ps.pipeline("pool >> bm25(k1=0.9, b=0.4)", dataset="irds:sci/csfcube")
+            rrf = ps.pipeline("rrf(pool >> bm25, pool >> bm25 % 50 >> dense, k=60)", dataset="irds:sci/csfcube")
+            hybrid = ps.pipeline("RRF", config="pipelines/csfcube.yaml")   # a pipeline the file names
     """
     cfg = load_config(config)
     builder = _Builder(cfg, make_context(cfg, dataset, context, trusted))

@@ -1,28 +1,51 @@
-"""The reference pages generated from the code: every component with its parameters (the registry's declarations)
-and every dataset id with its description and what it holds (the ir_datasets registrations).  The command line
-prints the same text (``pyterrier-sci components --markdown``, ``pyterrier-sci datasets --markdown``), so the
-terminal and ``docs/reference/`` never disagree; ``tests/test_reference.py`` fails when a page is stale::
+"""The reference pages generated from the code, under docs/reference/: every component with its parameters (the
+registry's declarations), every dataset id with its description and what it holds (the ir_datasets registrations),
+every measure name (the measures' registrations), the command line (its argparse parser) and the HTTP API (the
+OpenAPI schema of ``pyterrier-sci serve``'s app).  The command line prints the same text, so the terminal and
+``docs/reference/`` never disagree; ``tests/test_reference.py`` fails when a page is stale::
 
-    pyterrier-sci components --markdown > docs/reference/components.md
-    pyterrier-sci datasets --markdown > docs/reference/datasets.md
+    pyterrier-sci reference --write docs/reference     # every generated page
+    pyterrier-sci components --markdown                # one page on stdout (also datasets, measures)
+
+The Python API page (docs/reference/python.md) is not generated here: Sphinx's autodoc reads the docstrings when
+the site is built (``make docs``).
 """
 from __future__ import annotations
 
-from typing import Dict, List
+import argparse
+import json
+from pathlib import Path
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import ir_datasets
 
+from pyterrier_sci import measures
 from pyterrier_sci.local_corpus import ID_PREFIX
 from pyterrier_sci.registry import REGISTRY, pt_dataset_id
+from pyterrier_sci.serve import SearchAPI, SearchService, ServeSettings
+from pyterrier_sci.serve.app import OPEN_PATHS, create_app
 
-__all__ = ["components_markdown", "datasets_markdown", "dataset_rows", "REFERENCE_PAGES"]
+__all__ = ["components_markdown", "datasets_markdown", "dataset_rows", "measures_markdown", "cli_markdown",
+           "subcommands", "http_api_markdown", "openapi_schema", "REFERENCE_PAGES", "reference_pages", "write_pages",
+           "stale_pages"]
 
-#: the generated pages, by file name under docs/reference/
-REFERENCE_PAGES = {"components.md": "components_markdown", "datasets.md": "datasets_markdown"}
+#: the generated pages, by file name under docs/reference/, and the function writing each (``cli_markdown`` takes
+#: the command line's parser)
+REFERENCE_PAGES = {"components.md": "components_markdown", "datasets.md": "datasets_markdown",
+                   "measures.md": "measures_markdown", "cli.md": "cli_markdown", "http-api.md": "http_api_markdown"}
+#: the width the usage lines of docs/reference/cli.md are wrapped to (not the terminal's: the page is the same
+#: wherever it is generated)
+USAGE_WIDTH = 100
 
 
 def _cell(text: str) -> str:
     return " ".join(str(text).split()).replace("|", "\\|")
+
+
+def _prose(text: str) -> str:
+    """``text`` in a table cell or paragraph, read as text: ``<TAB>`` and ``*`` are not Markdown's HTML or
+    emphasis."""
+    return _cell(text).replace("<", "\\<").replace("*", "\\*")
 
 
 def components_markdown() -> str:
@@ -39,11 +62,11 @@ def components_markdown() -> str:
             spec = REGISTRY.get(name)
             desc, decl = spec.description, spec.params
         except ImportError as e:   # an optional part that is not installed
-            lines += [f"## `{name}`", "", f"Unavailable here: {_cell(e)}", ""]
+            lines += [f"## `{name}`", "", f"Unavailable here: {_prose(e)}", ""]
             continue
         if spec.source == "runtime":   # registered by a running program (ps.register), not installed
             continue
-        lines += [f"## `{name}`", "", _cell(desc) or "(no description)", ""]
+        lines += [f"## `{name}`", "", _prose(desc) or "(no description)", ""]
         if decl is None:
             lines += ["Its parameters are not declared: see its documentation.", ""]
             continue
@@ -52,7 +75,7 @@ def components_markdown() -> str:
             lines += ["No parameters.", ""]
             continue
         lines += ["| parameter | takes | default |", "|---|---|---|"]
-        lines += [f"| `{p}` | {_cell(takes)} | `{_cell(default)}` |" for p, takes, default in rows]
+        lines += [f"| `{p}` | {_prose(takes)} | `{_cell(default)}` |" for p, takes, default in rows]
         lines.append("")
     aliases = REGISTRY.aliases()
     if aliases:
@@ -91,5 +114,217 @@ def datasets_markdown() -> str:
              "present here). Your own collections are `sci/local/NAME` (docs/corpora.md). Where the data comes "
              "from and each benchmark's fields: docs/guide.md, \"Datasets\", and each paper's page.", "",
              "| id | what it is | holds |", "|---|---|---|"]
-    lines += [f"| `{r['id']}` | {_cell(r['description'])} | {r['holds']} |" for r in dataset_rows(include_local=False)]
+    lines += [f"| `{r['id']}` | {_prose(r['description'])} | {r['holds']} |" for r in dataset_rows(include_local=False)]
     return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------
+# measures
+# ---------------------------------------------------------------------------------------------
+
+def measures_markdown() -> str:
+    """Every measure the toolkit registers (its description, the datasets whose averaging it follows), what each
+    dataset's short names mean, and the former names still accepted."""
+    lines = ["# Measures", "",
+             "Every measure name the toolkit knows besides ir_measures' own (generated by `pyterrier-sci measures "
+             "--markdown`; `pyterrier-sci measures` prints the same list). Any ir_measures name works too "
+             "(`nDCG@10`, `R@100`, `AP(rel=2)`, `RR@10`, ...). A paper's measure follows its paper's averaging "
+             "(queries left out, per-fold means): [Evaluation](../evaluation.md).", "",
+             "## The toolkit's measures", "",
+             "| measure | what it is | the datasets it evaluates |", "|---|---|---|"]
+    for name in measures.names():
+        m = measures.get(name)
+        homes = ", ".join(f"`{h}`" for h in measures.home_datasets(name)) or "any"
+        lines.append(f"| `{_cell(name)}` | {_prose(getattr(m, 'description', '') or '')} | {homes} |")
+    lines += ["", "## Short names on each dataset", "",
+              "In an experiment on one of these datasets (`ps.Experiment(..., dataset=...)`, `--dataset`), a short "
+              "name means the dataset's own measure:", "",
+              "| dataset | short name | means |", "|---|---|---|"]
+    for prefix, aliases in sorted(measures.dataset_aliases().items()):
+        lines += [f"| `{prefix}` | `{_cell(short)}` | `{_cell(meant)}` |" for short, meant in aliases.items()]
+    old = measures.old_names()
+    if old:
+        lines += ["", "## Former names", "", "Still accepted, with a warning naming the current one:", "",
+                  "| former name | now |", "|---|---|"]
+        lines += [f"| `{_cell(o)}` | `{_cell(n)}` |" for o, n in old.items()]
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------
+# the command line
+# ---------------------------------------------------------------------------------------------
+
+def subcommands(parser: argparse.ArgumentParser) -> Iterator[Tuple[str, str, argparse.ArgumentParser]]:
+    """``(name, help, parser)`` of each subcommand of ``parser``, in the order they were added."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            helps = {a.dest: a.help or "" for a in action._choices_actions}
+            for name, sub in action.choices.items():
+                yield name, helps.get(name, ""), sub
+
+
+def _usage(parser: argparse.ArgumentParser) -> str:
+    formatter = parser.formatter_class(prog=parser.prog, width=USAGE_WIDTH)
+    formatter.add_usage(parser.usage, parser._actions, parser._mutually_exclusive_groups, prefix="")
+    return formatter.format_help().strip()
+
+
+def _argument_rows(parser: argparse.ArgumentParser) -> List[str]:
+    formatter = parser.formatter_class(prog=parser.prog, width=USAGE_WIDTH)
+    rows = []
+    for action in parser._actions:
+        if isinstance(action, (argparse._SubParsersAction, argparse._HelpAction)) or action.help == argparse.SUPPRESS:
+            continue
+        invocation = formatter._format_action_invocation(action)
+        help_text = formatter._expand_help(action) if action.help else ""
+        if action.choices is not None and "{" not in invocation:
+            help_text += (" " if help_text else "") + "(one of: " + ", ".join(map(str, action.choices)) + ")"
+        default = action.default
+        shown = "" if (default is None or default is False or default == argparse.SUPPRESS
+                       or isinstance(action, argparse._VersionAction)) else f"`{default}`"
+        rows.append(f"| `{_cell(invocation)}` | {_prose(help_text)} | {_cell(shown)} |")
+    return rows
+
+
+def _command_section(lines: List[str], parser: argparse.ArgumentParser, help_text: str, depth: int) -> None:
+    lines += ["#" * depth + f" `{parser.prog}`", ""]
+    for text in (help_text, parser.description, parser.epilog):
+        if text:
+            lines += [_prose(text), ""]
+    lines += ["```text", _usage(parser), "```", ""]
+    rows = _argument_rows(parser)
+    if rows:
+        lines += ["| argument | what it does | default |", "|---|---|---|", *rows, ""]
+    for name, sub_help, sub in subcommands(parser):
+        _command_section(lines, sub, sub_help, min(depth + 1, 4))
+
+
+def cli_markdown(parser: argparse.ArgumentParser) -> str:
+    """Every subcommand of ``parser`` (the ``pyterrier-sci`` parser, ``pyterrier_sci.cli.build_parser()``, with
+    the commands plugins add) with its usage, each argument's help and its default."""
+    commands = ", ".join(f"[`{name}`](#{_anchor(sub.prog)})" for name, _, sub in subcommands(parser))
+    lines = ["# Command line", "",
+             "Every `pyterrier-sci` command with its arguments, as its argparse parser declares them (generated by "
+             "`pyterrier-sci reference --write docs/reference`; `pyterrier-sci COMMAND --help` prints the same "
+             "in the terminal; every command takes `-h`/`--help`). Commands: " + commands + ".", ""]
+    _command_section(lines, parser, "", 2)
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def _anchor(heading: str) -> str:
+    """The anchor GitHub and MyST (``myst_heading_anchors``) give a heading."""
+    return "".join(c for c in heading.lower().replace(" ", "-") if c.isalnum() or c in "-_")
+
+
+# ---------------------------------------------------------------------------------------------
+# the HTTP API
+# ---------------------------------------------------------------------------------------------
+
+def openapi_schema() -> Dict[str, Any]:
+    """The OpenAPI schema of ``pyterrier-sci serve``'s HTTP app (what ``GET /openapi.json`` answers), built
+    offline: no pipeline is loaded, no server started."""
+    app = create_app(SearchAPI(SearchService(config={}), ServeSettings(mcp=False, page=False)))
+    return app.openapi()
+
+
+def _type(schema: Dict[str, Any]) -> str:
+    if "$ref" in schema:
+        return schema["$ref"].rsplit("/", 1)[-1]
+    if "anyOf" in schema:
+        return " or ".join(_type(s) for s in schema["anyOf"])
+    kind = schema.get("type", "any")
+    if kind == "array":
+        return f"list of {_type(schema.get('items', {}))}"
+    limits = [f"{word} {schema[key]:,}" for key, word in (("maxLength", "at most"), ("minLength", "at least"),
+                                                          ("maximum", "at most"), ("minimum", "at least"))
+              if key in schema]
+    return kind + (f" ({', '.join(limits)})" if limits else "")
+
+
+def _default(schema: Dict[str, Any]) -> str:
+    return f"`{json.dumps(schema['default'])}`" if "default" in schema else ""
+
+
+def _body_rows(schema: Dict[str, Any]) -> List[str]:
+    required = set(schema.get("required", []))
+    return [f"| `{name}` | {_cell(_type(prop))} | {'yes' if name in required else 'no'} | {_default(prop)} |"
+            for name, prop in schema.get("properties", {}).items()]
+
+
+def http_api_markdown(schema: Optional[Dict[str, Any]] = None) -> str:
+    """Each route of the OpenAPI schema (default: :func:`openapi_schema`): its summary, parameters, request body
+    and responses."""
+    schema = schema if schema is not None else openapi_schema()
+    info = schema.get("info", {})
+    components = schema.get("components", {}).get("schemas", {})
+    open_paths = ", ".join(f"`{p}`" for p in OPEN_PATHS)
+    lines = ["# HTTP API", "",
+             f"The routes of `pyterrier-sci serve` ([Serving](../serve.md)): {_prose(info.get('title', ''))}, version "
+             f"{info.get('version', '')}. {_prose(info.get('description', ''))} Generated from the app's OpenAPI "
+             "schema (`pyterrier-sci reference --write docs/reference`); a running server answers the same schema "
+             "at `GET /openapi.json` and renders it at `/docs`.", "",
+             "Outside the schema: MCP over streamable HTTP at `/mcp` (the same operations as tools), the search "
+             "page at `/`, Swagger UI at `/docs`. Requests and answers are JSON. Every error is "
+             '`{"error": {"code": "...", "message": "..."}}` with a 4xx or 5xx status, never a traceback. When the '
+             f"server has a bearer token, every path but {open_paths} and the page's static files needs "
+             "`Authorization: Bearer TOKEN` (401 without it); a request body over the size limit is refused (413), "
+             "one read too slowly too (408), a client over the rate limit gets 429.", ""]
+    for path, methods in schema.get("paths", {}).items():
+        for method, op in methods.items():
+            lines += [f"## `{method.upper()} {path}`", "", _prose(op.get("summary", "")) or "(no summary)", ""]
+            if op.get("description"):
+                lines += [_prose(op["description"]), ""]
+            params = op.get("parameters", [])
+            if params:
+                lines += ["| parameter | in | type | required | default |", "|---|---|---|---|---|"]
+                lines += [f"| `{p['name']}` | {p['in']} | {_cell(_type(p.get('schema', {})))} | "
+                          f"{'yes' if p.get('required') else 'no'} | {_default(p.get('schema', {}))} |"
+                          for p in params]
+                lines.append("")
+            body = op.get("requestBody")
+            if body:
+                media = body.get("content", {}).get("application/json", {}).get("schema", {})
+                name = _type(media)
+                body_schema = components.get(name, media)
+                lines += [f"Request body (JSON, `{name}`{', required' if body.get('required') else ''}"
+                          f"{'; no other fields' if body_schema.get('additionalProperties') is False else ''}):",
+                          "", "| field | type | required | default |", "|---|---|---|---|", *_body_rows(body_schema),
+                          ""]
+            responses = op.get("responses", {})
+            if responses:
+                lines.append("Responses: " + "; ".join(f"{code} {_prose(r.get('description', ''))}"
+                                                       for code, r in responses.items()) + ".")
+                lines.append("")
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+# ---------------------------------------------------------------------------------------------
+# all pages
+# ---------------------------------------------------------------------------------------------
+
+def reference_pages(parser: argparse.ArgumentParser) -> Dict[str, str]:
+    """``{file name: text}`` of every generated page; ``parser`` is the command line's (for cli.md)."""
+    makers: Dict[str, Callable[[], str]] = {
+        "components.md": components_markdown, "datasets.md": datasets_markdown, "measures.md": measures_markdown,
+        "cli.md": lambda: cli_markdown(parser), "http-api.md": http_api_markdown}
+    return {name: makers[name]() for name in REFERENCE_PAGES}
+
+
+def write_pages(folder, parser: argparse.ArgumentParser) -> List[Path]:
+    """Writes every generated page into ``folder``; returns the files whose text changed."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    changed = []
+    for name, text in reference_pages(parser).items():
+        path = folder / name
+        if not path.is_file() or path.read_text(encoding="utf-8") != text:
+            path.write_text(text, encoding="utf-8")
+            changed.append(path)
+    return changed
+
+
+def stale_pages(folder, parser: argparse.ArgumentParser) -> List[Path]:
+    """The generated pages of ``folder`` that differ from what the code generates now (or are missing)."""
+    folder = Path(folder)
+    return [folder / name for name, text in reference_pages(parser).items()
+            if not (folder / name).is_file() or (folder / name).read_text(encoding="utf-8") != text]

@@ -55,6 +55,15 @@ class Context:
         trusted: whether the user trusts the pipeline's config: its LLM ``base_url`` may receive the
             API key and its file paths may lie outside the allowed places (docs/llm.md, "Trust").
             Set by the user (``ps.pipeline(..., trusted=True)``, ``--trust-config``), never by a file.
+
+    Example:
+        >>> import pyterrier_sci as ps
+        >>> ctx = ps.Context(dataset="irds:sci/csfcube", settings={"llm": {"model": "gpt-4o-mini"}})
+        >>> ctx.dataset, ctx.trusted
+        ('irds:sci/csfcube', False)
+
+        A factory that declares ``context`` receives it (``ps.pipeline(..., context=ctx)`` passes one in);
+        ``ctx.workdir()`` is where it keeps what it builds.
     """
     dataset: Optional[str] = None
     work_dir: Optional[Path] = None
@@ -113,6 +122,20 @@ class Param:
         max_len: the longest string / list / mapping (default :data:`MAX_STR` / :data:`MAX_ITEMS`).
         min_len: the shortest (default 0; 1 for paths and dataset ids).
         note: said after what it takes, e.g. why a bound is there.
+
+    Example:
+        >>> from pyterrier_sci.registry import Param
+        >>> k1 = Param(float, min=0, max=100)
+        >>> k1.takes()
+        'a number from 0 to 100'
+        >>> k1.check(1.2, "parameter 'k1'")
+        1.2
+        >>> k1.check(-1, "parameter 'k1'")
+        Traceback (most recent call last):
+        ...
+        ValueError: parameter 'k1' got -1 (a whole number): out of range; it takes a number from 0 to 100
+
+        A component declares its parameters with :func:`params`: ``@params(k1=Param(float, min=0))``.
     """
 
     def __init__(self, *kinds, min: Optional[float] = None, max: Optional[float] = None,
@@ -371,7 +394,23 @@ def params(*sources: Callable, **declared: Union[Param, Any]):
     The factory's own keyword parameters are derived from its annotations; ``sources`` (classes or
     functions whose keyword parameters the factory passes on through ``**params``) add theirs;
     explicit declarations (a :class:`Param`, or a kind such as ``int``) override both.  The
-    component then accepts exactly these names."""
+    component then accepts exactly these names.
+
+    Example:
+        ::
+
+            import pyterrier as pt
+            import pyterrier_sci as ps
+            from pyterrier_sci.registry import Param, params
+
+            @ps.component("first_k")
+            @params(k=Param(int, min=1, max=1000))
+            def first_k(k: int = 10, context=None):
+                return pt.apply.generic(lambda res: res.groupby("qid").head(k))
+
+            ps.pipeline("pool >> bm25 >> first_k(k=5)", dataset="irds:sci/csfcube")
+            ps.pipeline("first_k(k=0)")   # PipelineError: 'k' takes a whole number from 1 to 1000
+    """
     def deco(fn):
         specs: Dict[str, Param] = {}
         defaults: Dict[str, Any] = {}
@@ -661,12 +700,24 @@ def load_group(group: str) -> Dict[str, Any]:
 
 
 def register(name: str, factory: Callable[..., Any], *, replace: bool = False) -> None:
-    """Registers a component factory under ``name`` for the pipeline language."""
+    """Registers a component factory under ``name`` for the pipeline language.
+
+    Example:
+        ::
+
+            import pyterrier as pt
+            import pyterrier_sci as ps
+            ps.register("title_only", lambda context=None: pt.apply.query(lambda q: q["query"].split(".")[0]))
+            ps.pipeline("title_only >> pool >> bm25", dataset="irds:sci/csfcube")
+
+        A package registers its components for every program through the ``pyterrier_sci.components`` entry
+        point group instead (docs/architecture.md).
+    """
     REGISTRY.register(name, factory, replace=replace)
 
 
 def component(name: Optional[str] = None, *, replace: bool = False):
-    """Decorator form of :func:`register`."""
+    """Decorator form of :func:`register`; the name defaults to the function's (:func:`params` shows one)."""
     def deco(fn):
         register(name or fn.__name__, fn, replace=replace)
         return fn
