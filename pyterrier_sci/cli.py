@@ -503,11 +503,7 @@ def _main(argv: Optional[List[str]]) -> int:
         _name_what_was_written(e, args)
         if debug:
             traceback.print_exc()
-        if is_bug(e):
-            lines = [f"{prog}: internal error (a bug in pyterrier-sci, not your input; please report it with the "
-                     f"traceback): {type(e).__name__}: {one_line(e) or '(no message)'}"]
-        else:
-            lines = [f"{prog}: error: {describe_error(e)}"]
+        lines = [f"{prog}: {command_error(e)}"]
         if isinstance(e, PipelineError):
             lines += e.picture()
         if not debug and not isinstance(e, PipelineError):
@@ -517,6 +513,15 @@ def _main(argv: Optional[List[str]]) -> int:
         except OSError:
             pass
         return 2
+
+
+def command_error(e: BaseException) -> str:
+    """The command line's line for a failure (after ``pyterrier-sci COMMAND: ``): ``error: <what went wrong>``, or
+    the internal-error line of an exception the toolkit did not raise on purpose (:func:`is_bug`)."""
+    if is_bug(e):
+        return (f"internal error (a bug in pyterrier-sci, not your input; please report it with the traceback): "
+                f"{type(e).__name__}: {one_line(e) or '(no message)'}")
+    return f"error: {describe_error(e)}"
 
 
 def _drop_stdout() -> None:

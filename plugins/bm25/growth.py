@@ -28,6 +28,7 @@ import gzip
 import itertools
 import json
 import os
+import tempfile
 from pathlib import Path
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Union
 
@@ -51,10 +52,10 @@ from pyterrier_sci.generations import (
 )
 from pyterrier_sci.quiet import quiet_native
 
-from .indexing import PISA_BATCH_SIZE, PisaStreamIndexer, checked_docs
+from .indexing import PISA_BATCH_SIZE, PisaStreamIndexer, checked_docs, index_corpus
 from .lucene import RAM_BUFFER_MB, LuceneIndex, set_ram_buffer, start_jvm
 
-__all__ = ["append_documents", "retract_documents", "update_index", "BM25Appender", "GrowingBM25Index",
+__all__ = ["append_documents", "retract_documents", "update_index", "warm_up", "BM25Appender", "GrowingBM25Index",
            "open_growing", "APPENDED_LOG", "RETRACTED_LOG", "ID_FIELD"]
 
 #: the file of a grown PISA index holding the documents appended to its corpus (``{'docno', 'text'}`` lines)
@@ -436,6 +437,16 @@ def update_index(path: Union[str, Path], append: Optional[Union[str, Path]] = No
     if append is not None:
         meta = append_documents(path, read_docs(append, fields or ("text",)), verbose=verbose)
     return meta
+
+
+def warm_up(path: Union[str, Path]) -> None:
+    """What a resident appender (:mod:`pyterrier_sci.resident`) loads before its first change: for a Lucene index,
+    the JVM and Lucene's indexing classes (one document indexed into a scratch index, removed); a PISA change is a
+    rebuild, which loads nothing ahead."""
+    if _meta(Path(path)).get("format") == "lucene":
+        start_jvm()
+        with tempfile.TemporaryDirectory(prefix="warm-up-") as scratch:
+            index_corpus([{"docno": "warm-up", "text": "warm up"}], Path(scratch) / "index", "lucene")
 
 
 class GrowingBM25Index:

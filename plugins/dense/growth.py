@@ -53,7 +53,7 @@ from .index_meta import CALIBRATION_FILE, read_pt_meta
 from .retriever import DenseRetriever
 from .shards import ARTIFACT_FORMAT, SHARD_FILE, shard_name
 
-__all__ = ["GrowingDenseIndex", "DenseAppender", "open_growing", "append_documents", "retract_documents",
+__all__ = ["warm_up", "GrowingDenseIndex", "DenseAppender", "open_growing", "append_documents", "retract_documents",
            "update_index", "generation_name", "carry_ann", "COPY_CHUNK"]
 
 #: stored vectors copied per read when a flat index or a shard is written again
@@ -580,6 +580,13 @@ class DenseAppender(pt.Indexer):
 def open_growing(path: Union[str, Path]) -> GrowingDenseIndex:
     """The dense index at ``path`` opened for appends and retractions."""
     return GrowingDenseIndex(path)
+
+
+def warm_up(path: Union[str, Path]) -> None:
+    """What a resident appender (:mod:`pyterrier_sci.resident`) loads before its first change: the index's encoder
+    once (its libraries imported, its files read; each change that encodes documents loads it again, a fraction of
+    a second)."""
+    DenseRetriever(index=str(path), verbose=False).encoder
 
 
 def update_index(path: Union[str, Path], append: Optional[Union[str, Path]] = None,

@@ -32,6 +32,7 @@ from typing import Callable, Iterator, List, Optional, Sequence, Tuple, Union
 import pyterrier as pt
 
 from pyterrier_sci.artifacts import DamagedFileWarning, build_atomically, write_pt_meta
+from pyterrier_sci.cli import command_error
 from pyterrier_sci.corpus import corpus_id, index_path, irds_id
 from pyterrier_sci.data import work_dir
 from pyterrier_sci.filesums import damaged_file, record_files
@@ -47,8 +48,10 @@ from pyterrier_sci.models import (
 )
 from pyterrier_sci.quiet import quiet_native
 from pyterrier_sci.registry import PipelineError, check_dataset, check_fields, load_group
+from pyterrier_sci.resident import serve_resident
 from pyterrier_sci.scale import ScaleError, init_ray
 from pyterrier_sci.upstream import fix_npids_single_docno_blocks
+from pyterrier_sci_launcher import process_seconds
 
 from .calibration import CALIBRATION_SIZE, Calibration, calibration_from_corpus, calibration_from_texts
 from .encoders import load_encoder, settings_hash
@@ -637,6 +640,9 @@ def add_index_commands(subparsers) -> argparse.ArgumentParser:
     grow.add_argument("--retract", metavar="IDS",
                       help="retract the docnos of IDS (one a line, or .jsonl with docno) from that index (before "
                            "an --append in the same command)")
+    grow.add_argument("--resident", action="store_true",
+                      help="keep running as the resident appender of the index at --output: later 'index --output "
+                           "PATH --append/--retract' commands are made by it, without the toolkit's start")
     p.set_defaults(func=index_main)
     return p
 
@@ -654,10 +660,7 @@ def update_main(args) -> int:
         raise IndexUpdateError("index --append/--retract: give the index with --output PATH (a BM25, dense or "
                                "ColBERT index), or the DATASET and --shards (and --model) of the sharded index to "
                                "update")
-    meta = read_pt_meta(path, _kind_by_files(path)) if path.is_dir() else None
-    if meta is None:
-        raise IndexUpdateError(f"index --append/--retract: no index at {path} (no pt_meta.json); build it first")
-    kind = f"{meta.get('type')}.{meta.get('format')}"
+    kind = _index_kind(path, "index --append/--retract")
     updates = load_group(UPDATES_GROUP)
     if kind not in updates:
         raise IndexUpdateError(f"index --append/--retract: {path} is a {kind} index, which cannot be updated "
@@ -680,16 +683,21 @@ def update_main(args) -> int:
     return 0
 
 
-def process_seconds() -> Optional[float]:
-    """Seconds since this process started (Linux: from ``/proc``), None where it cannot tell."""
-    try:
-        ticks = os.sysconf("SC_CLK_TCK")
-        with open("/proc/self/stat", encoding="ascii") as f:
-            start = int(f.read().rsplit(")", 1)[1].split()[19]) / ticks
-        with open("/proc/uptime", encoding="ascii") as f:
-            return max(0.0, float(f.read().split()[0]) - start)
-    except (OSError, ValueError, IndexError):
-        return None
+def _index_kind(path: Path, what: str) -> str:
+    """``<type>.<format>`` of the index at ``path`` (its ``pt_meta.json``)."""
+    meta = read_pt_meta(path, _kind_by_files(path)) if path.is_dir() else None
+    if meta is None:
+        raise IndexUpdateError(f"{what}: no index at {path} (no pt_meta.json); build it first")
+    return f"{meta.get('type')}.{meta.get('format')}"
+
+
+def resident_main(args) -> int:
+    """``index --output PATH --resident``: the resident appender of the index (:mod:`pyterrier_sci.resident`)."""
+    if not args.output or args.append or args.retract or args.shards is not None:
+        raise IndexUpdateError("index --resident: give the index with --output PATH alone (the changes are sent "
+                               "by later 'index --output PATH --append DOCS' commands)")
+    path = Path(args.output).expanduser()
+    return serve_resident(path, _index_kind(path, "index --resident"), command_error)
 
 
 def _kind_by_files(path: Path) -> str:
@@ -707,6 +715,8 @@ def _kind_by_files(path: Path) -> str:
 
 
 def index_main(args) -> int:
+    if args.resident:
+        return resident_main(args)
     if args.append or args.retract:
         return update_main(args)
     if not args.dataset:
