@@ -3,6 +3,7 @@ one namespace, in a fresh directory with a fresh work directory, so a renamed pa
 not in a reader's hands."""
 import os
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -26,12 +27,24 @@ def test_the_tutorial_runs_as_written(page, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("PYTERRIER_SCI_HOME", str(tmp_path / "work"))
     namespace = {"__name__": f"tutorial_{page.stem}"}
-    for i, code in enumerate(blocks(page), 1):
-        try:
-            exec(compile(code, f"{page.relative_to(ROOT)} (block {i})", "exec"), namespace)  # noqa: S102
-        except Exception as e:  # noqa: BLE001 - name the page and block
-            raise AssertionError(f"{page.relative_to(ROOT)}, code block {i} fails: {type(e).__name__}: {e}") from e
+    ray_before = _ray_running()
+    try:
+        for i, code in enumerate(blocks(page), 1):
+            try:
+                exec(compile(code, f"{page.relative_to(ROOT)} (block {i})", "exec"), namespace)  # noqa: S102
+            except Exception as e:  # noqa: BLE001 - name the page and block
+                raise AssertionError(f"{page.relative_to(ROOT)}, code block {i} fails: {type(e).__name__}: {e}") from e
+    finally:
+        ray_left = not ray_before and _ray_running()
+        if ray_left:  # a page that failed midway (or forgot): the rest of the suite must not inherit its Ray
+            sys.modules["ray"].shutdown()
+    assert not ray_left, f"{page.relative_to(ROOT)} leaves Ray running: a page that starts Ray shuts it down"
     assert os.listdir(tmp_path)
+
+
+def _ray_running() -> bool:
+    ray = sys.modules.get("ray")   # imported only by a page (or test) that uses it
+    return ray is not None and ray.is_initialized()
 
 
 @needs_data("csfcube")
