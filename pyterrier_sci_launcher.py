@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import List, Optional
 
 __all__ = ["main", "socket_path", "socket_directory", "resident_update", "read_line", "process_seconds",
+           "command_started",
            "MAX_MESSAGE", "PROTOCOL"]
 
 #: the request / response protocol's version (a resident appender refuses another)
@@ -123,8 +124,23 @@ def _update_args(argv: List[str]) -> Optional[argparse.Namespace]:
     return args
 
 
+#: whether this process is a ``pyterrier-sci`` command (its arguments from ``sys.argv``), not a program that calls
+#: :func:`main` with arguments of its own (whose age is no command's start)
+_AS_COMMAND = [False]
+
+
+def command_started(argv: Optional[List[str]]) -> None:
+    """Records whether :func:`main` (or :func:`pyterrier_sci.cli.main`) was called as the command (``argv`` None)
+    or by a program with arguments of its own."""
+    _AS_COMMAND[0] = argv is None
+
+
 def process_seconds() -> Optional[float]:
-    """Seconds since this process started (Linux: from ``/proc``), None where it cannot tell."""
+    """Seconds since this process, a ``pyterrier-sci`` command, started (Linux: from ``/proc``): what starting the
+    command cost so far.  None where it cannot tell, or when the process is not the command (a program calling
+    :func:`main` with arguments of its own)."""
+    if not _AS_COMMAND[0]:
+        return None
     try:
         ticks = os.sysconf("SC_CLK_TCK")
         with open("/proc/self/stat", encoding="ascii") as f:
@@ -169,6 +185,7 @@ def _try_resident(argv: List[str]) -> Optional[int]:
 def main(argv: Optional[List[str]] = None) -> int:
     """Runs the ``pyterrier-sci`` command: an index update through a resident appender when one answers, else
     the toolkit's command line (:func:`pyterrier_sci.cli.main`)."""
+    command_started(argv)
     argv = list(sys.argv[1:] if argv is None else argv)
     rc = _try_resident(argv)
     if rc is not None:

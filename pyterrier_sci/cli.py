@@ -52,6 +52,7 @@ from pyterrier_sci.reference import (
 )
 from pyterrier_sci.registry import CLI_GROUP, REGISTRY, check_dataset, load_group
 from pyterrier_sci.report import check_target, write_report
+from pyterrier_sci_launcher import command_started
 
 
 def _print_table(df: pd.DataFrame, as_json: bool) -> None:
@@ -475,6 +476,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     (plus the expression and a caret under its offending part, for pipeline expressions) and exit
     status 2; an exception the toolkit did not raise on purpose is one line calling it a bug
     (:func:`is_bug`).  ``--debug`` shows the traceback as well; warnings are one plain line each."""
+    command_started(argv)
     with warnings.catch_warnings():
         warnings.showwarning = _plain_warning
         return _main(argv)
