@@ -69,13 +69,15 @@ def main(argv=None) -> int:
     p.add_argument("--fraction", type=float, default=0.01)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--out", default="benchmarks/results/bench_append_cli.md")
+    p.add_argument("--dataset", default=DATASET, help="the stream (default hep-th; e.g. "
+                                                      "irds:sci/acl-fulltext/chunks-128)")
     args = p.parse_args(argv)
     from pyterrier_sci.corpus import corpus_texts
     from pyterrier_sci.plugins.bm25 import index_corpus
     n_new = max(1, int(args.docs * args.fraction))
-    docs = list(itertools.islice(corpus_texts(DATASET), args.docs + n_new * args.rounds))
+    docs = list(itertools.islice(corpus_texts(args.dataset), args.docs + n_new * args.rounds))
     if len(docs) < args.docs + n_new * args.rounds:
-        raise SystemExit(f"{DATASET} has {len(docs):,} documents: fewer than asked for")
+        raise SystemExit(f"{args.dataset} has {len(docs):,} documents: fewer than asked for")
     base = docs[:args.docs]
     batches = [[{"docno": f"new~{d['docno']}", "text": d["text"]} for d in docs[args.docs + r * n_new:
                                                                              args.docs + (r + 1) * n_new]]
@@ -118,10 +120,11 @@ def main(argv=None) -> int:
             meta = json.loads((work / which / "pt_meta.json").read_text())
             assert meta["docs"]["count"] == args.docs + n_new * args.rounds, (which, meta["docs"])
     rows = []
+    stream = "" if args.dataset == DATASET else f", {args.dataset[5:]}"
     for side, name in (("resident", "CLI append, resident appender running"),
                        ("plain", "CLI append, no resident appender")):
         r = t.ratio(side, "rebuild")
-        rows.append({"path": name, "base docs": args.docs, "appended": n_new, "append s": t.median(side),
+        rows.append({"path": name + stream, "base docs": args.docs, "appended": n_new, "append s": t.median(side),
                      "in-process rebuild s": t.median("rebuild"),
                      "append / rebuild": f"{100 * r.median:.2f} % ({100 * r.min:.2f}-{100 * r.max:.2f}, n={r.n})"})
     details = [f"the appender answered an empty update with: {served.get('error') if served else 'nothing'}"]
