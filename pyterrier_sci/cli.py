@@ -43,14 +43,16 @@ from pyterrier_sci.manifest import diff_manifests, format_changes, read_manifest
 from pyterrier_sci.pipeline import pipeline
 from pyterrier_sci.reference import (
     components_markdown,
+    dataset_counts,
     dataset_rows,
     datasets_markdown,
     measures_markdown,
     reference_pages,
     stale_pages,
+    write_counts,
     write_pages,
 )
-from pyterrier_sci.registry import CLI_GROUP, REGISTRY, check_dataset, load_group
+from pyterrier_sci.registry import CLI_GROUP, REGISTRY, check_dataset, irds_id, load_group
 from pyterrier_sci.report import check_target, write_report
 from pyterrier_sci_launcher import command_started
 
@@ -71,6 +73,18 @@ def _print_table(df: pd.DataFrame, as_json: bool) -> None:
 
 
 def cmd_datasets(args) -> int:
+    if args.count:
+        ids = [irds_id(n) for n in args.names] or None
+        if args.write:
+            record = write_counts(ids)
+            counts = {k: v for k, v in record.items() if ids is None or k in ids}
+        else:
+            counts = {irds_id(r["id"]): dataset_counts(r["id"]) for r in dataset_rows(include_local=False)
+                      if ids is None or irds_id(r["id"]) in ids}
+        print(json.dumps(counts, indent=1, sort_keys=True))
+        return 0
+    if args.names or args.write:
+        raise ValueError("datasets: NAMES and --write go with --count")
     if args.markdown:
         print(datasets_markdown(), end="")
         return 0
@@ -287,6 +301,11 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("datasets", help="registered dataset ids, what each is, and whether their data is present")
     s.add_argument("--json", action="store_true")
     s.add_argument("--markdown", action="store_true", help="the reference page docs/reference/datasets.md")
+    s.add_argument("--count", action="store_true",
+                   help="count the documents, queries and judgements of each (or of NAMES) from its data")
+    s.add_argument("--write", action="store_true",
+                   help="with --count: record the counts for the reference page (the package's dataset_counts.json)")
+    s.add_argument("names", nargs="*", help="with --count: the ids to count (default every benchmark id)")
     s.set_defaults(fn=cmd_datasets)
 
     s = sub.add_parser("components", help="component names of the pipeline language; with names, their "

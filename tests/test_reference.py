@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ROOT
+from conftest import DATA, ROOT, needs_data
 
 from pyterrier_sci import measures, reference
 from pyterrier_sci.cli import build_parser, main
@@ -121,3 +121,21 @@ def test_every_route_of_the_openapi_schema_is_listed():
     assert "| `q` | query | string (at most 1,000,000) or null | no |  |" in text
     assert "| `queries` | list of string | yes |  |" in text
     assert "Request body (JSON, `SearchBody`, required; no other fields)" in text
+
+
+@needs_data("csfcube")
+def test_the_recorded_dataset_counts_are_the_datas():
+    """The counts the datasets page shows (pyterrier_sci/dataset_counts.json) are those of the data, recounted for
+    the benchmarks at hand; the page shows them."""
+    from pyterrier_sci.reference import dataset_counts, datasets_markdown, recorded_counts
+    recorded = recorded_counts()
+    ids = ["sci/csfcube", "sci/csfcube/method", "sci/csfcube/background/fold2-test", "sci/acl-fulltext/references",
+           "sci/doris-mae/birco-dev"]
+    for name in ids:
+        if name.startswith("sci/doris-mae") and not (DATA / "doris-mae").exists():
+            continue
+        assert dataset_counts(name) == recorded[name], name
+    assert recorded["sci/csfcube/method"] == {"documents": 4205, "queries": 17, "judgements": 2174}
+    assert "| `irds:sci/csfcube/method` | " in datasets_markdown()
+    row = next(line for line in datasets_markdown().splitlines() if line.startswith("| `irds:sci/csfcube/method` |"))
+    assert row.endswith("| 4,205 | 17 | 2,174 |")
