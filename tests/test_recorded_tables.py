@@ -29,10 +29,15 @@ def _table_after(text: str, heading: str) -> str:
     return "\n".join(out) + "\n"
 
 
+def _pages():
+    """The docs pages (lab notes under docs/notes/ included; not the built site) and the README."""
+    return sorted(p for p in (ROOT / "docs").rglob("*.md") if "_build" not in p.parts) + [ROOT / "README.md"]
+
+
 def _quoted():
-    for doc in sorted((ROOT / "docs").glob("*.md")) + [ROOT / "README.md"]:
+    for doc in _pages():
         for m in MARKER.finditer(doc.read_text(encoding="utf-8")):
-            yield pytest.param(doc, m["file"], m["section"], m["table"], id=f"{doc.name}:{m['file']}:{m['section']}")
+            yield pytest.param(doc, m["file"], m["section"], m["table"], id=f"{doc.relative_to(ROOT)}:{m['file']}:{m['section']}")
 
 
 QUOTED = list(_quoted())
@@ -55,7 +60,7 @@ GENERATED = re.compile(r"<!-- generated: python (?P<script>benchmarks/\S+\.py) -
 
 
 def _generated():
-    for doc in sorted((ROOT / "docs").glob("*.md")):
+    for doc in _pages():
         for m in GENERATED.finditer(doc.read_text(encoding="utf-8")):
             yield pytest.param(doc, m["script"], m["file"], m["body"], id=f"{doc.name}:{m['file']}")
 
