@@ -27,6 +27,7 @@ from pyterrier_sci.data import (
 )
 from pyterrier_sci.dates import QueryDates, acl_anthology_date, arxiv_header_date
 from pyterrier_sci.irds import FnDocs, FnQrels, FnQueries, FnScoredDocs, register
+from pyterrier_sci.local_corpus import ID_PREFIX, LocalDocs
 
 CORE, SUPERFICIAL, NON_CITATION = 2, 1, 0
 #: the registered candidate-set sizes |C| (``/c{N}``); k = 5 and seed = 0 as in the paper's data
@@ -297,8 +298,10 @@ class _Source:
         return [str(f.local()) for f in self.files.values() if not f.exists()]
 
 
-def _register_source(src: _Source):
-    docs = FnDocs(src.name, lambda: iter(src.papers().values()), Paper)
+def _register_source(src: _Source, docs=None):
+    """Registers ``<name>/{train,test}[/c<size>]`` of a source (``docs``: its documents' handler, when not the
+    source's papers)."""
+    docs = docs if docs is not None else FnDocs(src.name, lambda: iter(src.papers().values()), Paper)
 
     def queries(split, size):
         ps = src.papers()
@@ -337,6 +340,53 @@ ACL = _Source("sci/acl-core-citations", _ACL, _acl_edges, sizes=(10, 100, 1000),
 
 def missing_files() -> List[str]:
     return HEPTH.missing_files() + ACL.missing_files()
+
+
+class LocalCoreCitations(_Source):
+    """The core-citation sets of a local corpus (``sci/local/NAME/core-citations/{train,test}[/c10]``): Eq. 1 on
+    the citation links its papers carry (``citations``, docs/corpora.md), the papers with a title or abstract as
+    those with text; built from the corpus's current version, again when it changes."""
+
+    def __init__(self, corpus: str):
+        super().__init__(f"{ID_PREFIX}{corpus}/core-citations", {}, None, sizes=(10,))
+        self.corpus = corpus
+        self._version = None
+
+    def docs(self) -> LocalDocs:
+        return LocalDocs(self.corpus)
+
+    def _current(self) -> None:
+        version = self.docs().sci_version()
+        if version != self._version:
+            self.clear()
+            self._version = version
+
+    def papers(self) -> Dict[str, Paper]:
+        self._current()
+        if self._papers is None:
+            self._papers = {p.doc_id: p for p in self.docs().docs_iter() if p.title or p.abstract}
+        return self._papers
+
+    def graph(self) -> CitationGraph:
+        self._current()
+        if self._graph is None:
+            self._graph = CitationGraph.from_edges((p.doc_id, c) for p in self.docs().docs_iter()
+                                                   for c in p.citations)
+        return self._graph
+
+    def split(self, split: str, size: Optional[int]) -> CoreCitationSet:
+        self._current()
+        return super().split(split, size)
+
+    def missing_files(self) -> List[str]:
+        return []
+
+
+def register_local_core_citations(corpus: str) -> None:
+    """Registers the core-citation sets of the local corpus ``corpus`` (a hook of
+    :data:`pyterrier_sci.local_corpus.LOCAL_DATASET_HOOKS`)."""
+    src = LocalCoreCitations(corpus)
+    _register_source(src, docs=src.docs())
 
 
 # ----------------------------------------------------------------------------------------------

@@ -39,8 +39,8 @@ from pyterrier_sci.registry import load_group
 from pyterrier_sci.text import STANDARD_UNITS, ChunkDoc, chunk_corpus_id, chunk_documents
 
 __all__ = ["ID_PREFIX", "LocalPaper", "LocalQuery", "LocalDocs", "LocalChunkDocs", "Section", "register_corpus",
-           "corpora_dir", "local_corpora", "corpus_manifest", "remove_corpus", "register_local_datasets",
-           "register_local_dataset", "local_name", "add_corpus_commands", "as_dataset"]
+           "corpora_dir", "local_corpora", "LOCAL_DATASET_HOOKS", "corpus_manifest", "remove_corpus",
+           "register_local_datasets", "register_local_dataset", "local_name", "add_corpus_commands", "as_dataset"]
 
 #: the ir_datasets ids of local corpora: ``sci/local/NAME``
 ID_PREFIX = "sci/local/"
@@ -666,8 +666,14 @@ def _has_file(name: str, filename: str) -> bool:
     return d is not None and (d / filename).is_file()
 
 
+#: functions called with a corpus's name when it is registered, each registering ids derived from it (the datasets
+#: layer adds its own: the core-citation sets of a corpus with citations, ``datasets/local.py``)
+LOCAL_DATASET_HOOKS: List[Any] = []
+
+
 def register_local_dataset(name: str) -> str:
-    """Registers ``sci/local/NAME`` with ir_datasets (once per process; the version is looked up on use)."""
+    """Registers ``sci/local/NAME`` with ir_datasets (once per process; the version is looked up on use), and the
+    ids :data:`LOCAL_DATASET_HOOKS` derive from it."""
     _check_name(name)
     dsid = f"{ID_PREFIX}{name}"
     register(dsid, LocalDocs(name), LocalQueries(name), LocalQrels(name),
@@ -676,6 +682,8 @@ def register_local_dataset(name: str) -> str:
         chunks = LocalChunkDocs(name, unit, stride)
         register(chunks.docs_namespace(), chunks, documentation={
             "desc": f"{dsid} cut into windows of {unit} tokens (docno <paper>%p<i>; pyterrier_sci.text)"})
+    for hook in LOCAL_DATASET_HOOKS:
+        hook(name)
     return dsid
 
 

@@ -443,3 +443,32 @@ def test_the_sharded_ray_index_takes_a_local_corpus(collection, home, capsys):
     want = ps.pipeline("dense(backend='torch')", dataset=dsid).search(query)
     assert list(got["docno"][:10]) == list(want["docno"][:10])
     assert np.allclose(got["score"][:10], want["score"][:10], atol=1e-5)
+
+
+@needs_data("hepth-citations")
+def test_a_corpus_with_citations_has_core_citation_sets_equal_to_the_benchmarks(home, tmp_path):
+    """hep-th's papers and citation links registered as a local corpus (papers without an abstract as records
+    without text): its core-citation sets (HLM-Cite, Eq. 1) are sci/hepth-core-citations' own, query for query and
+    grade for grade; a corpus without citations has none."""
+    import ir_datasets
+
+    from pyterrier_sci.datasets.core_citations import HEPTH
+    graph, papers = HEPTH.graph(), HEPTH.papers()
+    ids = set(papers) | set(graph.references) | set(graph.cited_by)
+    with open(tmp_path / "hepth.jsonl", "w", encoding="utf-8") as f:
+        for d in sorted(ids):
+            p = papers.get(d)
+            f.write(json.dumps({"docno": d, "title": p.title if p else "", "abstract": p.abstract if p else "",
+                                "citations": sorted(graph.references.get(d, ()))}) + "\n")
+    ps.register_corpus("hepth", tmp_path / "hepth.jsonl")
+    for split in ("test", "test/c10", "train/c10"):
+        ours = ir_datasets.load(f"sci/local/hepth/core-citations/{split}")
+        theirs = ir_datasets.load(f"sci/hepth-core-citations/{split}")
+        assert [q.query_id for q in ours.queries_iter()] == [q.query_id for q in theirs.queries_iter()], split
+        assert sorted(ours.qrels_iter()) == sorted(theirs.qrels_iter()), split
+    assert len(list(ir_datasets.load("sci/local/hepth/core-citations/test").queries_iter())) > 100
+    # and the ids use the corpus's documents (its version keys their indexes)
+    assert pt.get_dataset("irds:sci/local/hepth/core-citations/test").irds_ref().docs_handler().sci_version() == \
+        L.corpus_manifest("hepth")["version"]
+    ps.register_corpus("plain", pd.DataFrame([{"docno": "a", "title": "x"}, {"docno": "b", "title": "y"}]))
+    assert list(ir_datasets.load("sci/local/plain/core-citations/test").queries_iter()) == []

@@ -37,7 +37,8 @@ def _pages():
 def _quoted():
     for doc in _pages():
         for m in MARKER.finditer(doc.read_text(encoding="utf-8")):
-            yield pytest.param(doc, m["file"], m["section"], m["table"], id=f"{doc.relative_to(ROOT)}:{m['file']}:{m['section']}")
+            yield pytest.param(doc, m["file"], m["section"], m["table"],
+                               id=f"{doc.relative_to(ROOT)}:{m['file']}:{m['section']}")
 
 
 QUOTED = list(_quoted())
