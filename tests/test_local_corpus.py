@@ -176,6 +176,16 @@ def test_the_command_line(collection, home, capsys):
     assert shown["documents"] == len(collection["papers"]) and shown["sources"][0]["path"].endswith("papers.jsonl")
     assert main(["run", "bm25", "--dataset", "irds:sci/local/cli", "--output", str(home.parent / "run.res")]) == 0
     capsys.readouterr()
+    # a pipeline file's experiment on it, as on a benchmark
+    config = home.parent / "mine.yaml"
+    config.write_text("dataset: irds:sci/local/cli\ncomponents:\n  bm25: {component: bm25}\n"
+                      "  minilm: {component: dense, backend: torch}\npipelines:\n  BM25: bm25\n  MiniLM: minilm\n"
+                      "experiments:\n  mine:\n    datasets: [irds:sci/local/cli]\n    pipelines: [BM25, MiniLM]\n"
+                      "    measures: [nDCG@10, AP]\n    baseline: BM25\n"
+                      f"    save_dir: {home.parent / 'runs'}\n", encoding="utf-8")
+    assert main(["experiment", str(config), "--json"]) == 0
+    table = json.loads(capsys.readouterr().out)
+    assert [r["name"] for r in table] == ["BM25", "MiniLM"] and all(0 <= r["nDCG@10"] <= 1 for r in table)
     assert main(["corpus", "remove", "cli"]) == 0 and not (L.corpora_dir() / "cli").exists()
     # a file of papers as --dataset is registered first; without topics there is nothing to run, and it says so
     assert main(["run", "bm25", "--dataset", str(d / "papers.jsonl"), "--output", str(home.parent / "f.res")]) == 2
