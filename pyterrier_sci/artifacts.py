@@ -11,6 +11,7 @@ the operating system when their holder dies) on ``.<name>.lock`` beside the arti
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import ctypes
 import errno
 import fcntl
@@ -29,10 +30,15 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Optional, Union
 
 from pyterrier_sci.environment import artifact_manifest
-from pyterrier_sci.errors import DamagedFileWarning, LinkReplacedWarning, PathError  # noqa: F401 - defined there, re-exported
+from pyterrier_sci.errors import (  # noqa: F401 - defined there, re-exported
+    BuildRefused,
+    DamagedFileWarning,
+    LinkReplacedWarning,
+    PathError,
+)
 
 __all__ = ["PathError", "DamagedFileWarning", "LinkReplacedWarning", "create_new_file",
-           "lock", "build_atomically", "atomic_file", "atomic_write_text",
+           "lock", "no_builds", "BuildRefused", "build_atomically", "atomic_file", "atomic_write_text",
            "write_pt_meta", "check_file_target",
            "check_directory", "remove_stale_partials", "remove_stale_temporaries", "record_checksum",
            "verify_checksum", "discard_if_damaged", "process_alive"]
@@ -206,11 +212,35 @@ def _try_flock(fd: int, once: bool) -> bool:
     return False
 
 
+_NO_BUILDS: "contextvars.ContextVar[Optional[str]]" = contextvars.ContextVar("pyterrier_sci_no_builds", default=None)
+
+
+@contextlib.contextmanager
+def no_builds(why: str = "building is not allowed here") -> Iterator[None]:
+    """Within it (this thread, or this task), building an artifact raises :class:`BuildRefused` (saying
+    ``why``) before anything is written: every build, growth or derivation of an artifact takes its :func:`lock`
+    first (:func:`build_atomically` too), and that is where it stops.  An artifact already built is used as it
+    is.  ``pyterrier-sci serve`` runs the pipelines of requests inside it (docs/serve.md, "Confinement")."""
+    token = _NO_BUILDS.set(why)
+    try:
+        yield
+    finally:
+        _NO_BUILDS.reset(token)
+
+
+def _refuse_builds(path: PathLike, what: Optional[str]) -> None:
+    why = _NO_BUILDS.get()
+    if why is not None:
+        raise BuildRefused(path, what, why)
+
+
 @contextlib.contextmanager
 def lock(path: PathLike, what: Optional[str] = None) -> Iterator[None]:
     """An exclusive inter-process lock of the artifact ``path`` (``fcntl.flock`` on ``.<name>.lock``
     beside it, created when missing and removed on release).  Waits while another process holds it,
-    saying once which process that is; a killed holder's lock is released by the operating system."""
+    saying once which process that is; a killed holder's lock is released by the operating system.
+    Inside :func:`no_builds`: :class:`BuildRefused`, with nothing created."""
+    _refuse_builds(path, what)
     path = Path(path)
     lock_file = _lock_path(path)
     key = str(lock_file.absolute())
@@ -352,10 +382,12 @@ def build_atomically(path: PathLike, build: Callable[[Path], object], overwrite:
 
     A directory artifact gets a ``manifest.json`` (:data:`MANIFEST_NAME`, written before the rename,
     unless the builder wrote one): the environment that built it (:mod:`pyterrier_sci.manifest`)
-    and ``manifest`` - a mapping, or a function of ``tmp`` returning one, called after ``build``."""
+    and ``manifest`` - a mapping, or a function of ``tmp`` returning one, called after ``build``.  Inside
+    :func:`no_builds`, an artifact not built yet is :class:`BuildRefused`."""
     path = Path(path)
     if not overwrite and _built(path):
         return path
+    _refuse_builds(path, what)   # inside no_builds(): nothing is created, not even the parent directory
     check_directory(path.parent, what or str(path))
     path.parent.mkdir(parents=True, exist_ok=True)
     with lock(path, what):

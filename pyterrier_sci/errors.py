@@ -18,7 +18,7 @@ from typing import Any, List, Mapping, Optional, Tuple, Union
 __all__ = ["SciError", "PipelineError", "ParameterError", "UnknownComponentError", "PathError", "ManifestError",
            "ScaleError", "MissingDataError", "DamagedDataError", "RunFileError", "ModelNotFoundError",
            "BackendError", "NonFiniteTrainingError", "TrainingDeferred", "LLMError", "UntrustedConfigError",
-           "LLMCacheError",
+           "LLMCacheError", "BuildRefused",
            "LLMBudgetExceeded", "TooLarge", "ServerUnavailable", "LinkReplacedWarning", "DamagedFileWarning",
            "ShortRunWarning", "DeprecatedNameWarning", "warn_deprecated_name", "IndexUpdateError", "ReproductionError",
            "ServeError", "RecordError",
@@ -247,6 +247,16 @@ class TrainingDeferred(SciError):  # noqa: N818 - what happened, not a failure (
     def __init__(self, path, what: str):
         self.path, self.what = Path(path), what
         super().__init__(f"{what} is not trained or built yet ({path}): a run makes it once, a dry run does not")
+
+
+class BuildRefused(SciError):  # noqa: N818 - what happened, named as TrainingDeferred is
+    """What building, growing or deriving an artifact raises instead, inside
+    :func:`pyterrier_sci.artifacts.no_builds` (a served request's own pipeline: minutes of indexing never run
+    inside a request).  ``path``: the artifact; ``what``: what it is; ``why``: why building is refused there."""
+
+    def __init__(self, path, what: Optional[str], why: str):
+        self.path, self.what, self.why = Path(path), what or str(path), why
+        super().__init__(f"{what} is not built ({path}) and {why}" if what else f"{path} is not built and {why}")
 
 
 class NonFiniteTrainingError(SciError, RuntimeError):

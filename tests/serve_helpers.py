@@ -44,20 +44,20 @@ def request(url, method="GET", body=None, headers=None, timeout=60, raw=None):
 
 
 class LiveServer:
-    """``create_app(api)`` served by uvicorn in a thread on a free loopback port."""
+    """``create_app(api)`` served in a thread on a free loopback port by the server's own uvicorn configuration
+    (its guarded protocol and limits)."""
 
     def __init__(self, api, **uvicorn_kw):
-        import uvicorn
-
         from pyterrier_sci.serve.app import create_app
+        from pyterrier_sci.serve.http_server import stopping_server, uvicorn_config
         self.api = api
         self.sock = socket.socket()
         self.sock.bind(("127.0.0.1", 0))
         self.sock.listen(2048)
         self.port = self.sock.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
-        cfg = uvicorn.Config(create_app(api), log_level="warning", **uvicorn_kw)
-        self.server = uvicorn.Server(cfg)
+        cfg = uvicorn_config(create_app(api), api.settings, log_level="warning", **uvicorn_kw)
+        self.server = stopping_server(cfg, api)
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
 
     def __enter__(self):
@@ -139,3 +139,39 @@ def devtools_chromium(chromium, profile, url="about:blank", extra_args=(), page_
             proc.wait(20)
         except subprocess.TimeoutExpired:
             proc.kill()
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def slow_llm(delays):
+    """A responder for the loopback LLM server (``pyterrier_sci.llm.loopback``) of a listwise re-ranker: it
+    answers a ranking, after ``delays[word]`` seconds when the prompt holds ``word`` (a query's marker)."""
+    from pyterrier_sci.llm.loopback import Reply, prompt_of
+
+    def oracle(kind, body):
+        prompt = prompt_of(kind, body)
+        delay = max([secs for word, secs in delays.items() if word in prompt], default=0.0)
+        return Reply("[2] > [1]", delay=delay)
+    return oracle
+
+
+def llm_config(directory, base_url, pipelines=None):
+    """A pipeline file (written in ``directory``) whose pipelines re-rank CSFCube's BM25 top results with the
+    listwise LLM re-ranker against ``base_url``: a pipeline call lasts as long as the LLM server takes."""
+    import yaml
+    config = {"dataset": "irds:sci/csfcube",
+              "components": {"bm25": {"component": "bm25", "backend": "pisa", "k1": 0.9, "b": 0.4},
+                             "judge": {"component": "listwise", "text_field": "abstract"}},
+              "pipelines": pipelines or {"LLM": "bm25 % 4 >> text >> judge", "LLM2": "bm25 % 3 >> text >> judge"},
+              "llm": {"base_url": base_url, "model": "test-model", "cache_dir": str(Path(directory) / "llm-cache"),
+                      "mode": "completion", "max_retries": 1, "backoff": 0.01, "backoff_max": 0.02,
+                      "progress": False, "timeout": 300}}
+    path = Path(directory) / "llm.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return str(path)

@@ -49,14 +49,21 @@ async def exercise(client, service):
     assert [h["docno"] for h in cite["results"]] == [h["docno"] for h in expected(service, passage, 3)]
     listed = (await client.call_tool("list_pipelines", {})).structured_content
     assert [p["name"] for p in listed["pipelines"]] == ["bm25"]
-    # bad requests are tool errors naming the cause, not crashes
-    for args, cause in (({"query": QUERY, "pipeline": "nope"}, "unknown_pipeline"),
-                        ({"query": QUERY, "k": 0}, "k_out_of_range"),
-                        ({"query": "x" * 5000}, "query_too_long")):
-        bad = await client.call_tool("search", args)
-        assert bad.is_error and cause in bad.content[0].text and "Traceback" not in bad.content[0].text
-    bad = await client.call_tool("get_paper", {"docno": "../../etc/passwd"})
-    assert bad.is_error and "unknown_docno" in bad.content[0].text
+    # bad requests are tool errors whose text starts with the cause's code (as the HTTP API's error.code), not
+    # crashes; an argument a tool does not take is one too (the SDK dropped it silently)
+    for tool, args, cause in (("search", {"query": QUERY, "pipeline": "nope"}, "unknown_pipeline: "),
+                              ("search", {"query": QUERY, "k": 0}, "k_out_of_range: "),
+                              ("search", {"query": "x" * 5000}, "query_too_long: "),
+                              ("search", {"query": QUERY, "k": "ten"}, "invalid_argument: k: "),
+                              ("search", {"query": QUERY, "expression": "bm25 % 1"}, "unknown_argument: "),
+                              ("similar_papers", {"docno": "388", "kk": 3}, "unknown_argument: "),
+                              ("get_paper", {"docno": "../../etc/passwd"}, "unknown_docno: "),
+                              ("list_pipelines", {"verbose": True}, "unknown_argument: ")):
+        bad = await client.call_tool(tool, args)
+        text = bad.content[0].text
+        assert bad.is_error and text.startswith(cause) and "Traceback" not in text, (tool, args, text)
+    bad = await client.call_tool("search", {"query": QUERY, "top": 3})
+    assert "'top'" in bad.content[0].text and "k, pipeline, query" in bad.content[0].text
 
 
 def test_mcp_over_streamable_http(service):

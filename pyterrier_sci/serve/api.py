@@ -4,16 +4,22 @@ batch search, a paper's record, similar papers, citation suggestions for a passa
 JSON-ready dicts and raises :class:`~.service.ServeError` (a 4xx) for a bad request."""
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import dataclass
-from typing import Any, List, Optional, Sequence
+from typing import Any, List, Optional, Sequence, Tuple
 
 import pandas as pd
 
-from .batching import MicroBatcher
+from .batching import DeadlineExceededError, MicroBatcher
 from .service import SearchService, ServeError
 
-__all__ = ["SearchAPI", "ServeSettings"]
+__all__ = ["SearchAPI", "ServeSettings", "LOOPBACK_HOSTS", "EXPRESSION_KEY"]
+
+#: the names a server bound to loopback answers to (the Host header without its port), unless told others
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
+#: the batcher's key of a request's own expression starts with it (never a served pipeline's name)
+EXPRESSION_KEY = "\x00expression:"
 
 
 @dataclass
@@ -24,13 +30,28 @@ class ServeSettings:
     max_queue: int = 256            # queries waiting, over all pipelines (more: 503 + Retry-After)
     workers: int = 1                # threads running pipeline calls
     deadline_s: float = 30.0        # a request's deadline (a request may ask for less)
-    max_body_bytes: int = 65_536    # a request body's size
+    max_body_bytes: int = 65_536    # a request body's size (413)
     body_timeout_s: float = 10.0    # reading a request body (slow clients: 408)
+    max_header_bytes: int = 16_384  # a request's head: request line and header fields (431)
+    max_headers: int = 100          # header fields in a request (431)
+    header_timeout_s: float = 10.0  # receiving a request's head, from its first byte or the connection's opening (408)
+    max_connections: int = 1024     # connections open at once (more: 503 and closed)
+    grace_s: Optional[float] = None  # stopping: the most seconds before the process exits (None: deadline + 5 s)
     token: Optional[str] = None     # bearer token (None: no authentication)
     rate_limit: float = 0.0         # requests per second per client (0: none)
     rate_burst: int = 20            # requests a client may send at once
+    trusted_proxies: Tuple[str, ...] = ()   # addresses/networks whose X-Forwarded-For names the client
+    #: the Host names the server answers to (421 otherwise; with an Origin header, 403 unless it is one of
+    #: them); None: any (a server off loopback, which needs a token)
+    allowed_hosts: Optional[Tuple[str, ...]] = LOOPBACK_HOSTS
     mcp: bool = True                # serve MCP (streamable HTTP) at /mcp
     page: bool = True               # serve the search page at /
+
+    @property
+    def grace(self) -> float:
+        """Seconds from a stop signal to the process's exit: the requests in flight are answered (each within
+        its deadline), then the pipeline calls still running are abandoned."""
+        return float(self.grace_s) if self.grace_s is not None else self.deadline_s + 5.0
 
 
 class SearchAPI:
@@ -44,6 +65,14 @@ class SearchAPI:
                                                max_wait=self.settings.max_wait_ms / 1000.0,
                                                max_queue=self.settings.max_queue, workers=self.settings.workers)
         self._pipelines = {}  # batcher key -> transformer (served names and allowed expressions)
+        #: ``time.monotonic()`` by which the process stops, once a stop signal came (set by the HTTP server)
+        self.stop_by: Optional[float] = None
+
+    def time_to_stop(self) -> float:
+        """Seconds left of the grace period (all of it before a stop signal)."""
+        if self.stop_by is None:
+            return self.settings.grace
+        return max(0.0, self.stop_by - time.monotonic())
 
     # -- running (on the batcher's threads) --------------------------------------------------------
     def _run(self, key: str, queries: List[str]) -> List[pd.DataFrame]:
@@ -63,10 +92,22 @@ class SearchAPI:
 
     async def _frames(self, pipeline: Optional[str], expression: Optional[str], queries: Sequence[str],
                       timeout: Optional[float]):
+        """Validated before the queries join a batch: the pipeline (or the expression, built off the event
+        loop within the request's deadline); then the batch's result frames, one per query."""
         deadline = self._deadline(timeout)
-        key, transformer = self.service.pipeline_for(pipeline, expression)
+        if expression is not None:
+            expression = self.service.check_expression(expression)
+            try:
+                transformer = await asyncio.wait_for(asyncio.to_thread(self.service.build_expression, expression),
+                                                     timeout=max(0.0, deadline - time.monotonic()))
+            except TimeoutError:
+                raise DeadlineExceededError("the request's deadline passed while its expression was built") from None
+            name, key = expression, EXPRESSION_KEY + expression
+        else:
+            name, transformer = self.service.pipeline_for(pipeline)
+            key = name
         self._pipelines.setdefault(key, transformer)
-        return key, await self.batcher.submit(key, queries, deadline)
+        return name, await self.batcher.submit(key, queries, deadline)
 
     # -- operations ---------------------------------------------------------------------------------
     async def search(self, query: Optional[str] = None, k: int = 10, pipeline: Optional[str] = None,

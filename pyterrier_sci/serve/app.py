@@ -6,12 +6,16 @@ Routes (JSON): ``GET /health``, ``GET /ready``, ``GET /v1/pipelines``, ``GET|POS
 ``POST /v1/suggest_citations``, ``GET /v1/stats``, ``GET /openapi.json``; MCP over streamable HTTP at
 ``/mcp``; the search page at ``/``; Swagger UI at ``/docs``, its files served by the server itself
 (docs_page.py).  Every error is ``{"error": {"code", "message"}}`` with a 4xx/5xx status, never a traceback.
-In front of the routes, one ASGI guard: a per-client rate limit (429), the bearer token (401), the body's
-size (413) and read time (408).
+In front of the routes, one ASGI guard, in this order: the Host (421) and Origin (403) a server on loopback
+answers to, a per-client rate limit (429; forwarding headers count only from a trusted proxy), the number
+of header fields (431) and the declared body size (413), then the bearer token (401), then the body read
+with a size (413) and a time bound (408).  The HTTP server (http_server.py) bounds what comes before the app: the
+request head's size, header count and time, the connections.
 """
 
 import asyncio
 import hmac
+import ipaddress
 import json
 import logging
 import os
@@ -21,17 +25,19 @@ from contextlib import asynccontextmanager
 from importlib import resources
 from pathlib import Path
 from typing import Any, Dict, List, Optional
+from urllib.parse import urlsplit
 
-from pyterrier_sci.errors import LLMBudgetExceeded, one_line
+from pyterrier_sci.errors import BuildRefused, LLMBudgetExceeded, TrainingDeferred, one_line
 from pyterrier_sci.llm.trust import API_KEY_ENV, REDACTED, redact
 
 from .api import SearchAPI, ServeSettings
 from .batching import DeadlineExceededError, OverloadedError, ShuttingDownError
 from .docs_page import ASSETS_PREFIX, add_docs_routes
 from .mcp_server import create_mcp
-from .service import ServeError
+from .service import ServeError, refused_message
 
-__all__ = ["create_app", "Guard", "RedactingFilter", "install_log_redaction", "LOGGER", "page_dir", "error_body"]
+__all__ = ["create_app", "Guard", "RedactingFilter", "install_log_redaction", "LOGGER", "page_dir", "error_body",
+           "host_name"]
 
 LOGGER = logging.getLogger("pyterrier_sci.serve")
 #: paths answered without the bearer token (probes, and the static files of the search page and of /docs,
@@ -51,6 +57,27 @@ def page_dir() -> Path:
 
 def error_body(code: str, message: str) -> bytes:
     return json.dumps({"error": {"code": code, "message": redact(message)}}).encode("utf-8")
+
+
+def host_name(host: str) -> str:
+    """A Host header's name without its port, lower case (``[::1]:8000`` -> ``[::1]``); an IPv6 address
+    gets its brackets (``::1`` -> ``[::1]``)."""
+    host = host.strip().lower()
+    if host.startswith("["):
+        return host.partition("]")[0] + "]"
+    if host.count(":") > 1:   # a bare IPv6 address
+        return f"[{host}]"
+    return host.partition(":")[0]
+
+
+def _networks(proxies) -> List[Any]:
+    out = []
+    for p in proxies or ():
+        try:
+            out.append(ipaddress.ip_network(str(p).strip(), strict=False))
+        except ValueError:
+            raise ServeError(f"trusted proxy {p!r} is not an IP address or network") from None
+    return out
 
 
 class RedactingFilter(logging.Filter):
@@ -103,12 +130,56 @@ class Guard:
         self.app, self.settings = app, settings
         self.token = settings.token.encode("utf-8") if settings.token else None
         self.buckets: Dict[str, List[float]] = {}   # client -> [tokens, last time]
+        self.proxies = _networks(settings.trusted_proxies)
+        self.hosts = None if settings.allowed_hosts is None else {host_name(h) for h in settings.allowed_hosts}
 
-    async def _send_error(self, send, status: int, code: str, message: str, headers=()) -> None:
+    def _trusted_proxy(self, address: str) -> bool:
+        try:
+            ip = ipaddress.ip_address(address.strip().strip("[]"))
+        except ValueError:
+            return False
+        return any(ip in net for net in self.proxies)
+
+    def client(self, scope) -> str:
+        """The client a rate limit counts: the connection's peer; behind a trusted proxy (and only then), the
+        last address of ``X-Forwarded-For`` that is not a trusted proxy itself."""
+        peer = (scope.get("client") or ("?", 0))[0]
+        if not self.proxies or not self._trusted_proxy(peer):
+            return peer
+        hops = [h.strip() for k, v in scope.get("headers", ()) if k == b"x-forwarded-for"
+                for h in v.decode("latin-1").split(",") if h.strip()]
+        for hop in reversed(hops):
+            if not self._trusted_proxy(hop):
+                return hop
+        return hops[0] if hops else peer
+
+    def _host_problem(self, scope) -> Optional[tuple]:
+        """(status, code, message) when the Host (or the Origin) is not one this server answers to."""
+        if self.hosts is None:
+            return None
+        headers = dict(scope.get("headers", ()))
+        host = headers.get(b"host", b"").decode("latin-1")
+        if host_name(host) not in self.hosts:
+            return (421, "misdirected_request",
+                    f"the Host header {host[:100]!r} is not a name of this server ({', '.join(sorted(self.hosts))}); "
+                    "the operator may add one with --allowed-host")
+        origin = headers.get(b"origin")
+        if origin is not None:
+            try:
+                parts = urlsplit(origin.decode("latin-1").strip())
+                name = host_name(parts.hostname or "") if parts.scheme in ("http", "https") else ""
+            except ValueError:
+                name = ""
+            if name not in self.hosts:
+                return (403, "bad_origin", f"requests from pages of {origin.decode('latin-1')[:100]!r} are refused; "
+                                           "this server answers pages it serves itself")
+        return None
+
+    async def _send_error(self, send, status: int, code: str, message: str, headers=(), close: bool = False) -> None:
         body = error_body(code, message)
         await send({"type": "http.response.start", "status": status,
                     "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-                                *headers]})
+                                *headers, *([(b"connection", b"close")] if close else [])]})
         await send({"type": "http.response.body", "body": body})
 
     def _rate_ok(self, client: str) -> float:
@@ -180,30 +251,46 @@ class Guard:
             return await self.app(scope, receive, send)
         send = self._redacting(send)
         path = scope.get("path", "")
+        headers = scope.get("headers", ())
+        # refused before its body is read whole: the connection closes after the answer (never kept for a body
+        # that is still arriving)
+        unread = any(k == b"transfer-encoding" or (k == b"content-length" and v.strip() not in (b"", b"0"))
+                     for k, v in headers)
+
+        async def refuse(status: int, code: str, message: str, extra=()):
+            return await self._send_error(send, status, code, message, extra, close=unread)
+
+        # every limit before the token: a client without one is bounded as much as one with it
         if path not in UNLIMITED_PATHS:
-            client = (scope.get("client") or ("?", 0))[0]
-            wait = self._rate_ok(client)
+            problem = self._host_problem(scope)
+            if problem:
+                return await refuse(*problem)
+            wait = self._rate_ok(self.client(scope))
             if wait:
                 secs = max(1, int(wait + 0.999))
-                return await self._send_error(send, 429, "rate_limited",
-                                              f"too many requests from this client; retry after {secs} s",
-                                              [(b"retry-after", str(secs).encode())])
-        if not (path in OPEN_PATHS or path.startswith(OPEN_PREFIXES)) and not self._authorised(scope):
-            return await self._send_error(send, 401, "unauthorised",
-                                          "this server needs a bearer token (Authorization: Bearer TOKEN)",
-                                          [(b"www-authenticate", b"Bearer")])
-        if scope.get("method") not in ("POST", "PUT", "PATCH", "DELETE"):
-            return await self.app(scope, receive, send)
+                return await refuse(429, "rate_limited",
+                                    f"too many requests from this client; retry after {secs} s",
+                                    [(b"retry-after", str(secs).encode())])
+        if len(headers) > self.settings.max_headers:
+            return await refuse(431, "too_many_headers",
+                                f"the request has {len(headers)} header fields; at most "
+                                f"{self.settings.max_headers}")
         limit = self.settings.max_body_bytes
-        for k, v in scope.get("headers", ()):
+        for k, v in headers:
             if k == b"content-length":
                 try:
                     declared = int(v)
                 except ValueError:
-                    return await self._send_error(send, 400, "bad_content_length", "Content-Length is not a number")
+                    return await refuse(400, "bad_content_length", "Content-Length is not a number")
                 if declared > limit:
-                    return await self._send_error(send, 413, "body_too_large",
-                                                  f"the request body has {declared:,} bytes; at most {limit:,}")
+                    return await refuse(413, "body_too_large",
+                                        f"the request body has {declared:,} bytes; at most {limit:,}")
+        if not (path in OPEN_PATHS or path.startswith(OPEN_PREFIXES)) and not self._authorised(scope):
+            return await refuse(401, "unauthorised",
+                                "this server needs a bearer token (Authorization: Bearer TOKEN)",
+                                [(b"www-authenticate", b"Bearer")])
+        if scope.get("method") not in ("POST", "PUT", "PATCH", "DELETE"):
+            return await self.app(scope, receive, send)
         chunks, size = [], 0
         try:
             async with asyncio.timeout(self.settings.body_timeout_s):
@@ -214,14 +301,14 @@ class Guard:
                     chunk = msg.get("body", b"")
                     size += len(chunk)
                     if size > limit:
-                        return await self._send_error(send, 413, "body_too_large",
-                                                      f"the request body has more than {limit:,} bytes")
+                        return await refuse(413, "body_too_large",
+                                            f"the request body has more than {limit:,} bytes")
                     chunks.append(chunk)
                     if not msg.get("more_body", False):
                         break
         except TimeoutError:
-            return await self._send_error(send, 408, "body_timeout",
-                                          f"the request body took more than {self.settings.body_timeout_s:g} s")
+            return await refuse(408, "body_timeout",
+                                f"the request body took more than {self.settings.body_timeout_s:g} s")
         body, sent = b"".join(chunks), False
 
         async def replay():
@@ -253,7 +340,8 @@ def _validation_message(errors) -> tuple:
 
 def create_app(api: SearchAPI, mcp_host: str = "127.0.0.1"):
     """The FastAPI app; loads ``api.service`` in the background when it is not loaded yet
-    (``/ready`` answers 503 until it is)."""
+    (``/ready`` answers 503 until it is).  ``mcp_host`` is kept for callers of before: the Host names ``/mcp``
+    answers to are ``api.settings.allowed_hosts``, as for every route."""
     from fastapi import FastAPI, Query, Request
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import FileResponse, JSONResponse
@@ -284,7 +372,8 @@ def create_app(api: SearchAPI, mcp_host: str = "127.0.0.1"):
                 yield
         else:
             yield
-        await api.batcher.close()
+        # stopping: what is queued and running may finish within what is left of the grace period
+        await api.batcher.close(timeout=api.time_to_stop())
 
     app = FastAPI(title="pyterrier-sci search API", version="1", lifespan=lifespan,
                   description="Search the papers of a dataset with the pipelines of a pyterrier-sci config.",
@@ -309,6 +398,14 @@ def create_app(api: SearchAPI, mcp_host: str = "127.0.0.1"):
     @app.exception_handler(DeadlineExceededError)
     async def _deadline(request: Request, e: DeadlineExceededError):
         return err(504, "deadline_exceeded", str(e))
+
+    @app.exception_handler(BuildRefused)
+    async def _build_refused(request: Request, e: BuildRefused):
+        return err(422, "build_refused", refused_message(e))
+
+    @app.exception_handler(TrainingDeferred)
+    async def _training_refused(request: Request, e: TrainingDeferred):
+        return err(422, "build_refused", refused_message(e))
 
     @app.exception_handler(LLMBudgetExceeded)
     async def _budget(request: Request, e: LLMBudgetExceeded):
@@ -438,8 +535,14 @@ def create_app(api: SearchAPI, mcp_host: str = "127.0.0.1"):
         app.mount("/page", StaticFiles(directory=str(pages)), name="page")
 
     if mcp is not None:
+        from mcp.server.transport_security import TransportSecuritySettings
+        hosts = settings.allowed_hosts
+        security = TransportSecuritySettings(enable_dns_rebinding_protection=hosts is not None,
+                                             allowed_hosts=[h2 for h in hosts or () for h2 in (h, f"{h}:*")],
+                                             allowed_origins=[f"{s}://{h}{p}" for h in hosts or ()
+                                                              for s in ("http", "https") for p in ("", ":*")])
         mcp_app = mcp.streamable_http_app(streamable_http_path="/mcp", stateless_http=True, json_response=True,
-                                          host=mcp_host)
+                                          transport_security=security, host=mcp_host)
         app.router.routes.extend(mcp_app.routes)
 
     app.add_middleware(Guard, settings=settings)

@@ -5,12 +5,14 @@ together - the dense encoder encodes all their queries in one batch, BM25 scores
 A bounded queue refuses work it could not start in time (:class:`OverloadedError`: HTTP 503 with
 Retry-After), every request carries a deadline (:class:`DeadlineExceededError`: 504), and :meth:`close`
 lets the batches already taken finish.  Pipelines run on a small thread pool (one batch of a pipeline
-at a time), never on the event loop.
+at a time), never on the event loop.  A request fails alone: when a batch's call fails, each request of
+the batch runs again on its own, so only the one whose queries make the pipeline fail gets the error.
 """
 from __future__ import annotations
 
 import asyncio
 import math
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -42,12 +44,14 @@ class BatchStats:
     largest: int = 0
     refused: int = 0
     expired: int = 0
+    retried: int = 0     # failed batches whose requests ran again one by one
+    failed: int = 0      # requests whose own call failed
     seconds: float = 0.0
     sizes: Dict[int, int] = field(default_factory=dict)
 
     def as_dict(self) -> dict:
         return {"batches": self.batches, "queries": self.queries, "largest_batch": self.largest,
-                "refused": self.refused, "expired": self.expired,
+                "refused": self.refused, "expired": self.expired, "retried": self.retried, "failed": self.failed,
                 "mean_batch": round(self.queries / self.batches, 3) if self.batches else 0.0,
                 "batch_seconds": round(self.seconds, 3)}
 
@@ -76,6 +80,22 @@ class MicroBatcher:
         self._running = 0      # batches running
         self._closing = False
         self._mean_batch_seconds = 0.05
+        self._calls = 0        # pipeline calls running on the threads (a call outlives a cancelled waiter)
+        self._calls_lock = threading.Lock()
+
+    @property
+    def calls_running(self) -> int:
+        """Pipeline calls running now on the threads (one left running past :meth:`close` included)."""
+        return self._calls
+
+    def _call(self, name: str, queries: List[str]) -> List[pd.DataFrame]:
+        with self._calls_lock:
+            self._calls += 1
+        try:
+            return self.run(name, queries)
+        finally:
+            with self._calls_lock:
+                self._calls -= 1
 
     @property
     def waiting(self) -> int:
@@ -153,17 +173,11 @@ class MicroBatcher:
             if stop:
                 return
 
-    async def _run_batch(self, loop, name: str, items: List[_Item]) -> None:
-        queries = [q for it in items for q in it.queries]
+    async def _call_timed(self, loop, name: str, queries: List[str]) -> List[pd.DataFrame]:
         self._running += 1
         start = time.perf_counter()
         try:
-            frames = await loop.run_in_executor(self._executor, self.run, name, queries)
-        except Exception as e:  # every caller of the batch learns the failure
-            for it in items:
-                if not it.future.done():
-                    it.future.set_exception(e)
-            return
+            return await loop.run_in_executor(self._executor, self._call, name, queries)
         finally:
             self._running -= 1
             took = time.perf_counter() - start
@@ -172,6 +186,29 @@ class MicroBatcher:
             self.stats.queries += len(queries)
             self.stats.largest = max(self.stats.largest, len(queries))
             self.stats.seconds += took
+
+    async def _run_batch(self, loop, name: str, items: List[_Item]) -> None:
+        queries = [q for it in items for q in it.queries]
+        try:
+            frames = await self._call_timed(loop, name, queries)
+        except Exception as e:
+            if len(items) == 1:
+                self.stats.failed += 1
+                if not items[0].future.done():
+                    items[0].future.set_exception(e)
+                return
+            # one request may have made the whole call fail: each runs again alone, so that only its own
+            # caller learns the failure and the others get what they would have got alone
+            self.stats.retried += 1
+            for it in items:
+                if it.future.done():
+                    continue
+                if it.deadline <= time.monotonic():
+                    it.future.set_exception(DeadlineExceededError("the request's deadline passed while its batch "
+                                                                  "was run again request by request"))
+                    continue
+                await self._run_batch(loop, name, [it])
+            return
         pos = 0
         for it in items:
             part = frames[pos:pos + len(it.queries)]

@@ -8,17 +8,18 @@ import contextlib
 import ipaddress
 import os
 import signal
-import socket
 import stat
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Optional
 
-from .api import SearchAPI, ServeSettings
-from .app import create_app, env_token, install_log_redaction
+from .api import LOOPBACK_HOSTS, SearchAPI, ServeSettings
+from .app import env_token, install_log_redaction
+from .http_server import STOP_SIGNALS, serve_http
 from .mcp_server import create_mcp
-from .ray_serve import ray_deployment, run_on_ray, stop_on_ray
+from .ray_serve import local_ray_on_loopback, ray_deployment, run_on_ray, stop_on_ray
 from .service import SearchService, ServeError, ServeLimits
 
 __all__ = ["add_serve_commands", "serve_main", "read_token", "TOKEN_ENV"]
@@ -83,7 +84,24 @@ def add_serve_commands(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int, default=1, help="threads running pipeline calls")
     p.add_argument("--deadline", type=float, default=30.0, help="seconds a request may take (504 after)")
     p.add_argument("--max-k", type=int, default=100, help="the most results a request may ask")
-    p.add_argument("--max-body", type=int, default=65_536, help="the largest request body (bytes)")
+    p.add_argument("--max-body", type=int, default=65_536, help="the largest request body (bytes; 413)")
+    p.add_argument("--body-timeout", type=float, default=10.0, help="seconds to receive a request body (408)")
+    p.add_argument("--max-header-bytes", type=int, default=16_384,
+                   help="the largest request head: request line and header fields (bytes; 431)")
+    p.add_argument("--max-headers", type=int, default=100, help="the most header fields in a request (431)")
+    p.add_argument("--header-timeout", type=float, default=10.0,
+                   help="seconds to receive a request's head, from its first byte or the connection's opening (408)")
+    p.add_argument("--max-connections", type=int, default=1024,
+                   help="connections open at once (one more: 503, closed)")
+    p.add_argument("--grace", type=float,
+                   help="on SIGTERM/SIGINT: the most seconds before the process exits, requests in flight answered "
+                        "(default: --deadline + 5)")
+    p.add_argument("--trusted-proxy", nargs="+", default=[], metavar="ADDR",
+                   help="proxies (addresses or networks) whose X-Forwarded-For names the client a rate limit counts "
+                        "(default: none; the header is ignored)")
+    p.add_argument("--allowed-host", nargs="+", default=[], metavar="NAME",
+                   help="more Host names the server answers to (a server on loopback answers to its loopback names "
+                        "only: 421 otherwise)")
     p.add_argument("--allow-expressions", action="store_true",
                    help="requests may send their own pipeline expression over the config's components")
     p.add_argument("--trust-config", action="store_true",
@@ -100,15 +118,33 @@ def add_serve_commands(subparsers) -> argparse.ArgumentParser:
 
 def _check_args(args) -> None:
     for name, low in (("max_batch", 1), ("max_queue", 1), ("workers", 1), ("max_k", 1), ("max_body", 1024),
-                      ("rate_burst", 1)):
+                      ("rate_burst", 1), ("max_header_bytes", 1024), ("max_headers", 8), ("max_connections", 1)):
         if getattr(args, name) < low:
             raise ServeError(f"--{name.replace('_', '-')} must be at least {low}")
     if not 0 <= args.port <= 65535:
         raise ServeError(f"--port {args.port} is not a port number")
     if args.deadline <= 0 or args.max_wait_ms < 0 or args.rate_limit < 0:
         raise ServeError("--deadline must be positive; --max-wait-ms and --rate-limit at least 0")
+    for name in ("body_timeout", "header_timeout", "grace"):
+        value = getattr(args, name)
+        if value is not None and not 0 < value <= 3600:
+            raise ServeError(f"--{name.replace('_', '-')} must be a number of seconds above 0 and at most 3600")
+    for proxy in args.trusted_proxy:
+        try:
+            ipaddress.ip_network(proxy, strict=False)
+        except ValueError:
+            raise ServeError(f"--trusted-proxy {proxy!r} is not an IP address or network") from None
     if args.ray_replicas is not None and args.ray_replicas < 1:
         raise ServeError("--ray-replicas must be at least 1")
+
+
+def _allowed_hosts(host: str, extra) -> Optional[tuple]:
+    """The Host names the server answers to: its loopback names (and ``extra``) when bound to loopback; off
+    loopback ``extra`` when given, else any (the bearer token guards it)."""
+    extra = tuple(h.strip() for h in extra if h.strip())
+    if _loopback(host):
+        return LOOPBACK_HOSTS + extra
+    return extra or None
 
 
 def serve_main(args) -> int:
@@ -120,7 +156,12 @@ def serve_main(args) -> int:
     install_log_redaction(token)
     settings = ServeSettings(max_batch=args.max_batch, max_wait_ms=args.max_wait_ms, max_queue=args.max_queue,
                              workers=args.workers, deadline_s=args.deadline, max_body_bytes=args.max_body,
+                             body_timeout_s=args.body_timeout, max_header_bytes=args.max_header_bytes,
+                             max_headers=args.max_headers, header_timeout_s=args.header_timeout,
+                             max_connections=args.max_connections, grace_s=args.grace,
                              token=token, rate_limit=args.rate_limit, rate_burst=args.rate_burst,
+                             trusted_proxies=tuple(args.trusted_proxy),
+                             allowed_hosts=_allowed_hosts(args.host, args.allowed_host),
                              mcp=not args.no_mcp, page=not args.no_page)
     limits = ServeLimits(max_k=args.max_k)
     if args.ray_replicas:
@@ -136,47 +177,42 @@ def serve_main(args) -> int:
     if args.mcp_stdio:
         create_mcp(api).run("stdio")
         return 0
-    return _serve_http(api, args.host, args.port, args.log_level)
-
-
-def _serve_http(api: SearchAPI, host: str, port: int, log_level: str) -> int:
-    import uvicorn
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as e:
-        sock.close()
-        raise ServeError(f"cannot bind {host}:{port}: {e.strerror or e}") from None
-    sock.listen(2048)
-    bound = sock.getsockname()[1]
-    app = create_app(api, mcp_host=host)
-    config = uvicorn.Config(app, log_level=log_level, timeout_graceful_shutdown=int(api.settings.deadline_s) + 5,
-                            timeout_keep_alive=5, backlog=2048, server_header=False)
-    server = uvicorn.Server(config)
-    shown = f"[{host}]" if ":" in host else host
-    print(f"serving on http://{shown}:{bound}/ (search page /, API /v1, OpenAPI /openapi.json, MCP /mcp)",
-          file=sys.stderr, flush=True)
-    server.run(sockets=[sock])
-    return 0
+    return serve_http(api, args.host, args.port, args.log_level)
 
 
 def _serve_on_ray(args, settings: ServeSettings, limits: ServeLimits) -> int:
     config = str(Path(args.config).resolve()) if os.path.exists(args.config) else args.config
+    local_ray_on_loopback(args.ray_address)   # before ray is imported
     app = ray_deployment(config, args.pipelines, args.dataset, settings, limits, num_replicas=args.ray_replicas,
-                         trusted=args.trust_config, allow_expressions=args.allow_expressions)
+                         trusted=args.trust_config, allow_expressions=args.allow_expressions,
+                         graceful_shutdown_timeout_s=settings.grace)
     print(f"starting {args.ray_replicas} Ray Serve replica(s) on http://{args.host}:{args.port}/", file=sys.stderr,
           flush=True)
-    # Ctrl-C (SIGINT) and SIGTERM both end serve.run's wait with a KeyboardInterrupt; Ray Serve leaves the
-    # shutdown to the caller: without it the application kept serving on a cluster after the command ended
-    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
+    stop = threading.Event()
+
+    def on_signal(sig, frame):
+        stop.set()
+
+    def take_signals():
+        # ray.init installs its own SIGTERM handler (sys.exit(15): the command ended by it and cut the requests in
+        # flight); ours goes in after it, and again once the application runs
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, on_signal)
+
+    previous = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
     try:
-        run_on_ray(app, host=args.host, port=args.port, address=args.ray_address, blocking=True)
-    except KeyboardInterrupt:
+        run_on_ray(app, host=args.host, port=args.port, address=args.ray_address, on_ray_started=take_signals)
+        take_signals()
+        print(f"serving on http://{args.host}:{args.port}/ (Ray Serve, {args.ray_replicas} replica(s))",
+              file=sys.stderr, flush=True)
+        while not stop.wait(0.5):
+            pass
+        # Ray Serve stops routing new requests to the application; each replica finishes the requests it holds
+        # (up to the grace period), then the Ray Serve and the Ray started here stop
         print("stopping: the replicas finish the requests they hold", file=sys.stderr, flush=True)
         stop_on_ray(args.ray_address)
         print("stopped", file=sys.stderr, flush=True)
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     return 0

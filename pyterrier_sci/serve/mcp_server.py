@@ -3,16 +3,27 @@ research agents - ``search``, ``get_paper``, ``similar_papers`` (paper-to-paper,
 ``suggest_citations`` (papers to cite for a passage) and ``list_pipelines`` - over stdio
 (``pyterrier-sci serve CONFIG --mcp-stdio``) or streamable HTTP (mounted at ``/mcp`` of the HTTP server).
 The tools call the same :class:`~.api.SearchAPI` as the HTTP routes; a bad request is a tool error whose
-text names the cause."""
-from typing import Any, Dict, List, Optional
+text starts with the cause's code, as the HTTP API's ``error.code`` (``unknown_pipeline: ...``,
+``k_out_of_range: ...``; an argument the tool does not take: ``unknown_argument: ...``; one of a wrong type:
+``invalid_argument: ...``; an unexpected failure: ``internal_error: ...``, its details in the server's log)."""
+import inspect
+import logging
+import re
+from typing import Any, Dict, List, Mapping, Optional
 
-from pyterrier_sci.errors import LLMBudgetExceeded, one_line
+from pyterrier_sci.errors import BuildRefused, LLMBudgetExceeded, TrainingDeferred, one_line
+from pyterrier_sci.llm.trust import redact
 
 from .api import SearchAPI
 from .batching import DeadlineExceededError, OverloadedError, ShuttingDownError
-from .service import ServeError
+from .service import ServeError, refused_message
 
-__all__ = ["create_mcp", "INSTRUCTIONS"]
+__all__ = ["create_mcp", "INSTRUCTIONS", "tool_error_text"]
+
+LOGGER = logging.getLogger("pyterrier_sci.serve")
+#: the SDK's prefix of a tool error's text (``Error executing tool NAME: ...``)
+_SDK_PREFIX = re.compile(r"^Error executing tool [^:\s]+(?::\s*(?P<rest>.*))?$", re.S)
+_CODE = re.compile(r"^[a-z][a-z0-9_]*: ")
 
 INSTRUCTIONS = ("Search a collection of scientific papers with the retrieval pipelines this server loaded. "
                 "search: papers for a query; get_paper: a paper's record by docno; similar_papers: papers like a "
@@ -56,28 +67,56 @@ def result_models():
     return Hit, SearchResult, Paper, Pipelines
 
 
+def tool_error_text(text: str) -> str:
+    """A tool error's text starting with its code: the SDK's ``Error executing tool NAME: `` prefix dropped
+    from an error of ours (which starts with its code), an argument the SDK's validation refused made
+    ``invalid_argument: ...``, anything else ``internal_error: ...``."""
+    if _CODE.match(text):
+        return text
+    m = _SDK_PREFIX.match(text)
+    rest = (m.group("rest") or "") if m else text
+    if _CODE.match(rest):
+        return rest
+    if "validation error" in rest:
+        fields = re.findall(r"^(\w[\w.]*)\n\s+(.+?)(?: \[type=|$)", rest, re.M)
+        detail = "; ".join(f"{f}: {why}" for f, why in fields[:5]) or one_line(rest, 300)
+        return f"invalid_argument: {detail}"
+    return "internal_error: the tool failed; the server's log names the cause"
+
+
 def create_mcp(api: SearchAPI, name: str = "pyterrier-sci"):
     """An ``mcp.server.mcpserver.MCPServer`` whose tools search through ``api``."""
     from mcp.server.mcpserver import MCPServer
     from mcp.server.mcpserver.exceptions import ToolError
+    from mcp.types import CallToolResult, TextContent
 
     _, SearchResult, Paper, Pipelines = result_models()  # noqa: N806 (classes)
     server = MCPServer(name, instructions=INSTRUCTIONS, log_level="WARNING")
+
+    def failed(code: str, message: str):
+        return ToolError(f"{code}: {one_line(redact(message), 600)}")
 
     async def call(coro):
         try:
             return await coro
         except ServeError as e:
-            raise ToolError(f"{e.code}: {e.message}") from None
+            raise failed(e.code, e.message) from None
         except OverloadedError as e:
-            raise ToolError(f"busy: {e}") from None
-        except (DeadlineExceededError, ShuttingDownError) as e:
-            raise ToolError(str(e)) from None
+            raise failed("overloaded", f"{e}; retry after {e.retry_after} s") from None
+        except DeadlineExceededError as e:
+            raise failed("deadline_exceeded", str(e)) from None
+        except ShuttingDownError as e:
+            raise failed("shutting_down", str(e)) from None
         except LLMBudgetExceeded as e:
-            raise ToolError(f"llm_budget_spent: {one_line(str(e), 400)}") from None
+            raise failed("llm_budget_spent", str(e)) from None
+        except (BuildRefused, TrainingDeferred) as e:
+            raise failed("build_refused", refused_message(e)) from None
 
     async def immediate(value):
         return value
+
+    async def immediate_call(fn, *args):
+        return fn(*args)
 
     @server.tool(description="Search the papers: the top k papers (docno, score, rank, title, snippet) for a query.")
     async def search(query: str, k: int = 10, pipeline: Optional[str] = None) -> SearchResult:
@@ -85,10 +124,7 @@ def create_mcp(api: SearchAPI, name: str = "pyterrier-sci"):
 
     @server.tool(description="A paper's record (title, abstract and the collection's other fields) by its docno.")
     async def get_paper(docno: str) -> Paper:
-        try:
-            return Paper(**api.paper(docno))
-        except ServeError as e:
-            raise ToolError(f"{e.code}: {e.message}") from None
+        return Paper(**await call(immediate_call(api.paper, docno)))
 
     @server.tool(description="Papers similar to a paper (paper-to-paper): its title and abstract are the query; "
                              "the paper itself is left out.")
@@ -103,4 +139,35 @@ def create_mcp(api: SearchAPI, name: str = "pyterrier-sci"):
     async def list_pipelines() -> Pipelines:
         return Pipelines(**await call(immediate(api.pipelines())))
 
+    takes = {fn.__name__: set(inspect.signature(fn).parameters)
+             for fn in (search, get_paper, similar_papers, suggest_citations, list_pipelines)}
+
+    def error_result(text: str):
+        return CallToolResult(content=[TextContent(type="text", text=text)], is_error=True)
+
+    async def strict_tools(ctx, call_next):
+        """``tools/call``: an argument the tool does not take is an error (the SDK would drop it), and every
+        tool error's text starts with its code."""
+        if ctx.method != "tools/call" or not isinstance(ctx.params, Mapping):
+            return await call_next(ctx)
+        tool, args = ctx.params.get("name"), ctx.params.get("arguments") or {}
+        if tool in takes and isinstance(args, Mapping):
+            unknown = sorted(str(a) for a in set(args) - takes[tool])
+            if unknown:
+                return error_result(f"unknown_argument: {tool} takes no argument "
+                                    f"{', '.join(repr(a[:60]) for a in unknown[:5])} (it takes: "
+                                    f"{', '.join(sorted(takes[tool])) or 'none'})")
+        result = await call_next(ctx)   # the wire form: a mapping (isError, content: [{type, text}, ...])
+        if isinstance(result, CallToolResult):
+            result = result.model_dump(by_alias=True, mode="json", exclude_none=True)
+        content = result.get("content") if isinstance(result, Mapping) and result.get("isError") else None
+        if content and isinstance(content[0], Mapping) and content[0].get("type") == "text":
+            given = str(content[0].get("text", ""))
+            text = tool_error_text(given)
+            if text.startswith("internal_error:"):
+                LOGGER.error("MCP tool %r failed: %s", tool, one_line(redact(given), 400))
+            result = {**result, "content": [{**content[0], "text": text}, *content[1:]]}
+        return result
+
+    server.middleware.append(strict_tools)
     return server

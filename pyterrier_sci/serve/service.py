@@ -7,6 +7,8 @@ pipelines for concurrent callers.
 """
 from __future__ import annotations
 
+import contextlib
+import os
 import re
 import threading
 import time
@@ -16,15 +18,23 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 import pandas as pd
 import pyterrier as pt
 
+from pyterrier_sci.artifacts import no_builds
 from pyterrier_sci.errors import (
+    BuildRefused,
     SciError,
     ServeError,  # noqa: F401 - defined there, re-exported
+    TrainingDeferred,
+    UnknownComponentError,
+    UntrustedConfigError,
+    one_line,
 )
-from pyterrier_sci.pipeline import PipelineConfig, build_all, load_config
-from pyterrier_sci.registry import irds_id
+from pyterrier_sci.llm.trust import allowed_dirs, check_path, redact
+from pyterrier_sci.pipeline import PipelineConfig, build_all, load_config, parse, refs
+from pyterrier_sci.registry import PATH, REGISTRY, irds_id
+from pyterrier_sci.training import no_training
 
 __all__ = ["ServeError", "ServeLimits", "SearchService", "PipelineSpec", "parse_pipeline_specs", "snippet",
-           "DOCNO_PATTERN"]
+           "DOCNO_PATTERN", "check_text", "request_guards", "expression_paths"]
 
 #: what a docno taken from a request may look like (a key into the docstore, never a path)
 DOCNO_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/#@+-]{0,199}$")
@@ -32,6 +42,80 @@ DOCNO_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/#@+-]{0,199}$")
 SECRET_KEY = re.compile(r"key|token|secret|password", re.I)
 #: the query of the warm-up call made while loading (opens indexes, compiles encoders)
 WARMUP_QUERY = "retrieval of scientific papers"
+#: why a request's own pipeline may not build an index or train a model (:func:`request_guards`)
+NO_BUILD_WHY = ("a request's own pipeline never builds an index or trains a model (that would run for minutes "
+                "inside the request): build it first (pyterrier-sci index, or a run of the pipeline), or ask the "
+                "operator to serve a pipeline that uses it")
+
+
+@contextlib.contextmanager
+def request_guards():
+    """Around building and running a request's own pipeline (an expression sent with ``--allow-expressions``):
+    an artifact that is not built yet is :class:`~pyterrier_sci.errors.BuildRefused`, a model not trained yet
+    :class:`~pyterrier_sci.errors.TrainingDeferred`; nothing is written."""
+    with no_builds(NO_BUILD_WHY), no_training():
+        yield
+
+
+def check_text(value: Any, what: str) -> str:
+    """``value`` when it is text that can be written out again (UTF-8): a string holding a lone UTF-16
+    surrogate (``"\\ud800"`` in JSON) is refused here, before it joins a batch, where it would fail the
+    pipeline call of every request batched with it."""
+    if not isinstance(value, str):
+        raise ServeError(f"the {what} must be a string", 422, f"bad_{what}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ServeError(f"the {what} holds a character that is not Unicode text (a lone surrogate, "
+                         f"{ascii(value[e.start])}, at position {e.start})", 422, f"bad_{what}") from None
+    if "\x00" in value:
+        raise ServeError(f"the {what} holds a NUL character", 422, f"bad_{what}")
+    return value
+
+
+def _strings(value: Any):
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _strings(v)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            yield from _strings(v)
+
+
+def _looks_like_path(text: str) -> bool:
+    """Whether a component could take ``text`` as a file-system path: absolute, home- or dot-relative, or the
+    name of something that exists (a model name is a local directory first, a hub id only otherwise)."""
+    if text.startswith(("/", "~", ".", "\\")) or os.path.isabs(text):
+        return True
+    try:
+        return os.path.lexists(os.path.expanduser(text))
+    except (OSError, ValueError):
+        return False
+
+
+def expression_paths(expression: str, cfg: PipelineConfig) -> List[Tuple[str, str, str]]:
+    """``(component, parameter, value)`` of every path an expression's own arguments give: each value of a
+    parameter declared a path, and each string argument that looks like one (:func:`_looks_like_path`),
+    inside lists and mappings too.  The config's own settings are the operator's and are not listed."""
+    out = []
+    for ref in refs(parse(expression)):
+        if not ref.kwargs:
+            continue
+        spec = cfg.components.get(ref.name)
+        registry_name = str(spec.get("component", spec.get("type", ref.name))) if spec else ref.name
+        try:
+            decl = REGISTRY.get(REGISTRY.current_name(registry_name)).params
+        except (UnknownComponentError, ImportError):
+            decl = None   # the build names the unknown component
+        for param, value in ref.kwargs.items():
+            declared = decl.params.get(param) if decl is not None else None
+            is_path = declared is not None and PATH in declared.kinds
+            for text in _strings(value):
+                if is_path or _looks_like_path(text):
+                    out.append((ref.name, str(param), text))
+    return out
 
 
 @dataclass
@@ -177,32 +261,64 @@ class SearchService:
     # -- checks ---------------------------------------------------------------------------------
     def pipeline_for(self, name: Optional[str], expression: Optional[str] = None) -> Tuple[str, pt.Transformer]:
         """The served pipeline ``name`` (default: the first), or, when the operator allows it, a
-        request's own ``expression`` over the config's components (built once, cached)."""
+        request's own ``expression`` over the config's components (:meth:`build_expression`; may take
+        seconds the first time: call it off the event loop)."""
         if expression is not None:
-            if not self.allow_expressions:
-                raise ServeError("this server takes no pipeline expressions from requests (the operator may allow "
-                                 "them with --allow-expressions); choose one of the served pipelines", 403,
-                                 "expressions_not_allowed")
-            if not isinstance(expression, str) or len(expression) > 500:
-                raise ServeError("an expression is a string of at most 500 characters", 422, "bad_expression")
-            with self._expr_lock:
-                if expression not in self._expr_cache:
-                    if len(self._expr_cache) >= 64:
-                        raise ServeError("too many distinct expressions were asked; ask a served pipeline", 429,
-                                         "too_many_expressions")
-                    try:  # untrusted: no API key to a base_url it sets, no path outside the allowed places
-                        built = build_all(self.cfg, [expression], dataset=self.dataset, trusted=False)
-                    except SciError as e:
-                        raise ServeError(f"expression refused: {' '.join(str(e).split())[:400]}", 422,
-                                         "bad_expression") from None
-                    self._expr_cache[expression] = built[expression]
-                return expression, self._expr_cache[expression]
+            return expression, self.build_expression(expression)
         if name is None:
             name = next(iter(self.transformers))
+        name = check_text(name, "pipeline")
         if name not in self.transformers:
             raise ServeError(f"unknown pipeline {str(name)[:80]!r}: this server serves "
                              f"{', '.join(self.transformers)}", 404, "unknown_pipeline")
         return name, self.transformers[name]
+
+    def check_expression(self, expression: Any) -> str:
+        """The checks made before an expression is built: allowed, a short string, valid text."""
+        if not self.allow_expressions:
+            raise ServeError("this server takes no pipeline expressions from requests (the operator may allow "
+                             "them with --allow-expressions); choose one of the served pipelines", 403,
+                             "expressions_not_allowed")
+        if not isinstance(expression, str) or len(expression) > 500:
+            raise ServeError("an expression is a string of at most 500 characters", 422, "bad_expression")
+        return check_text(expression, "expression")
+
+    def build_expression(self, expression: str) -> pt.Transformer:
+        """A request's own expression over the config's components, built once and cached (at most 64).
+
+        Built untrusted (no API key to a ``base_url`` it sets), with every path its arguments give confined
+        to the allowed directories (the work directory and ``$PYTERRIER_SCI_ALLOWED_DIRS``: 422
+        ``path_not_allowed``), inside :func:`request_guards` (an index it would build or a model it would train:
+        422 ``build_refused``), then run once on a warm-up query under the same guards so that what it loads
+        on first use is loaded here, and a failure is a 422 naming its cause, never a 500 of a later batch."""
+        expression = self.check_expression(expression)
+        with self._expr_lock:
+            if expression in self._expr_cache:
+                return self._expr_cache[expression]
+            if len(self._expr_cache) >= 64:
+                raise ServeError("too many distinct expressions were asked; ask a served pipeline", 429,
+                                 "too_many_expressions")
+            try:
+                dirs = allowed_dirs()
+                for comp, param, value in expression_paths(expression, self.cfg):
+                    check_path(value, dirs, f"component '{comp}': parameter '{param}'")
+                with request_guards():
+                    built = build_all(self.cfg, [expression], dataset=self.dataset, trusted=False)[expression]
+                    if self.warmup:
+                        self.run(expression, [WARMUP_QUERY], built)
+            except ServeError:
+                raise
+            except UntrustedConfigError as e:
+                raise ServeError(f"expression refused: {_oneline(e)}", 422, "path_not_allowed") from None
+            except (BuildRefused, TrainingDeferred) as e:
+                raise ServeError(f"expression refused: {refused_message(e)}", 422, "build_refused") from None
+            except SciError as e:
+                raise ServeError(f"expression refused: {_oneline(e)}", 422, "bad_expression") from None
+            except Exception as e:  # a component failing in its own way: still the request's expression
+                raise ServeError(f"expression refused: building or running it failed: {type(e).__name__}: "
+                                 f"{_oneline(e)}", 422, "bad_expression") from None
+            self._expr_cache[expression] = built
+            return built
 
     def check_k(self, k: Any) -> int:
         if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= self.limits.max_k:
@@ -217,9 +333,7 @@ class SearchService:
         if len(query) > limit:
             raise ServeError(f"the {what} has {len(query):,} characters; at most {limit:,}", 422,
                              f"{what}_too_long")
-        if "\x00" in query:
-            raise ServeError(f"the {what} holds a NUL character", 422, f"bad_{what}")
-        return " ".join(query.split())
+        return " ".join(check_text(query, what).split())
 
     def check_docno(self, docno: Any) -> str:
         if not isinstance(docno, str) or not DOCNO_PATTERN.match(docno) or ".." in docno:
@@ -271,7 +385,10 @@ class SearchService:
         the server's answers are compared with."""
         t = transformer if transformer is not None else self.transformers[name]
         frame = pd.DataFrame({"qid": [f"q{i}" for i in range(len(queries))], "query": list(queries)})
-        return t(frame)
+        if name in self.transformers:
+            return t(frame)
+        with request_guards():   # a request's own pipeline: it builds nothing, trains nothing
+            return t(frame)
 
     def hits(self, res: pd.DataFrame, query: str, k: int, exclude: Sequence[str] = ()) -> List[dict]:
         """The top ``k`` rows of one query's result frame as ``{docno, score, rank, title, snippet}``
@@ -293,6 +410,17 @@ class SearchService:
             if len(out) == k:
                 break
         return out
+
+
+def _oneline(e: BaseException) -> str:
+    return one_line(redact(str(e)), 400)
+
+
+def refused_message(e: Union[BuildRefused, TrainingDeferred]) -> str:
+    """What a request is told when its pipeline would build an artifact or train a model."""
+    if isinstance(e, TrainingDeferred):
+        return one_line(redact(f"{e.what} is not trained yet ({e.path}) and {NO_BUILD_WHY}"), 600)
+    return one_line(redact(str(e)), 600)
 
 
 def _describe(expr: str, comps: Dict[str, dict]) -> str:
