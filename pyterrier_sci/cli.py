@@ -23,7 +23,7 @@ from typing import Iterator, List, Optional
 import ir_datasets
 import pandas as pd
 
-from pyterrier_sci import manifest, measures
+from pyterrier_sci import cost, manifest, measures
 from pyterrier_sci.artifacts import check_file_target
 from pyterrier_sci.data import registry_status, work_dir
 from pyterrier_sci.errors import PipelineError, SciError, one_line
@@ -202,9 +202,12 @@ def cmd_run(args) -> int:
     check_file_target(args.output, "--output")   # refuse a device, FIFO or directory before running anything
     topics, _ = topics_and_qrels(args.dataset, args.topics_variant)
     transformer = pipeline(args.expr, config=args.config, dataset=args.dataset, trusted=args.trust_config)
-    res = run_pipeline_on(transformer, topics)
+    res = run_pipeline_on(transformer, topics, costs=args.costs)
     with _writing(args.output):
         out = write_run(res, args.output, run_name=args.run_name)
+        kept = cost.write_costs(res, out, what="--output")   # --costs: beside the run, where evaluate finds them
+    if kept is not None:
+        print(f"wrote the per-query LLM costs to {kept}", file=sys.stderr)
     print(f"wrote {len(res)} results for {res['qid'].nunique() if len(res) else 0} queries to {args.output}",
           file=sys.stderr)
     m = manifest.pipeline_manifest({args.expr: transformer}, args.config, [args.dataset], kind="run",
@@ -340,6 +343,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--output", help="TREC run file to write (.gz allowed); required unless --dry-run")
     s.add_argument("--run-name", default="pyterrier-sci")
     s.add_argument("--topics-variant", help="query field to use when the dataset has several")
+    s.add_argument("--costs", action="store_true",
+                   help="run one query at a time and keep each query's LLM cost beside the run (OUTPUT.costs.tsv), "
+                        "for the cost.* measures of 'evaluate'")
     s.add_argument("--trust-config", action="store_true",
                    help="trust the expression and --config: their LLM base_url gets the API key, "
                         "their paths may lie anywhere")

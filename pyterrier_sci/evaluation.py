@@ -8,6 +8,7 @@ import gzip
 import io
 import math
 import os
+import warnings
 import zlib
 from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
@@ -16,6 +17,7 @@ import pandas as pd
 import pyterrier as pt
 from ir_measures.measures import Measure
 
+from pyterrier_sci import cost
 from pyterrier_sci import measures as _measures
 from pyterrier_sci.errors import RunFileError  # noqa: F401 - defined there, re-exported
 
@@ -46,6 +48,10 @@ def Experiment(retr_systems: List[Any], topics: pd.DataFrame, qrels: pd.DataFram
     ``validate``, ``filter_by_qrels``, ``precompute_prefix`` pass through), plus ``dataset`` to resolve
     a dataset's measure aliases (``MAP`` means ``sciface.MAP`` on CSFCube).  Measures may be names.
 
+    Cost measures (``cost.calls``, ``cost.dollars``, ...: :mod:`pyterrier_sci.cost`) run each system that is
+    a transformer one query at a time under a :class:`~pyterrier_sci.cost.CostMeter`; a system given as a
+    result frame is evaluated on the cost columns it carries.
+
     ``perquery=True`` returns PyTerrier's per-query frame (``name``, ``qid``, ``measure``, ``value``)
     of true values, NaN where a query does not count; ``"both"`` returns ``(averages, perquery)``.
 
@@ -72,6 +78,8 @@ def Experiment(retr_systems: List[Any], topics: pd.DataFrame, qrels: pd.DataFram
         raise ValueError(f"baseline {baseline} is not the index of a system (0..{len(retr_systems) - 1})")
     if correction is not None and baseline is None:
         raise ValueError("a multiple-testing correction needs a baseline")
+    if cost.wanted(objs):   # cost measures: each system runs one query at a time under a meter (pyterrier_sci.cost)
+        retr_systems = [cost.metered(s) for s in retr_systems]
     per_q = pt.Experiment(retr_systems, topics, qrels, objs, names=names, perquery=True, **kwargs)
     per_q["measure"] = per_q["measure"].map(dict(zip(map(str, objs), shown))).fillna(per_q["measure"])
     if perquery is True:
@@ -147,7 +155,9 @@ def summarise(per_query: pd.DataFrame, measures: Dict[str, Measure], names: Sequ
 def _p_value(test_fn: Callable, a: np.ndarray, b: np.ndarray) -> float:
     if len(a) < 2 or np.array_equal(a, b):
         return float("nan")          # no test on fewer than two pairs, nor on identical values
-    p = float(test_fn(a, b)[1])
+    with warnings.catch_warnings():  # differences all alike (a cost that is the same on every query): no noise
+        warnings.simplefilter("ignore", RuntimeWarning)
+        p = float(test_fn(a, b)[1])
     return p if not math.isnan(p) else float("nan")
 
 
@@ -161,7 +171,8 @@ def read_run(path) -> pd.DataFrame:
     """``pt.io.read_results(path)`` for a TREC run (``.gz`` allowed), with one
     :class:`RunFileError` naming the file and its first bad line when the file is empty,
     truncated, not UTF-8 text (UTF-16, binary) or has a line that is no result (too few
-    columns, a rank or score that is not a number)."""
+    columns, a rank or score that is not a number).  The per-query LLM costs kept beside the run
+    (``<run>.costs.tsv``, :func:`pyterrier_sci.cost.write_costs`) come as its cost columns."""
     path = os.fspath(path)
     with open(path, "rb") as f:   # a missing or unreadable file is the OSError, with its name
         head = f.read(4)
@@ -189,7 +200,7 @@ def read_run(path) -> pd.DataFrame:
         first = res[bad].iloc[0]
         raise RunFileError(f"the run file {path} has a result without a score (qid {first['qid']}, docno "
                            f"{first['docno']}): {RUN_FORMAT}")
-    return res
+    return cost.attach_costs(res, cost.read_costs(path))   # the per-query costs kept beside it, if any
 
 
 def _why(e: BaseException) -> str:

@@ -17,7 +17,7 @@ from typing import Any, Dict, Iterable, List, Optional, Tuple, Union
 import pandas as pd
 import pyterrier as pt
 
-from pyterrier_sci import artifacts, manifest
+from pyterrier_sci import artifacts, cost, manifest
 from pyterrier_sci import measures as _measures
 from pyterrier_sci.code_identity import code_identity
 from pyterrier_sci.corpus import corpus_version, pt_dataset_id
@@ -93,19 +93,27 @@ def _read_saved_run(path: Path) -> Optional[pd.DataFrame]:
 
 
 def run_pipeline_on(transformer: pt.Transformer, topics: pd.DataFrame, save_to: Optional[Path] = None,
-                    run_name: str = "pyterrier-sci") -> pd.DataFrame:
+                    run_name: str = "pyterrier-sci", costs: bool = False) -> pd.DataFrame:
     """Runs a pipeline on topics, reusing (and otherwise writing) a finished run file at ``save_to``
     (an experiment's ``save_dir``).  A saved run that does not match its checksum or cannot be read
     is computed again, with a :class:`~pyterrier_sci.artifacts.DamagedFileWarning`; a ``save_to``
-    that cannot be written is an error before anything runs."""
+    that cannot be written is an error before anything runs.
+
+    With ``costs`` the pipeline runs under a :class:`~pyterrier_sci.cost.CostMeter` (one query at a
+    time; the result has the per-query cost columns) and the costs are kept beside the saved run
+    (:func:`pyterrier_sci.cost.write_costs`); a saved run without them is run again (its LLM calls come
+    from the response cache)."""
     if save_to is not None:
         save_to = artifacts.check_file_target(save_to, "save_dir")
         res = _read_saved_run(save_to)
         if res is not None:
-            return res
-    res = transformer(topics)
+            kept = cost.read_costs(save_to) if costs else None
+            if not costs or kept is not None:
+                return cost.attach_costs(res, kept)
+    res = (cost.metered(transformer) if costs else transformer)(topics)
     if save_to is not None:
         write_run(res, save_to, run_name, what="save_dir", checksum=True)
+        cost.write_costs(res, save_to, what="save_dir")
     return res
 
 
@@ -237,11 +245,12 @@ def experiment_outcome(config: Union[str, Path, dict, PipelineConfig], name: Opt
         systems = build_all(cfg, pipelines, context=context)
         if report_llm_usage is None:
             report_llm_usage = len(usage_report([systems[p] for p in pipelines], names=pipelines)) > 0
-        _measures.parse(measure_names, dataset=dataset)   # an unknown name fails before any pipeline runs
+        # an unknown name fails before any pipeline runs; cost measures meter the runs (pyterrier_sci.cost)
+        costs = cost.wanted(_measures.parse(measure_names, dataset=dataset))
         runs, paths = {}, {}
         for pname in pipelines:
             save_to = run_path(outcome.save_root, dataset, pname, cfg, extra=llm_key(systems[pname]))
-            runs[pname] = run_pipeline_on(systems[pname], topics, save_to, run_name=_slug(pname))
+            runs[pname] = run_pipeline_on(systems[pname], topics, save_to, run_name=_slug(pname), costs=costs)
             paths[pname] = save_to
         table = _table(outcome, runs, topics, qrels, dataset)
         if report_llm_usage:
@@ -269,9 +278,10 @@ def _read_for_replay(path: Optional[Path], dataset: str, pipeline_name: str) -> 
                             f"{artifacts.CHECKSUM_SUFFIX}): it changed since it was written; run the experiment "
                             "without --replay to compute it again", where="--replay")
     try:
-        return pt.io.read_results(str(path))
+        res = pt.io.read_results(str(path))
     except Exception as e:  # EOFError (truncated gzip), zlib.error, UnicodeDecodeError, parser errors
         raise PipelineError(f"the saved run {path} cannot be read ({type(e).__name__}: {e})", where="--replay") from e
+    return cost.attach_costs(res, cost.read_costs(path))   # its per-query costs, when they were kept
 
 
 def replay_outcome(config: Union[str, Path, dict, PipelineConfig], name: Optional[str] = None,
@@ -422,9 +432,10 @@ def dry_run_experiment(config: Any, name: Optional[str] = None, save_dir: Option
             context = with_ledger_id(make_context(cfg, ds, None, trusted), ledger)
             systems = build_all(cfg, pipelines, context=context)
             paths = {p: run_path(save_root, ds, p, cfg, extra=llm_key(systems[p])) for p in pipelines}
+            costs = cost.wanted(_measures.parse(plan.measures, dataset=ds))   # a real run reruns a run without costs
             saved = []
             for p in pipelines:
-                if paths[p] is not None and paths[p].exists():
+                if paths[p] is not None and paths[p].exists() and (not costs or cost.costs_path(paths[p]).exists()):
                     saved.append(p)
                 else:
                     systems[p](topics)

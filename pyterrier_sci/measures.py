@@ -48,7 +48,7 @@ __all__ = [
     "dcg", "ndcg_at_k", "average_precision", "reciprocal_rank", "r_precision_last_relevant",
     "precision_at_k", "recall_at_k", "RankListMeasure", "recall_of", "average_precision_of", "RankingMeasure",
     "register", "register_old_name", "old_names", "get", "parse", "split_names", "home_datasets", "names",
-    "dataset_aliases",
+    "dataset_aliases", "register_parser", "bound",
     "aggregate", "calc_aggregate", "counts",
     "ShortRunWarning",
 ]
@@ -371,6 +371,7 @@ def counts(value: float) -> bool:
 # ---------------------------------------------------------------------------------------------
 
 _REGISTRY: Dict[str, Union[Measure, Callable[[], Measure]]] = {}
+_PARSERS: List[Callable[[str], Optional[Measure]]] = []
 _DATASET_ALIASES: Dict[str, Dict[str, str]] = {}
 _OLD_NAMES: Dict[str, str] = {}
 _OLD_MEASURES: Dict[str, Measure] = {}
@@ -381,6 +382,22 @@ def register(name: str, measure: Union[Measure, Callable[[], Measure]], *, repla
     if name in _REGISTRY and not replace:
         raise ValueError(f"measure {name!r} is already registered")
     _REGISTRY[name] = measure
+
+
+def register_parser(parse_fn: Callable[[str], Optional[Measure]]) -> None:
+    """Adds ``parse_fn(name)``, which returns the measure a name of its family means (a measure with settings or
+    any cutoff: ``ILS(encoder='...')@20``, ``prism.CosineDistance@100``, ``alpha_nDCG@50``) or None for any other
+    name.  :func:`get` asks the parsers, in the order they were added, for a name that is not registered, before
+    handing it to ``ir_measures``."""
+    _PARSERS.append(parse_fn)
+
+
+def bound(measure: Measure, dataset: Optional[str]) -> Measure:
+    """``measure`` for evaluating runs on ``dataset``.  A measure that reads the dataset's documents (the embedding
+    measures of :mod:`pyterrier_sci.diversity`, which embed the run's documents) offers ``for_dataset(dataset_id)``,
+    returning a copy that reads them; every other measure is returned as it is."""
+    bind = getattr(measure, "for_dataset", None)
+    return bind(irds_id(dataset)) if dataset is not None and callable(bind) else measure
 
 
 def register_aliases(dataset_prefix: str, aliases: Mapping[str, str]) -> None:
@@ -493,9 +510,13 @@ def get(name: str, dataset: Optional[str] = None) -> Measure:
         m = _REGISTRY[name]
         if not isinstance(m, Measure):
             m = _REGISTRY[name] = m()
-        return m
+        return bound(m, dataset)
     if name in _OLD_NAMES:
         return _old_name(name)
+    for parse_fn in _PARSERS:
+        found = parse_fn(name)
+        if found is not None:
+            return bound(found, dataset)
     try:
         return ir_measures.parse_measure(name)
     except (ValueError, NameError, SyntaxError) as e:

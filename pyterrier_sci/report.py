@@ -22,7 +22,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 import pandas as pd
 
-from pyterrier_sci import __version__, artifacts
+from pyterrier_sci import __version__, artifacts, cost
 from pyterrier_sci import measures as _measures
 from pyterrier_sci.evaluation import Experiment
 from pyterrier_sci.llm import usage_report
@@ -143,13 +143,19 @@ def _count(v: Any) -> Optional[int]:
     return None if math.isnan(f) else int(f)
 
 
-def _best(values: Sequence[Optional[str]]) -> set:
-    """Indices of the highest shown value (ties after rounding are all best)."""
+def _best(values: Sequence[Optional[str]], lower: bool = False) -> set:
+    """Indices of the highest shown value, the lowest with ``lower`` (a cost; ties after rounding are all
+    best)."""
     nums = [float(v) for v in values if v is not None]
     if not nums:
         return set()
-    top = max(nums)
+    top = min(nums) if lower else max(nums)
     return {i for i, v in enumerate(values) if v is not None and float(v) == top}
+
+
+def _is_cost(name: str) -> bool:
+    """Whether ``name`` is a cost measure (:mod:`pyterrier_sci.cost`): lower is better."""
+    return name in cost.NAMES
 
 
 def _legend(outcome, alpha: float) -> Tuple[str, str]:
@@ -206,7 +212,9 @@ def _measure_definition(name: str, dataset: str) -> Tuple[str, str]:
         desc = f"{doc} Parameters: {shown}." if doc and shown else doc
         if not desc or desc.startswith("Measure"):
             desc = f"ir_measures' {obj}"
-    if getattr(obj, "group_of", None) is not None:
+    if cost.is_cost_measure(obj):
+        how = "the mean over the queries (a query whose cost is not known is left out)"
+    elif getattr(obj, "group_of", None) is not None:
         how = ("a mean of fold means: each test fold's mean over its queries, then the mean over the folds (the "
                "paper's evaluation script; folds of unequal size weigh the same). Per-query values, plots and tests "
                "use each query's own value")
@@ -258,6 +266,63 @@ def difference_plot_svg(diff: pd.Series, measure: str, system: str, reference: s
     svg = svg[svg.index("<svg"):]   # drop the XML declaration and DOCTYPE: inline in HTML
     # element ids (figure_1, patch_1, ...) are unique within one SVG only: prefix them, and the
     # references to them, so that several plots inline in one page keep unique ids
+    svg = re.sub(r'(\sid=")([^"]+)"', lambda m: f'{m.group(1)}{salt}-{m.group(2)}"', svg)
+    svg = re.sub(r'(href=")#([^"]+)"', lambda m: f'{m.group(1)}#{salt}-{m.group(2)}"', svg)
+    return re.sub(r"url\(#([^)]+)\)", lambda m: f"url(#{salt}-{m.group(1)})", svg)
+
+
+def pareto_front(points: Sequence[Tuple[str, float, float]]) -> List[str]:
+    """The systems of ``points`` (``(system, cost, effectiveness)``) that no other system beats: none is at
+    most as costly and at least as effective and better in one of the two; ordered by cost."""
+    front = []
+    for name, x, y in points:
+        if not any((x2 <= x and y2 >= y) and (x2 < x or y2 > y) for _, x2, y2 in points):
+            front.append((x, -y, name))
+    return [name for _, _, name in sorted(front)]
+
+
+def cost_plot_svg(points: Sequence[Tuple[str, float, float]], cost_name: str, measure: str, salt: str,
+                  reference: Optional[str] = None) -> str:
+    """One effectiveness-against-cost plot as an inline ``<svg>``: a point per system (``points``:
+    ``(system, mean cost, mean effectiveness)``), labelled with its name, ``reference`` drawn hollow; the
+    systems no other beats on both (:func:`pareto_front`) joined by a dashed line.  Labels are plain text."""
+    import matplotlib
+    from matplotlib.figure import Figure  # no pyplot: the process's backend is left alone
+
+    rc = {"svg.fonttype": "none", "svg.hashsalt": salt, "font.size": 8, "text.usetex": False,
+          "text.parse_math": False, "axes.titlesize": 8.5, "axes.labelsize": 8, "xtick.labelsize": 7.5,
+          "ytick.labelsize": 7.5}
+    with matplotlib.rc_context(rc):
+        fig = Figure(figsize=(3.4, 2.4), dpi=100)
+        ax = fig.add_subplot(1, 1, 1)
+        front = pareto_front(points)
+        if len(front) > 1:
+            where = {name: (x, y) for name, x, y in points}
+            ax.plot([where[n][0] for n in front], [where[n][1] for n in front], linestyle="--", linewidth=0.8,
+                    color="#888888", zorder=1)
+        for name, x, y in points:
+            hollow = name == reference
+            ax.scatter([x], [y], s=22, zorder=2, facecolors="none" if hollow else BETTER, edgecolors=BETTER,
+                       linewidths=1.2)
+            ax.annotate(_short(name, 22), (x, y), xytext=(4, 3), textcoords="offset points", fontsize=7,
+                        annotation_clip=False, parse_math=False)
+        xs = [x for _, x, _ in points]
+        ys = [y for _, _, y in points]
+        if xs:
+            span = (max(xs) - min(xs)) or max(abs(max(xs)), 1e-3)
+            ax.set_xlim(min(xs) - 0.08 * span, max(xs) + 0.35 * span)
+            yspan = (max(ys) - min(ys)) or max(abs(max(ys)), 1e-3)
+            ax.set_ylim(min(ys) - 0.15 * yspan, max(ys) + 0.2 * yspan)
+        ax.set_xlabel(f"{_short(cost_name, 30)} (mean per query)", parse_math=False)
+        ax.set_ylabel(_short(measure, 24), parse_math=False)
+        ax.set_title(f"{_short(measure, 24)} against {_short(cost_name, 24)}", parse_math=False, loc="left")
+        for side in ("top", "right"):
+            ax.spines[side].set_visible(False)
+        fig.tight_layout(pad=0.4)
+        buf = io.StringIO()
+        fig.savefig(buf, format="svg", metadata={"Date": None})
+    svg = buf.getvalue()
+    svg = svg[svg.index("<svg"):]
     svg = re.sub(r'(\sid=")([^"]+)"', lambda m: f'{m.group(1)}{salt}-{m.group(2)}"', svg)
     svg = re.sub(r'(href=")#([^"]+)"', lambda m: f'{m.group(1)}#{salt}-{m.group(2)}"', svg)
     return re.sub(r"url\(#([^)]+)\)", lambda m: f"url(#{salt}-{m.group(1)})", svg)
@@ -327,7 +392,7 @@ def _results_html(outcome, d, alpha: float, number: int) -> str:
     table = d.table.reset_index(drop=True)
     ref = outcome.baseline
     shown = {m: [_fmt(v) for v in table[m]] for m in outcome.measures}
-    best = {m: _best(shown[m]) for m in outcome.measures}
+    best = {m: _best(shown[m], lower=_is_cost(m)) for m in outcome.measures}
     sig = {m: significance(table, m, alpha) for m in outcome.measures}
     nq = d.topics["qid"].nunique()
     caption = (f"<b>Table {number}.</b> {_n(', '.join(outcome.measures))} on {_n(d.dataset)} ({nq} queries)")
@@ -481,7 +546,7 @@ def _plots_html(outcome, perq: pd.DataFrame, ref: str, first_figure: int) -> Lis
     parts, k = [], 0
     for j, d in enumerate(outcome.datasets):
         rows = []
-        for m in outcome.measures:
+        for m in [m for m in outcome.measures if not _is_cost(m)]:   # costs: the cost plots
             panels = []
             diffs = {s: _differences(perq, d.dataset, m, s, ref) for s in others}
             limit = max([float(x.abs().max()) for x in diffs.values() if len(x)] or [0.0])
@@ -502,8 +567,57 @@ def _plots_html(outcome, perq: pd.DataFrame, ref: str, first_figure: int) -> Lis
         parts.append(f"<h3>{_n(d.dataset)}</h3><figure class='group'>{''.join(rows)}<figcaption><b>Figure "
                      f"{first_figure + j}.</b> "
                      f"Per-query differences on {_n(d.dataset)}: one row of plots per measure "
-                     f"({_n(', '.join(outcome.measures))}), one plot per system, the same y scale along a row."
+                     f"({_n(', '.join(m for m in outcome.measures if not _is_cost(m)))}), one plot per system, the "
+                     "same y scale along a row."
                      "</figcaption></figure>")
+    return parts
+
+
+def _cost_points(d, pipelines: Sequence[str], cost_name: str, measure: str) -> List[Tuple[str, float, float]]:
+    """``(system, mean cost, mean effectiveness)`` from a dataset's table, systems without both left out."""
+    table = d.table.set_index("name")
+    out = []
+    for p in pipelines:
+        x, y = _fmt(table.at[p, cost_name]), _fmt(table.at[p, measure])
+        if x is not None and y is not None:
+            out.append((p, float(table.at[p, cost_name]), float(table.at[p, measure])))
+    return out
+
+
+def _cost_plots_html(outcome, first_figure: int) -> List[str]:
+    """Per dataset one figure: a row per cost measure asked for, one plot per effectiveness measure, a point
+    per system."""
+    costs = [m for m in outcome.measures if _is_cost(m)]
+    effect = [m for m in outcome.measures if not _is_cost(m)]
+    parts, k = [], 0
+    for j, d in enumerate(outcome.datasets):
+        rows = []
+        for c in costs:
+            panels = []
+            for m in effect:
+                points = _cost_points(d, outcome.pipelines, c, m)
+                if not points:
+                    panels.append(f"<figure class='cost-plot' data-dataset='{_e(d.dataset)}' data-cost='{_e(c)}' "
+                                  f"data-measure='{_e(m)}'><figcaption>{_n(m)} against {_n(c)}: no system has both "
+                                  "figures</figcaption></figure>")
+                    continue
+                try:
+                    svg = cost_plot_svg(points, c, m, salt=f"cost{j}-{k}", reference=outcome.baseline)
+                except Exception as e:  # noqa: BLE001 - one error that names the plot and --report
+                    raise PipelineError(f"the plot of {one_line_text(m)} against {one_line_text(c)} on "
+                                        f"{one_line_text(d.dataset)} cannot be drawn: {type(e).__name__}: {e}",
+                                        where="--report") from e
+                k += 1
+                front = pareto_front(points)
+                panels.append(f"<figure class='cost-plot' data-dataset='{_e(d.dataset)}' data-cost='{_e(c)}' "
+                              f"data-measure='{_e(m)}'>{svg}<figcaption>not beaten on both: "
+                              f"{_n(', '.join(front))}</figcaption></figure>")
+            rows.append(f"<div class='multiples'>{''.join(panels)}</div>")
+        parts.append(f"<h3>{_n(d.dataset)}</h3><figure class='group'>{''.join(rows)}<figcaption><b>Figure "
+                     f"{first_figure + j}.</b> Effectiveness against cost on {_n(d.dataset)}: one row of plots per "
+                     f"cost measure ({_n(', '.join(costs))}), one plot per measure ({_n(', '.join(effect))}), one "
+                     "point per system (the table's figures); the dashed line joins the systems that no other "
+                     "system beats on both (as cheap or cheaper and as good or better).</figcaption></figure>")
     return parts
 
 
@@ -544,8 +658,11 @@ def render_html(outcome, perq: pd.DataFrame, manifest: Optional[Mapping[str, Any
 
     parts.append("<h2 id='perquery'>Per-query differences</h2>")
     others = [p for p in outcome.pipelines if p != ref]
+    effect = [m for m in outcome.measures if not _is_cost(m)]
     if not others:
         parts.append("<p>Only one pipeline: nothing to compare.</p>")
+    elif not effect:
+        parts.append("<p>Only cost measures: see <a href='#cost'>Effectiveness against cost</a>.</p>")
     else:
         parts.append(f"<p class='legend'>Each bar is one query: the system's value minus {_n(ref)}'s"
                      f"{'' if outcome.baseline is not None else ' (no baseline was named: the first pipeline)'}, "
@@ -553,6 +670,13 @@ def render_html(outcome, perq: pd.DataFrame, manifest: Optional[Mapping[str, Any
                      f"<span style='color:{WORSE}'>■</span> worse. Queries that do not count for both systems are "
                      "left out. Query ids and values are in perquery.csv.</p>")
         parts += _plots_html(outcome, perq, ref, 1)
+    if effect and len(effect) < len(outcome.measures):
+        parts.append("<h2 id='cost'>Effectiveness against cost</h2><p class='legend'>Each system's mean cost per "
+                     "query (docs/evaluation.md, \u201cCost measures\u201d: LLM calls, tokens, seconds, dollars, cache "
+                     "hits counted as first answered) against its effectiveness, from the tables above; lower cost and "
+                     "higher effectiveness is better."
+                     f"{' The hollow point is the baseline.' if outcome.baseline else ''}</p>")
+        parts += _cost_plots_html(outcome, 1 + (len(outcome.datasets) if others else 0))
 
     usage = _usage(outcome)
     if usage:
@@ -618,7 +742,7 @@ def render_latex(outcome, alpha: float = 0.05) -> str:
             lines.append(f"\\multicolumn{{{ncols}}}{{l}}{{\\emph{{{latex_escape(d.dataset)}}}}} \\\\")
         table = d.table.reset_index(drop=True)
         shown = {m: [_fmt(v) for v in table[m]] for m in measures}
-        best = {m: _best(shown[m]) for m in measures}
+        best = {m: _best(shown[m], lower=_is_cost(m)) for m in measures}
         sig = {m: significance(table, m, alpha) for m in measures}
         for i, name in enumerate(table["name"]):
             cells = [latex_escape(name)]

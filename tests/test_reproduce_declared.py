@@ -56,8 +56,9 @@ def _table_lines(lines, pid, number) -> str:
 
 
 def _forms(v: float):
-    """How a figure in the file's units may be printed in the paper (the file scales fractions by 100)."""
-    out = {f"{v:.2f}", f"{v:.1f}", f"{v / 100:.3f}", f"{v / 100:.2f}", f"{v:.3f}"}
+    """How a figure in the file's units may be printed in the paper (the file scales fractions by 100; PRISM's
+    Table 8 prints its unscaled dispersions with four decimals)."""
+    out = {f"{v:.2f}", f"{v:.1f}", f"{v / 100:.3f}", f"{v / 100:.2f}", f"{v:.3f}", f"{v:.4f}"}
     if float(v).is_integer():
         out.add(str(int(v)))
     return out

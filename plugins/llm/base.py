@@ -165,6 +165,23 @@ class LLMReranker(UsesLLM, pt.Transformer):
     def _rerank(self, df: pd.DataFrame) -> pd.DataFrame:
         raise NotImplementedError
 
+    def rerank_per_query(self, df: pd.DataFrame) -> pd.DataFrame:
+        """``_rerank`` of a reranker that orders each query's candidates on its own: ``self._rerank_query(group)``
+        returns ``(order, flagged)`` (the new order as positions in the group; whether an answer was unusable),
+        run through the client's ``map`` across queries; sets ``_pos`` and ``llm_unusable``."""
+        groups = [g for _, g in df.groupby("qid", sort=False)]
+        results = self.client.map(self._rerank_query, groups, desc=self.component_name)
+        pos = pd.Series(0, index=df.index)
+        flags = pd.Series(False, index=df.index)
+        for g, (order, flagged) in zip(groups, results):
+            idx = g.index.to_numpy()
+            for new_pos, i in enumerate(order):
+                pos[idx[i]] = new_pos
+            flags[idx] = flagged
+        df["_pos"] = pos
+        df["llm_unusable"] = flags.astype(bool)
+        return df
+
 
 def _finish(df: pd.DataFrame) -> pd.DataFrame:
     """Expects ``_pos`` (new 0-based position within the query); sets ``score`` = n - position

@@ -104,18 +104,7 @@ class Listwise(LLMReranker):
         return order, flagged
 
     def _rerank(self, df: pd.DataFrame) -> pd.DataFrame:
-        groups = [g for _, g in df.groupby("qid", sort=False)]
-        results = self.client.map(self._rerank_query, groups, desc=self.component_name)
-        pos = pd.Series(0, index=df.index)
-        flags = pd.Series(False, index=df.index)
-        for g, (order, flagged) in zip(groups, results):
-            idx = g.index.to_numpy()
-            for new_pos, i in enumerate(order):
-                pos[idx[i]] = new_pos
-            flags[idx] = flagged
-        df["_pos"] = pos
-        df["llm_unusable"] = flags.astype(bool)
-        return df
+        return self.rerank_per_query(df)
 
 
 def swiss_pairs(order: List[int], played: set) -> Tuple[List[Tuple[int, int]], Optional[int]]:

@@ -15,6 +15,8 @@ from pyterrier_sci.protocol import usage_holders
 
 COUNTERS = ("calls", "requests", "cache_hits", "retries", "errors", "prompt_tokens",
             "completion_tokens", "unusable", "repaired")
+#: what :meth:`Usage.answered` records (the cost of the answers used, cache hits included)
+ANSWER_COUNTERS = ("answers", "answer_prompt_tokens", "answer_completion_tokens", "answer_seconds", "answers_untimed")
 
 
 @dataclass
@@ -29,6 +31,10 @@ class Usage:
     * ``prompt_tokens`` / ``completion_tokens``: as reported by the server (cache hits add none);
     * ``unusable``: outputs the component could not use (the rows keep their first-stage order);
     * ``repaired``: malformed rankings that were repaired (listwise, HLM-Cite decider).
+
+    Beside them, :meth:`answered` records what the answers the component used cost, cache hits included
+    (``answers``, ``answer_prompt_tokens``, ``answer_completion_tokens``, ``answer_seconds``): the cost
+    measures of :mod:`pyterrier_sci.cost` read them per query.
     """
     calls: int = 0
     requests: int = 0
@@ -41,6 +47,13 @@ class Usage:
     repaired: int = 0
     model: str = ""
     _lock: Any = field(default_factory=threading.Lock, repr=False, compare=False)
+    #: what the answers the component used cost, cache hits included (the method's cost, whatever the cache
+    #: held; not among ``COUNTERS``): read per query by :mod:`pyterrier_sci.cost` (:meth:`answered`)
+    answers: int = field(default=0, repr=False)
+    answer_prompt_tokens: int = field(default=0, repr=False)
+    answer_completion_tokens: int = field(default=0, repr=False)
+    answer_seconds: float = field(default=0.0, repr=False)
+    answers_untimed: int = field(default=0, repr=False)
 
     def add(self, **counts: int) -> None:
         """Adds counts; each must be a whole number >= 0 (a negative one would make costs negative)."""
@@ -55,8 +68,27 @@ class Usage:
 
     def reset(self) -> None:
         with self._lock:
-            for k in COUNTERS:
+            for k in COUNTERS + ANSWER_COUNTERS:
                 setattr(self, k, 0)
+
+    def answered(self, prompt_tokens: int, completion_tokens: int, seconds: Optional[float]) -> None:
+        """Records one answer the component used, from the server or the cache: its token counts as
+        the server reported them and the seconds the server took to give it (``None`` when not known: a
+        cache entry written before answers were timed)."""
+        with self._lock:
+            self.answers += 1
+            self.answer_prompt_tokens += int(prompt_tokens or 0)
+            self.answer_completion_tokens += int(completion_tokens or 0)
+            if seconds is None:
+                self.answers_untimed += 1
+            else:
+                self.answer_seconds += float(seconds)
+
+    def answer_totals(self) -> Dict[str, float]:
+        """The answers recorded by :meth:`answered` so far: ``answers``, ``answer_prompt_tokens``,
+        ``answer_completion_tokens``, ``answer_seconds``, ``answers_untimed``."""
+        with self._lock:
+            return {k: getattr(self, k) for k in ANSWER_COUNTERS}
 
     def as_dict(self) -> Dict[str, int]:
         return {k: getattr(self, k) for k in COUNTERS}
@@ -74,6 +106,10 @@ class Usage:
 
     def __iadd__(self, other: "Usage") -> "Usage":
         self.add(**other.as_dict())
+        theirs = other.answer_totals()
+        with self._lock:
+            for k, v in theirs.items():
+                setattr(self, k, getattr(self, k) + v)
         return self
 
     def __getstate__(self):

@@ -43,6 +43,9 @@ class Completion:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cached: bool = False
+    #: seconds the server took to give this answer (retries included), kept in the cache with it; ``None``
+    #: when not known (a cache entry written before answers were timed, a dry run's stand-in)
+    seconds: Optional[float] = None
 
     def to_json(self) -> dict:
         d = asdict(self)
@@ -62,6 +65,8 @@ class Choice:
     text: str = ""
     reasoning: str = ""
     mode: str = ""
+    #: the ``finish_reason`` of the answer the decision was read from (``"dry_run"``: a dry run's stand-in)
+    finish_reason: Optional[str] = None
 
     @property
     def usable(self) -> bool:
@@ -323,11 +328,13 @@ class LLMClient:
                     dry.record(self, kind, payload, cached=True)
                 else:
                     self.usage.add(cache_hits=1)
+                    self.usage.answered(hit.prompt_tokens, hit.completion_tokens, hit.seconds)
                 return hit   # free: a cache hit never counts against the budget
         if dry is not None:   # a dry run: count the call, send nothing, answer with a neutral stand-in
             dry.record(self, kind, payload, cached=False, key=key)
             return Completion(text="", finish_reason="dry_run")
         ledger, price = self._ledger, None
+        started = time.monotonic()
         if ledger is not None:   # reserve before sending: the budget is never passed, even by concurrent calls
             price = price_of(self.settings)
             reservation = ledger.reserve(dryrun.estimate_prompt_tokens(kind, payload),
@@ -339,9 +346,11 @@ class LLMClient:
                 raise
         else:
             comp = self._send(kind, payload)
+        comp.seconds = time.monotonic() - started
         if cache is not None:
             cache.put(key, comp.to_json(), model=self.settings.model)
         self.usage.add(calls=1, prompt_tokens=comp.prompt_tokens, completion_tokens=comp.completion_tokens)
+        self.usage.answered(comp.prompt_tokens, comp.completion_tokens, comp.seconds)
         if ledger is not None:
             used_prompt, used_completion = comp.prompt_tokens, comp.completion_tokens
             if not used_prompt and not used_completion:   # a server that reports no usage: our estimates
@@ -410,7 +419,7 @@ class LLMClient:
                     + [{"role": "user", "content": prompts["chat"]}])
             comp = self.chat(msgs, max_tokens=chat_max_tokens)
             ch = parse_choice(comp.text, options, aliases)
-            ch.mode = "chat"
+            ch.mode, ch.finish_reason = "chat", comp.finish_reason
             if ch.usable or self.settings.mode != "auto" or comp.finish_reason == "dry_run":
                 return ch   # a dry run assumes chat answers are usable: no probe as a completion
             # auto: an empty or unreadable chat answer -> ask as a completion; if that one is
@@ -428,6 +437,7 @@ class LLMClient:
         else:
             ch = parse_choice(comp.text, options, aliases)
             ch.mode = "completion"
+        ch.finish_reason = comp.finish_reason
         if auto_probe and ch.usable:
             self._auto_completion = True
         return ch
@@ -611,10 +621,14 @@ def _from_cache(hit: Optional[dict]) -> Optional[Completion]:
     try:
         tops = [{str(k): _logprob(v, "logprob") for k, v in pos.items()} for pos in _list(hit.get("top_logprobs"), "")]
         finish = hit.get("finish_reason")
+        seconds = hit.get("seconds")
+        timed = (isinstance(seconds, (int, float)) and not isinstance(seconds, bool) and math.isfinite(seconds)
+                 and seconds >= 0)
         return Completion(text=_text(hit.get("text"), "text"), top_logprobs=tops,
                           finish_reason=finish if isinstance(finish, str) else None,
                           prompt_tokens=_count(hit.get("prompt_tokens"), "prompt_tokens"),
-                          completion_tokens=_count(hit.get("completion_tokens"), "completion_tokens"), cached=True)
+                          completion_tokens=_count(hit.get("completion_tokens"), "completion_tokens"), cached=True,
+                          seconds=float(seconds) if timed else None)
     except (_BadResponse, AttributeError, TypeError, ValueError):
         return None
 

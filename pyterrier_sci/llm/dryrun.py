@@ -38,6 +38,9 @@ ASSUMPTIONS = (
     "cached (pairwise_tournament's later pairs depend on the answers, so its cached/to_send split may differ); "
     "agents that loop until an answer satisfies them are counted for one round; mode 'auto' is counted as chat "
     "(a base model behind a chat endpoint costs one more probe call)",
+    "setwise: its heapsort asks more or fewer sets as the answers go; a call not cached gets the stand-in answer B "
+    "(the set's second candidate), which makes it ask the most any answers can, so its count is that maximum, and "
+    "the real run's count once its calls are cached",
 )
 
 _ACTIVE: Optional["DryRun"] = None
