@@ -45,6 +45,7 @@ from ir_measures.measures import Measure
 
 from pyterrier_sci import artifacts
 from pyterrier_sci import measures as _measures
+from pyterrier_sci.errors import CostWarning  # noqa: F401 - defined there, re-exported
 from pyterrier_sci.protocol import usage_holders
 
 __all__ = ["COLUMNS", "NAMES", "CostMeasure", "MEASURES", "CostMeter", "metered", "is_cost_measure", "wanted",
@@ -68,10 +69,6 @@ _DESCRIPTIONS = {
     "cost.seconds": "seconds the LLM server took to answer the query's calls, summed (cache hits: as first answered)",
     "cost.dollars": "USD per query: the tokens priced with the llm 'prices' table (NaN without a price)",
 }
-
-
-class CostWarning(UserWarning):
-    """A run asked for cost measures carries no costs (it was not metered), so they are NaN."""
 
 
 class CostMeasure(Measure):

@@ -20,8 +20,8 @@ __all__ = ["SciError", "PipelineError", "ParameterError", "UnknownComponentError
            "BackendError", "NonFiniteTrainingError", "TrainingDeferred", "LLMError", "UntrustedConfigError",
            "LLMCacheError", "BuildRefused",
            "LLMBudgetExceeded", "TooLarge", "ServerUnavailable", "LinkReplacedWarning", "DamagedFileWarning",
-           "ShortRunWarning", "DeprecatedNameWarning", "warn_deprecated_name", "IndexUpdateError", "ReproductionError",
-           "ServeError", "RecordError",
+           "ShortRunWarning", "CostWarning", "DeprecatedNameWarning", "warn_deprecated_name", "IndexUpdateError",
+           "ReproductionError", "ServeError", "RecordError",
            "OverloadedError", "DeadlineExceededError", "ShuttingDownError", "one_line", "SHOW_COLUMNS"]
 
 
@@ -209,6 +209,10 @@ class ManifestError(PipelineError):
 
 class ShortRunWarning(UserWarning):
     """A measure defined over the whole ranked pool met a run that ranks only part of the pool."""
+
+
+class CostWarning(UserWarning):
+    """A run asked for cost measures carries no costs (it was not metered), so they are NaN."""
 
 
 class DeprecatedNameWarning(FutureWarning):

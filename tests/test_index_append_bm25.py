@@ -150,3 +150,18 @@ def test_run_manifest_records_the_generation_searched(tmp_path):
     bm25(pd.DataFrame({"qid": ["1"], "query": ["citation"]}))
     note = model_entries([bm25])[f"index:{index.path}"]["note"]
     assert note.startswith("generation 1; ") and "sumsha256:" in note
+
+
+def test_a_relative_lucene_path_after_the_working_directory_changes(tmp_path, monkeypatch):
+    """Java resolves a relative path against the directory the JVM started in, not the process's current one: a
+    Lucene index built, searched and grown at a relative path after a chdir is the one in the current directory."""
+    from pyterrier_sci.plugins.bm25 import index_corpus
+    from pyterrier_sci.plugins.bm25.growth import append_documents
+    from pyterrier_sci.plugins.bm25.lucene import LuceneIndex, start_jvm
+    start_jvm()                                   # started (or already running) with another working directory
+    monkeypatch.chdir(tmp_path)
+    docs = [{"docno": f"d{i}", "text": f"paper {i} on topic {i % 3}"} for i in range(20)]
+    index_corpus(docs, "rel/index", "lucene")
+    append_documents("rel/index", [{"docno": "new", "text": "a zeolite catalyst"}])
+    res = LuceneIndex("rel/index").bm25().search("zeolite")
+    assert res["docno"].tolist()[:1] == ["new"] and (tmp_path / "rel" / "index" / "pt_meta.json").is_file()

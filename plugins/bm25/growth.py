@@ -113,7 +113,7 @@ class _LuceneReader:
         java = start_jvm()
         self.java = java
         directory = java.autoclass("org.apache.lucene.store.FSDirectory").open(
-            java.autoclass("java.io.File")(str(path)).toPath())
+            java.autoclass("java.io.File")(os.path.abspath(path)).toPath())
         self.reader = java.autoclass("org.apache.lucene.index.DirectoryReader").open(directory)
         self.term = java.autoclass("org.apache.lucene.index.Term")
 
@@ -154,7 +154,7 @@ def _lucene_update(path: Path, meta: dict, docs: Optional[Iterable[dict]], retra
             for f in path.iterdir():  # hard links: Lucene never changes a file it has written
                 if f.is_file() and not f.is_symlink() and f.name not in _NOT_LINKED and not f.name.startswith("."):
                     os.link(f, tmp / f.name)
-            writer = java.SimpleIndexer(str(tmp), True, int(threads))
+            writer = java.SimpleIndexer(os.path.abspath(tmp), True, int(threads))
             try:
                 set_ram_buffer(java, writer, float(ram_buffer_mb))
                 field_utils = java.autoclass("org.apache.commons.lang3.reflect.FieldUtils")

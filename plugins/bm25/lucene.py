@@ -213,7 +213,7 @@ class LuceneIndex(pta.Artifact, pt.Indexer):
             raise FileNotFoundError(f"no Lucene index at {self.path}")
         n = self.metadata().get("num_docs")
         if n is None:
-            searcher = start_jvm().SimpleSearcher(str(self.path))
+            searcher = start_jvm().SimpleSearcher(os.path.abspath(self.path))
             try:
                 n = int(searcher.get_total_num_docs())
             finally:
@@ -299,7 +299,7 @@ class LuceneIndexer(pt.Indexer):
 
         def build(tmp: Path) -> None:
             tmp.mkdir()
-            writer = java.SimpleIndexer(str(tmp), False, int(self.threads))
+            writer = java.SimpleIndexer(os.path.abspath(tmp), False, int(self.threads))
             try:
                 set_ram_buffer(java, writer, float(self.ram_buffer_mb))
                 fields, n = self._add_all(java, writer, iter(it))
@@ -451,7 +451,7 @@ class LuceneBM25(pt.Transformer):
                 if self._searcher is None:
                     if not self.index.built():
                         raise FileNotFoundError(f"no Lucene index at {self.index.path}")
-                    s = start_jvm().SimpleSearcher(str(self.index.path))
+                    s = start_jvm().SimpleSearcher(os.path.abspath(self.index.path))
                     s.set_bm25(float(self.k1), float(self.b))
                     self._searcher = s
         return self._searcher
