@@ -20,7 +20,7 @@ BACKENDS = [("torch", "fp32"), ("openvino", "fp32"), ("openvino", "int8"), ("onn
 
 @pytest.fixture(scope="module")
 def texts():
-    docs = [d["text"] for d in itertools.islice(corpus_texts(CSF), 160)]
+    docs = [d["text"] for d in itertools.islice(corpus_texts(CSF), 72)]
     return docs + ["short", "a b c", "graph neural networks for citation recommendation", ""]
 
 
