@@ -4,6 +4,7 @@ import contextlib
 import json
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -103,6 +104,18 @@ def start_cli(*args, env=None):
             return proc, m.group(1)
     proc.kill()
     raise AssertionError("serve did not start: " + "".join(lines)[-3000:])
+
+
+def stop_cli(proc, timeout=60):
+    """SIGTERM to a server started by :func:`start_cli`; waits for it to exit (killed after ``timeout`` s);
+    returns its exit status."""
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    return proc.returncode
 
 
 def _drain(stream, lines):

@@ -12,7 +12,7 @@ import numpy as np
 import pyterrier as pt
 import pytest
 from conftest import needs_data
-from serve_helpers import CONFIG, PIPELINES, LiveServer, csfcube_service, request, start_cli
+from serve_helpers import CONFIG, PIPELINES, LiveServer, csfcube_service, request, start_cli, stop_cli
 
 from pyterrier_sci.pipeline import build_all
 from pyterrier_sci.serve import SearchAPI, ServeSettings
@@ -32,11 +32,7 @@ def service():
 def cli_server():
     proc, url = start_cli(CONFIG, "--pipelines", *PIPELINES, "--max-wait-ms", "100", "--log-level", "warning")
     yield url
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(60)
-    except subprocess.TimeoutExpired:
-        proc.kill()
+    stop_cli(proc)
 
 
 def expected(service, name, query, k, exclude=()):

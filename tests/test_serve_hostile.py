@@ -4,16 +4,14 @@ JSON 4xx naming the cause (or nothing, for a client that never finishes), the se
 others, and no request is lost."""
 import asyncio
 import json
-import signal
 import socket
-import subprocess
 import threading
 import time
 from urllib.parse import urlsplit
 
 import pytest
 from conftest import needs_data
-from serve_helpers import CONFIG, request, start_cli
+from serve_helpers import CONFIG, request, start_cli, stop_cli
 
 pytestmark = needs_data("csfcube")
 
@@ -25,11 +23,7 @@ def server():
     proc, url = start_cli(CONFIG, "--pipelines", "bm25", "--max-body", "4096", "--log-level", "warning",
                           "--max-queue", "2000", "--max-connections", "2000", "--header-timeout", "60")
     yield url
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(60)
-    except subprocess.TimeoutExpired:
-        proc.kill()
+    stop_cli(proc)
     # drained, then exit 0 (uvicorn alone re-raised the signal: -15)
     assert proc.returncode == 0 and "Traceback" not in "".join(proc.log), "".join(proc.log)[-3000:]
 

@@ -4,14 +4,12 @@ pyarrow raise inside the pipeline call and failed every request batched with it:
 passes validation but makes the pipeline itself fail costs only its own request: the failed batch runs again
 request by request.  The others get what they get in-process."""
 import concurrent.futures as cf
-import signal
-import subprocess
 
 import numpy as np
 import pyterrier as pt
 import pytest
 from conftest import needs_data
-from serve_helpers import CONFIG, LiveServer, csfcube_service, request, start_cli
+from serve_helpers import CONFIG, LiveServer, csfcube_service, request, start_cli, stop_cli
 
 from pyterrier_sci.pipeline import build_all
 from pyterrier_sci.serve import SearchAPI, ServeSettings
@@ -53,11 +51,7 @@ def test_a_lone_surrogate_is_refused_before_its_batch_and_the_others_are_answere
         assert (status, batch["error"]["code"]) == (422, "bad_query")
         assert request(url + "/v1/search", "POST", raw=b'{"query": "x", "pipeline": "\\ud800"}')[0] == 422
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_cli(proc)
     poisoned = answers.pop(7)
     assert poisoned[0] == 422 and poisoned[2]["error"]["code"] == "bad_query", poisoned
     assert "surrogate" in poisoned[2]["error"]["message"] and "Traceback" not in str(poisoned[2])

@@ -5,15 +5,13 @@ clients send none).  Then the Host and Origin checks of every route (421/403), a
 X-Forwarded-For only from a trusted proxy (an in-process server)."""
 import json
 import select
-import signal
 import socket
-import subprocess
 import time
 from urllib.parse import urlsplit
 
 import pytest
 from conftest import needs_data
-from serve_helpers import CONFIG, LiveServer, csfcube_service, request, start_cli
+from serve_helpers import CONFIG, LiveServer, csfcube_service, request, start_cli, stop_cli
 
 from pyterrier_sci.serve import SearchAPI, ServeSettings
 
@@ -32,11 +30,7 @@ def server(tmp_path_factory):
                           "--max-header-bytes", "4096", "--max-headers", "20", "--header-timeout", "1.5",
                           "--body-timeout", "1.5", "--max-body", "2048", "--max-connections", str(MAX_CONNECTIONS))
     yield url
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(60)
-    except subprocess.TimeoutExpired:
-        proc.kill()
+    stop_cli(proc)
     assert proc.returncode == 0 and "Traceback" not in "".join(proc.log), "".join(proc.log)[-3000:]
 
 
